@@ -1,0 +1,36 @@
+# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip
+STAMP := $(VENV)/.installed-test
+
+.PHONY: demo test lint typecheck venv clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# Install the package (editable) with its test extras; torch is pinned for development and CI.
+$(STAMP): pyproject.toml constraints-dev.txt | $(BIN)/python
+	$(PIP) install --quiet torch==2.13.0
+	$(PIP) install --quiet -c constraints-dev.txt -e ".[test]"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench examples
+	$(BIN)/ruff format --check src tests bench examples
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+test: $(STAMP) lint
+	$(BIN)/python -m pytest -q tests
+
+demo: $(STAMP)
+	$(BIN)/overdrive config default --config_file $(VENV)/demo_config.yaml
+	$(BIN)/overdrive config show --config_file $(VENV)/demo_config.yaml
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache .mypy_cache

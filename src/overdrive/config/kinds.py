@@ -1,0 +1,292 @@
+"""Value kinds: how a raw value from any source becomes a canonical setting value.
+
+Each kind's ``coerce`` accepts what a YAML/JSON file, an environment variable (always a
+string) or Python code may hold, and either returns the canonical value or raises
+``ValueError`` with a short reason. ``describe`` says what is allowed (for error messages
+and the wizard); ``samples`` yields a few distinct valid canonical values (for tests and docs).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+TRUE_WORDS = frozenset({"true", "yes", "1", "on", "y"})
+FALSE_WORDS = frozenset({"false", "no", "0", "off", "n"})
+
+
+class Kind:
+    """Base class of a setting's value kind."""
+
+    def coerce(self, raw: Any) -> Any:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+    def samples(self) -> list[Any]:
+        raise NotImplementedError
+
+    def choices(self) -> tuple[str, ...] | None:
+        return None
+
+
+def _text(raw: Any) -> str:
+    return raw if isinstance(raw, str) else repr(raw)
+
+
+@dataclass(frozen=True)
+class Bool(Kind):
+    def coerce(self, raw: Any) -> bool:
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, int) and raw in (0, 1):
+            return bool(raw)
+        if isinstance(raw, str):
+            word = raw.strip().lower()
+            if word in TRUE_WORDS:
+                return True
+            if word in FALSE_WORDS:
+                return False
+        raise ValueError(f"expected a boolean (true/false, yes/no, 1/0), got {_text(raw)}")
+
+    def describe(self) -> str:
+        return "true/false (also yes/no, 1/0)"
+
+    def samples(self) -> list[Any]:
+        return [True, False]
+
+
+@dataclass(frozen=True)
+class Int(Kind):
+    minimum: int | None = None
+    maximum: int | None = None
+
+    def coerce(self, raw: Any) -> int:
+        value: int
+        if isinstance(raw, bool):
+            raise ValueError(f"expected an integer, got {_text(raw)}")
+        if isinstance(raw, int):
+            value = raw
+        elif isinstance(raw, float) and math.isfinite(raw) and raw.is_integer():
+            value = int(raw)
+        elif isinstance(raw, str) and raw.strip().lstrip("+-").isdigit():
+            value = int(raw.strip())
+        else:
+            raise ValueError(f"expected an integer, got {_text(raw)}")
+        if self.minimum is not None and value < self.minimum:
+            raise ValueError(f"must be >= {self.minimum}, got {value}")
+        if self.maximum is not None and value > self.maximum:
+            raise ValueError(f"must be <= {self.maximum}, got {value}")
+        return value
+
+    def describe(self) -> str:
+        if self.minimum is not None and self.maximum is not None:
+            return f"an integer from {self.minimum} to {self.maximum}"
+        if self.minimum is not None:
+            return f"an integer >= {self.minimum}"
+        return "an integer"
+
+    def samples(self) -> list[Any]:
+        low = self.minimum if self.minimum is not None else 0
+        values = [low + 1, low + 2, low + 3]
+        if self.maximum is not None:
+            values = [v for v in range(low, self.maximum + 1)][-3:]
+        return values
+
+
+@dataclass(frozen=True)
+class Float(Kind):
+    minimum: float | None = None
+
+    def coerce(self, raw: Any) -> float:
+        if isinstance(raw, bool):
+            raise ValueError(f"expected a number, got {_text(raw)}")
+        try:
+            value = float(raw) if isinstance(raw, int | float | str) else math.nan
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value):
+            raise ValueError(f"expected a finite number, got {_text(raw)}")
+        if self.minimum is not None and value < self.minimum:
+            raise ValueError(f"must be >= {self.minimum}, got {value}")
+        return value
+
+    def describe(self) -> str:
+        return "a number" if self.minimum is None else f"a number >= {self.minimum}"
+
+    def samples(self) -> list[Any]:
+        return [0.5, 1.0, 2.0]
+
+
+@dataclass(frozen=True)
+class Str(Kind):
+    def coerce(self, raw: Any) -> str:
+        if isinstance(raw, str) and raw.strip():
+            return raw.strip()
+        if isinstance(raw, int | float) and not isinstance(raw, bool):
+            return str(raw)
+        raise ValueError(f"expected a non-empty string, got {_text(raw)}")
+
+    def describe(self) -> str:
+        return "a string"
+
+    def samples(self) -> list[Any]:
+        return ["alpha", "beta", "gamma"]
+
+
+@dataclass(frozen=True)
+class Choice(Kind):
+    """One of a fixed set of words, matched without regard to case.
+
+    ``aliases`` maps other accepted spellings (the seeds use two for some values) to the
+    canonical word; ``false_means`` is the canonical word for a YAML ``no`` that the YAML
+    loader turned into ``False``.
+    """
+
+    allowed: tuple[str, ...]
+    aliases: Mapping[str, str] = field(default_factory=dict)
+    false_means: str | None = None
+    true_means: str | None = None
+    numbered: bool = False  # also accept 1..N for the N allowed words (seed FSDP enums)
+
+    def coerce(self, raw: Any) -> str:
+        if isinstance(raw, bool):
+            mapped = self.false_means if raw is False else self.true_means
+            if mapped is not None:
+                return mapped
+        if self.numbered and isinstance(raw, int | str) and not isinstance(raw, bool):
+            text = str(raw).strip()
+            if text.isdigit() and 1 <= int(text) <= len(self.allowed):
+                return self.allowed[int(text) - 1]
+        if isinstance(raw, str):
+            folded = raw.strip().lower()
+            for word in self.allowed:
+                if word.lower() == folded:
+                    return word
+            for alias, word in self.aliases.items():
+                if alias.lower() == folded:
+                    return word
+        raise ValueError(f"{_text(raw)} is not one of: {', '.join(self.allowed)}")
+
+    def describe(self) -> str:
+        return "one of: " + ", ".join(self.allowed)
+
+    def samples(self) -> list[Any]:
+        return list(self.allowed[:3])
+
+    def choices(self) -> tuple[str, ...] | None:
+        return self.allowed
+
+
+@dataclass(frozen=True)
+class GpuIds(Kind):
+    """``all`` or a list of GPU indices; canonical form is ``"all"`` or ``"0,1,3"``."""
+
+    def coerce(self, raw: Any) -> str:
+        items: Sequence[Any]
+        if isinstance(raw, bool):
+            raise ValueError(f"expected 'all' or GPU indices like 0,1,3, got {_text(raw)}")
+        if isinstance(raw, int):
+            items = [raw]
+        elif isinstance(raw, str):
+            if raw.strip().lower() == "all":
+                return "all"
+            items = [part for part in raw.replace(" ", "").strip("[]").split(",") if part]
+        elif isinstance(raw, list | tuple):
+            items = raw
+        else:
+            raise ValueError(f"expected 'all' or GPU indices like 0,1,3, got {_text(raw)}")
+        indices: list[int] = []
+        for item in items:
+            text = str(item).strip()
+            if isinstance(item, bool) or not text.isdigit():
+                raise ValueError(f"expected 'all' or GPU indices like 0,1,3, got {_text(raw)}")
+            indices.append(int(text))
+        if not indices:
+            raise ValueError("expected 'all' or at least one GPU index")
+        if len(set(indices)) != len(indices):
+            raise ValueError(f"GPU indices repeat: {_text(raw)}")
+        return ",".join(str(i) for i in indices)
+
+    def describe(self) -> str:
+        return "'all' or comma-separated GPU indices such as 0,1,3"
+
+    def samples(self) -> list[Any]:
+        return ["all", "0,1", "1"]
+
+
+@dataclass(frozen=True)
+class Words(Kind):
+    """A list of words (from a YAML list or a comma-separated string), each from ``allowed``."""
+
+    allowed: tuple[str, ...]
+
+    def coerce(self, raw: Any) -> list[str]:
+        if isinstance(raw, str):
+            items: list[Any] = [part for part in raw.split(",") if part.strip()]
+        elif isinstance(raw, list | tuple):
+            items = list(raw)
+        else:
+            raise ValueError(f"expected a list of names, got {_text(raw)}")
+        out: list[str] = []
+        for item in items:
+            if not isinstance(item, str):
+                raise ValueError(f"expected names, got {_text(item)}")
+            word = item.strip().lower()
+            if word not in self.allowed:
+                raise ValueError(f"{item!r} is not one of: {', '.join(self.allowed)}")
+            if word not in out:
+                out.append(word)
+        if not out:
+            raise ValueError("expected at least one name")
+        return out
+
+    def describe(self) -> str:
+        return "one or more of: " + ", ".join(self.allowed)
+
+    def samples(self) -> list[Any]:
+        return [[w] for w in self.allowed[:3]]
+
+    def choices(self) -> tuple[str, ...] | None:
+        return self.allowed
+
+
+@dataclass(frozen=True)
+class Names(Kind):
+    """A list of free-form names (class names), canonical form a list of strings."""
+
+    def coerce(self, raw: Any) -> list[str]:
+        if isinstance(raw, str):
+            items: list[Any] = [part.strip() for part in raw.split(",") if part.strip()]
+        elif isinstance(raw, list | tuple):
+            items = list(raw)
+        else:
+            raise ValueError(f"expected a class name or a list of them, got {_text(raw)}")
+        if not items or not all(isinstance(i, str) and i.strip() for i in items):
+            raise ValueError(f"expected a class name or a list of them, got {_text(raw)}")
+        return [i.strip() for i in items]
+
+    def describe(self) -> str:
+        return "a class name or a comma-separated list of class names"
+
+    def samples(self) -> list[Any]:
+        return [["BertLayer"], ["LlamaDecoderLayer"], ["GPT2Block", "Linear"]]
+
+
+@dataclass(frozen=True)
+class Table(Kind):
+    """A nested mapping passed through as is (DeepSpeed's own ``bf16``/``fp16`` sections)."""
+
+    def coerce(self, raw: Any) -> dict[str, Any]:
+        if isinstance(raw, Mapping) and all(isinstance(k, str) for k in raw):
+            return dict(raw)
+        raise ValueError(f"expected a mapping, got {_text(raw)}")
+
+    def describe(self) -> str:
+        return "a mapping of keys to values"
+
+    def samples(self) -> list[Any]:
+        return [{"enabled": True}, {"enabled": False}, {"enabled": True, "loss_scale": 0}]

@@ -1,0 +1,181 @@
+"""Cross-field rules and derived values, applied once after precedence.
+
+Each rule either derives a value (recording the source that implied it) or raises one
+ConfigError that names both settings, their sources and the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from overdrive.config.provenance import Resolved
+from overdrive.errors import ConfigError
+
+Values = dict[str, Resolved]
+
+BACKEND_SWITCHES = {
+    "use_deepspeed": "DEEPSPEED",
+    "use_fsdp": "FSDP",
+    "use_megatron_lm": "MEGATRON_LM",
+}
+BACKEND_TYPES = frozenset(BACKEND_SWITCHES.values())
+
+
+def _explicit(values: Values, key: str) -> bool:
+    return values[key].source.kind != "default"
+
+
+def _describe(values: Values, key: str) -> str:
+    res = values[key]
+    return f"`{key}` = {res.value!r} ({res.source})"
+
+
+def _backends(values: Values) -> None:
+    """distributed_type and the use_* switches must name at most one backend."""
+    requested: dict[str, str] = {}  # backend -> key that asked for it
+    dtype = values["distributed_type"].value
+    if dtype in BACKEND_TYPES:
+        requested[dtype] = "distributed_type"
+    for switch, backend in BACKEND_SWITCHES.items():
+        if values[switch].value:
+            requested.setdefault(backend, switch)
+    if len(requested) > 1:
+        first, second = list(requested.values())[:2]
+        raise ConfigError(
+            f"two backends are enabled at once: {_describe(values, first)} and "
+            f"{_describe(values, second)}",
+            key=second,
+            fix="choose one backend: remove or disable the other setting",
+        )
+    if requested:
+        backend, key = next(iter(requested.items()))
+        if dtype != backend:
+            values["distributed_type"] = Resolved(backend, values[key].source)
+        for switch, name in BACKEND_SWITCHES.items():
+            if name == backend and not values[switch].value:
+                values[switch] = Resolved(True, values[key].source)
+
+
+def _machines(values: Values) -> None:
+    machines = values["num_machines"].value
+    if values["machine_rank"].value >= machines:
+        raise ConfigError(
+            f"{_describe(values, 'machine_rank')} must be smaller than "
+            f"{_describe(values, 'num_machines')}",
+            key="machine_rank",
+            fix=f"use a machine_rank from 0 to {machines - 1}",
+        )
+    if machines > 1 and values["main_process_ip"].value is None:
+        raise ConfigError(
+            f"{_describe(values, 'num_machines')} needs main_process_ip, the address of the "
+            "machine with machine_rank 0",
+            key="main_process_ip",
+            fix="set main_process_ip (config file, ACCELERATE_MAIN_PROCESS_IP or "
+            "--main_process_ip)",
+        )
+    processes = values["num_processes"].value
+    if processes is not None and processes % machines != 0:
+        raise ConfigError(
+            f"{_describe(values, 'num_processes')} cannot be split evenly over "
+            f"{_describe(values, 'num_machines')}",
+            key="num_processes",
+            fix="make num_processes (the total over all machines) a multiple of num_machines",
+        )
+    gpu_ids = values["gpu_ids"].value
+    if processes is not None and gpu_ids != "all":
+        per_machine = processes // machines
+        available = len(gpu_ids.split(","))
+        if per_machine > available:
+            raise ConfigError(
+                f"{_describe(values, 'num_processes')} needs {per_machine} GPUs per machine but "
+                f"{_describe(values, 'gpu_ids')} lists {available}",
+                key="num_processes",
+                fix="list more gpu_ids or start fewer processes",
+            )
+
+
+def _device(values: Values) -> None:
+    dtype = values["distributed_type"].value
+    if values["use_cpu"].value and dtype == "MULTI_GPU":
+        raise ConfigError(
+            f"{_describe(values, 'use_cpu')} contradicts {_describe(values, 'distributed_type')}",
+            key="use_cpu",
+            fix="use distributed_type MULTI_CPU for several CPU processes, or drop use_cpu",
+        )
+    processes = values["num_processes"].value
+    if dtype == "NO" and processes is not None and processes > 1:
+        raise ConfigError(
+            f"{_describe(values, 'distributed_type')} means one process, but "
+            f"{_describe(values, 'num_processes')}",
+            key="distributed_type",
+            fix="use MULTI_CPU or MULTI_GPU (or leave distributed_type unset) for several processes",
+        )
+
+
+def _deepspeed(values: Values) -> None:
+    stage = values["deepspeed_config.zero_stage"].value
+    param_device = values["deepspeed_config.offload_param_device"].value
+    if param_device != "none" and stage != 3:
+        raise ConfigError(
+            f"{_describe(values, 'deepspeed_config.offload_param_device')} only works with "
+            f"ZeRO stage 3, but {_describe(values, 'deepspeed_config.zero_stage')}",
+            key="deepspeed_config.offload_param_device",
+            fix="set zero_stage: 3, or offload_param_device: none",
+        )
+    ds_steps, top_steps = (
+        "deepspeed_config.gradient_accumulation_steps",
+        "gradient_accumulation_steps",
+    )
+    if values[ds_steps].value is not None:
+        if _explicit(values, top_steps) and values[top_steps].value != values[ds_steps].value:
+            raise ConfigError(
+                f"gradient accumulation is set twice and disagrees: {_describe(values, top_steps)} "
+                f"and {_describe(values, ds_steps)}",
+                key=ds_steps,
+                fix="set gradient_accumulation_steps in one place only, or make them equal",
+            )
+        values[top_steps] = values[ds_steps]
+    for precision in ("bf16", "fp16"):
+        section = values[f"deepspeed_config.{precision}"].value
+        if not section or not section.get("enabled", False):
+            continue
+        mp_key = "mixed_precision"
+        if _explicit(values, mp_key) and values[mp_key].value != precision:
+            raise ConfigError(
+                f"mixed precision is set twice and disagrees: {_describe(values, mp_key)} and "
+                f"deepspeed_config.{precision}.enabled = true "
+                f"({values[f'deepspeed_config.{precision}'].source})",
+                key=mp_key,
+                fix=f"set mixed_precision: {precision}, or remove DeepSpeed's {precision} section",
+            )
+        values[mp_key] = Resolved(precision, values[f"deepspeed_config.{precision}"].source)
+
+
+def _fsdp(values: Values) -> None:
+    strategy_key = "fsdp_config.fsdp_sharding_strategy"
+    reshard_key = "fsdp_config.fsdp_reshard_after_forward"
+    if values["fsdp_config.fsdp_version"].value != 2:
+        return
+    implied = {"FULL_SHARD": True, "SHARD_GRAD_OP": False}.get(values[strategy_key].value)
+    if not _explicit(values, strategy_key) or implied is None:
+        return
+    if _explicit(values, reshard_key) and values[reshard_key].value != implied:
+        raise ConfigError(
+            f"{_describe(values, strategy_key)} and {_describe(values, reshard_key)} disagree "
+            "under fsdp_version 2",
+            key=reshard_key,
+            fix="with fsdp_version 2 set only fsdp_reshard_after_forward "
+            "(true = FULL_SHARD, false = SHARD_GRAD_OP)",
+        )
+    values[reshard_key] = Resolved(implied, values[strategy_key].source)
+
+
+RULES: tuple[Callable[[Values], None], ...] = (_backends, _machines, _device, _deepspeed, _fsdp)
+
+
+def apply(values: Values) -> Values:
+    """Run every rule on a copy of ``values``; return the completed values."""
+    out = dict(values)
+    for rule in RULES:
+        rule(out)
+    return out

@@ -1,0 +1,23 @@
+"""Errors a user can cause. The CLI prints their message alone and exits with code 2."""
+
+from __future__ import annotations
+
+
+class OverdriveError(Exception):
+    """A problem the user can fix; the message says what, where it came from, and the fix."""
+
+    exit_code = 2
+
+
+class ConfigError(OverdriveError, ValueError):
+    """A setting is unknown, malformed, out of range, or contradicts another setting."""
+
+    def __init__(self, message: str, *, key: str | None = None, fix: str | None = None) -> None:
+        self.key = key
+        self.fix = fix
+        text = message if fix is None else f"{message}\n  fix: {fix}"
+        super().__init__(text)
+
+
+class LaunchError(OverdriveError):
+    """The launch cannot go ahead as asked (no script, busy port on several machines, ...)."""

@@ -1,0 +1,189 @@
+"""Backend plugins (seed 000, table 2). A field left at None falls through to the other sources.
+
+``Accelerator(deepspeed_plugin=..., fsdp_plugin=..., megatron_lm_plugin=...)`` turns the set
+fields into code-level settings, so they win over environment and config file and show up
+with their origin in ``overdrive config show``-style reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any
+
+
+class Plugin:
+    """Base: maps dataclass fields to canonical setting keys."""
+
+    SECTION: str = ""
+    KEYS: dict[str, str] = {}
+    SWITCH: str = ""
+
+    def to_settings(self) -> dict[str, Any]:
+        """Canonical setting key -> value for every field that was set, plus the backend switch."""
+        out: dict[str, Any] = {self.SWITCH: True} if self.SWITCH else {}
+        for f in fields(self):  # type: ignore[arg-type]
+            key = self.KEYS.get(f.name)
+            value = getattr(self, f.name)
+            if key is not None and value is not None and not callable(value):
+                out[key] = value
+        return out
+
+
+@dataclass
+class DeepSpeedPlugin(Plugin):
+    """DeepSpeed ZeRO settings; ``hf_ds_config`` is a DeepSpeed JSON file path or a dict."""
+
+    zero_stage: int | None = None
+    offload_optimizer_device: str | None = None
+    offload_param_device: str | None = None
+    gradient_clipping: float | None = None
+    gradient_accumulation_steps: int | None = None
+    zero3_init_flag: bool | None = None
+    zero3_save_16bit_model: bool | None = None
+    hf_ds_config: str | dict[str, Any] | None = None
+
+    SECTION = "deepspeed_config"
+    SWITCH = "use_deepspeed"
+    KEYS = {
+        "zero_stage": "deepspeed_config.zero_stage",
+        "offload_optimizer_device": "deepspeed_config.offload_optimizer_device",
+        "offload_param_device": "deepspeed_config.offload_param_device",
+        "gradient_clipping": "deepspeed_config.gradient_clipping",
+        "gradient_accumulation_steps": "deepspeed_config.gradient_accumulation_steps",
+        "zero3_init_flag": "deepspeed_config.zero3_init_flag",
+        "zero3_save_16bit_model": "deepspeed_config.zero3_save_16bit_model",
+    }
+
+    def to_settings(self) -> dict[str, Any]:
+        out = super().to_settings()
+        if isinstance(self.hf_ds_config, str):
+            out["deepspeed_config.deepspeed_config_file"] = self.hf_ds_config
+        return out
+
+
+@dataclass
+class FullyShardedDataParallelPlugin(Plugin):
+    """FSDP settings (both seed spellings resolve to the same keys).
+
+    ``auto_wrap_policy`` may also be a callable, used as is by the FSDP strategy.
+    """
+
+    fsdp_version: int | None = None
+    sharding_strategy: str | None = None
+    reshard_after_forward: bool | None = None
+    cpu_offload: bool | None = None
+    auto_wrap_policy: str | Callable[..., Any] | None = None
+    transformer_cls_names_to_wrap: list[str] | str | None = None
+    min_num_params: int | None = None
+    backward_prefetch: str | None = None
+    forward_prefetch: bool | None = None
+    state_dict_type: str | None = None
+    cpu_ram_efficient_loading: bool | None = None
+    sync_module_states: bool | None = None
+    activation_checkpointing: bool | None = None
+    use_orig_params: bool | None = None
+
+    SECTION = "fsdp_config"
+    SWITCH = "use_fsdp"
+    KEYS = {
+        "fsdp_version": "fsdp_config.fsdp_version",
+        "sharding_strategy": "fsdp_config.fsdp_sharding_strategy",
+        "reshard_after_forward": "fsdp_config.fsdp_reshard_after_forward",
+        "cpu_offload": "fsdp_config.fsdp_offload_params",
+        "auto_wrap_policy": "fsdp_config.fsdp_auto_wrap_policy",
+        "transformer_cls_names_to_wrap": "fsdp_config.fsdp_transformer_layer_cls_to_wrap",
+        "min_num_params": "fsdp_config.fsdp_min_num_params",
+        "backward_prefetch": "fsdp_config.fsdp_backward_prefetch",
+        "forward_prefetch": "fsdp_config.fsdp_forward_prefetch",
+        "state_dict_type": "fsdp_config.fsdp_state_dict_type",
+        "cpu_ram_efficient_loading": "fsdp_config.fsdp_cpu_ram_efficient_loading",
+        "sync_module_states": "fsdp_config.fsdp_sync_module_states",
+        "activation_checkpointing": "fsdp_config.fsdp_activation_checkpointing",
+        "use_orig_params": "fsdp_config.fsdp_use_orig_params",
+    }
+
+
+@dataclass
+class MegatronLMPlugin(Plugin):
+    """Tensor / pipeline parallel settings."""
+
+    tp_degree: int | None = None
+    pp_degree: int | None = None
+    num_micro_batches: int | None = None
+    sequence_parallelism: bool | None = None
+    recompute_activations: bool | None = None
+    use_distributed_optimizer: bool | None = None
+    gradient_clipping: float | None = None
+
+    SECTION = "megatron_lm_config"
+    SWITCH = "use_megatron_lm"
+    KEYS = {
+        name: f"megatron_lm_config.{name}"
+        for name in (
+            "tp_degree",
+            "pp_degree",
+            "num_micro_batches",
+            "sequence_parallelism",
+            "recompute_activations",
+            "use_distributed_optimizer",
+            "gradient_clipping",
+        )
+    }
+
+
+@dataclass
+class GradientAccumulationPlugin(Plugin):
+    """Gradient accumulation: ``num_steps`` micro-batches per optimizer step.
+
+    ``adjust_scheduler``: the scheduler advances once per optimizer step (always true here).
+    ``sync_with_dataloader``: the end of a dataloader closes a partial window.
+    ``sync_each_batch``: synchronise gradients on every micro-batch (saves memory, costs time).
+    """
+
+    num_steps: int | None = None
+    adjust_scheduler: bool = True
+    sync_with_dataloader: bool = True
+    sync_each_batch: bool = False
+
+    KEYS = {"num_steps": "gradient_accumulation_steps"}
+
+
+@dataclass
+class DataLoaderConfiguration(Plugin):
+    """How prepared dataloaders shard data (seed 000, table 5). None falls through."""
+
+    split_batches: bool | None = None
+    dispatch_batches: bool | None = None
+    even_batches: bool | None = None
+    use_seedable_sampler: bool | None = None
+    non_blocking: bool | None = None
+    data_seed: int | None = None
+
+    KEYS = {
+        name: name
+        for name in (
+            "split_batches",
+            "dispatch_batches",
+            "even_batches",
+            "use_seedable_sampler",
+            "non_blocking",
+        )
+    }
+
+
+@dataclass
+class ProjectConfiguration(Plugin):
+    """Where outputs go and how checkpoints are named (seed 000, table 6)."""
+
+    project_dir: str | None = None
+    logging_dir: str | None = None
+    automatic_checkpoint_naming: bool | None = None
+    total_limit: int | None = None
+    iteration: int = 0
+    save_on_each_node: bool = False
+
+    KEYS = {
+        name: name
+        for name in ("project_dir", "logging_dir", "automatic_checkpoint_naming", "total_limit")
+    }

@@ -1,0 +1,31 @@
+"""Migration aid: the seeds import these from ``accelerate.utils``."""
+
+from overdrive.kwargs_handlers import (
+    AutocastKwargs,
+    DistributedDataParallelKwargs,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+)
+from overdrive.plugins import (
+    DataLoaderConfiguration,
+    DeepSpeedPlugin,
+    FullyShardedDataParallelPlugin,
+    GradientAccumulationPlugin,
+    MegatronLMPlugin,
+    ProjectConfiguration,
+)
+from overdrive.types import DistributedType
+
+__all__ = [
+    "AutocastKwargs",
+    "DataLoaderConfiguration",
+    "DeepSpeedPlugin",
+    "DistributedDataParallelKwargs",
+    "DistributedType",
+    "FullyShardedDataParallelPlugin",
+    "GradScalerKwargs",
+    "GradientAccumulationPlugin",
+    "InitProcessGroupKwargs",
+    "MegatronLMPlugin",
+    "ProjectConfiguration",
+]
