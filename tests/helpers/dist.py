@@ -1,0 +1,63 @@
+"""Run a script on several CPU processes for distributed tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPTS = REPO / "tests" / "distributed" / "scripts"
+
+
+def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The test process's environment without distributed or overdrive variables."""
+    drop = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in drop and not k.startswith(("ACCELERATE_", "OVERDRIVE_", "TORCHELASTIC_"))
+    }
+    env["OMP_NUM_THREADS"] = "1"
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    env.update(extra or {})
+    return env
+
+
+def run_launch(
+    script: str | Path,
+    *,
+    nprocs: int = 2,
+    args: Sequence[str] = (),
+    launch_args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    timeout: float = 180,
+) -> subprocess.CompletedProcess[str]:
+    """`overdrive launch --num_processes N script args` on CPU; returns the finished process."""
+    script_path = Path(script)
+    if not script_path.is_absolute():
+        script_path = SCRIPTS / script_path
+    cmd = [
+        sys.executable,
+        "-m",
+        "overdrive",
+        "launch",
+        "--cpu",
+        "--num_processes",
+        str(nprocs),
+        *launch_args,
+        str(script_path),
+        *args,
+    ]
+    return subprocess.run(
+        cmd, env=clean_env(env), capture_output=True, text=True, timeout=timeout, cwd=REPO
+    )
+
+
+def assert_ok(result: subprocess.CompletedProcess[str]) -> None:
+    """Fail with both output streams when a launched run did not exit 0."""
+    assert result.returncode == 0, (
+        f"exit {result.returncode}\n--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
+    )
