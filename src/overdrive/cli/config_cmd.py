@@ -3,11 +3,155 @@
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import sys
+from pathlib import Path
 from typing import Any
+
+import yaml
+
+from overdrive.cli.flags import add_flag
+from overdrive.config import load_settings, resolve
+from overdrive.config.schema import MIXED_PRECISIONS
+from overdrive.config.settings import Settings
+from overdrive.config.sources import default_config_path, parse_config_text, read_file
+from overdrive.errors import ConfigError
 
 
 def register(commands: Any) -> None:
-    parser: argparse.ArgumentParser = commands.add_parser(
-        "config", help="create or inspect a config file"
+    """Add `config` and its subcommands to the CLI."""
+    parser = commands.add_parser(
+        "config",
+        help="create or inspect a config file",
+        description="Without a subcommand: answer questions and write a config file.",
     )
-    parser.set_defaults(handler=lambda args: 0)
+    add_flag(parser, "config_file", help="where to write (default: the user's default file)")
+    parser.set_defaults(handler=_wizard)
+    sub = parser.add_subparsers(dest="config_command", metavar="SUBCOMMAND")
+
+    default = sub.add_parser("default", help="write a config with defaults for this machine")
+    add_flag(default, "config_file", help="where to write (default: the user's default file)")
+    add_flag(default, "mixed_precision", choices=MIXED_PRECISIONS, default="no")
+    add_flag(default, "force", action="store_true", help="overwrite an existing file")
+    default.set_defaults(handler=_default)
+
+    show = sub.add_parser("show", help="show every resolved setting and where it came from")
+    add_flag(show, "config_file", help="config file to use (default: the user's default file)")
+    add_flag(show, "json", action="store_true", help="print JSON for machines")
+    add_flag(show, "changed", action="store_true", help="only settings not at their default")
+    show.set_defaults(handler=_show)
+
+    validate = sub.add_parser("validate", help="check a config file and exit 0 if it is valid")
+    validate.add_argument("file", help="the config file to check")
+    validate.set_defaults(handler=_validate)
+
+
+def _target(args: argparse.Namespace) -> Path:
+    given = getattr(args, "config_file", None)
+    return Path(given) if given else default_config_path(os.environ)
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
+    """Write YAML, then read it back through the resolver so a bad file is never left behind."""
+    text = yaml.safe_dump(data, sort_keys=False)
+    resolve(file=parse_config_text(text, path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def _gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _wizard(args: argparse.Namespace) -> int:
+    from overdrive.config.prompts import MenuPrompter, StreamPrompter
+    from overdrive.config.wizard import run_wizard
+
+    interactive = sys.stdin.isatty() and sys.stdout.isatty()
+    prompter = MenuPrompter() if interactive else StreamPrompter(sys.stdin, sys.stdout)
+    answers = run_wizard(prompter, gpu_count=_gpu_count())
+    path = _target(args)
+    _write(path, answers)
+    print(f"config written to {path}")
+    return 0
+
+
+def default_answers(gpu_count: int, mixed_precision: str) -> dict[str, Any]:
+    """Sensible settings for a machine with ``gpu_count`` GPUs."""
+    data: dict[str, Any] = {"compute_environment": "LOCAL_MACHINE"}
+    if gpu_count > 1:
+        data.update(distributed_type="MULTI_GPU", num_processes=gpu_count, gpu_ids="all")
+    elif gpu_count == 1:
+        data.update(distributed_type="NO", num_processes=1)
+    else:
+        data.update(distributed_type="MULTI_CPU", num_processes=2, use_cpu=True)
+    data.update(num_machines=1, machine_rank=0, mixed_precision=mixed_precision)
+    data.update(rdzv_backend="static", same_network=True, debug=False)
+    return data
+
+
+def _default(args: argparse.Namespace) -> int:
+    path = _target(args)
+    if path.exists() and not args.force:
+        raise ConfigError(
+            f"config file {path} already exists",
+            key="config_file",
+            fix="pass --force to overwrite it, or --config_file to write elsewhere",
+        )
+    _write(path, default_answers(_gpu_count(), args.mixed_precision))
+    print(f"config written to {path}")
+    return 0
+
+
+def render_table(settings: Settings, *, changed_only: bool) -> str:
+    """The settings as an aligned three-column table: key, value, source."""
+    rows = [
+        (key, _show_value(value), source)
+        for key, value, source in settings.rows()
+        if not changed_only or source != "default"
+    ]
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(("setting", "value"))]
+    lines = [f"{'setting':<{widths[0]}}  {'value':<{widths[1]}}  source"]
+    lines += [f"{k:<{widths[0]}}  {v:<{widths[1]}}  {s}" for k, v, s in rows]
+    return "\n".join(lines)
+
+
+def _show_value(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, dict):
+        return json.dumps(value)
+    return str(value)
+
+
+def _show(args: argparse.Namespace) -> int:
+    settings = load_settings(config_file=args.config_file, flags={})
+    if args.json:
+        payload = {
+            key: {"value": value, "source": source}
+            for key, value, source in settings.rows()
+            if not args.changed or source != "default"
+        }
+        print(json.dumps(payload, indent=2))
+        return 0
+    file_used = _target(args)
+    print(f"config file: {file_used}{'' if file_used.is_file() else ' (not found, not used)'}")
+    print("precedence: code > launch flag > environment > config file > default\n")
+    print(render_table(settings, changed_only=args.changed))
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    settings = resolve(file=read_file(args.file, explicit=True))
+    changed = sum(1 for _, _, source in settings.rows() if source != "default")
+    print(f"{args.file}: valid ({changed} settings set, the rest at their defaults)")
+    return 0
