@@ -21,7 +21,7 @@ class KwargsHandler:
         }
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)  # type: ignore[call-overload, no-any-return]
+        return asdict(self)  # type: ignore[call-overload]
 
 
 @dataclass
