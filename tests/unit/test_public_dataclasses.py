@@ -8,7 +8,6 @@ from datetime import timedelta
 
 import pytest
 
-import overdrive
 from overdrive import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
