@@ -34,12 +34,35 @@ def run_launch(
     launch_args: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
     timeout: float = 180,
+    module: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """`overdrive launch --num_processes N script args` on CPU; returns the finished process."""
-    script_path = Path(script)
-    if not script_path.is_absolute():
-        script_path = SCRIPTS / script_path
-    cmd = [
+    """`overdrive launch --num_processes N script args` on CPU; returns the finished process.
+
+    With ``module=True``, ``script`` is a module name run as ``-m script`` from the repo root.
+    """
+    cmd = launch_command(script, nprocs=nprocs, args=args, launch_args=launch_args, module=module)
+    return subprocess.run(
+        cmd, env=clean_env(env), capture_output=True, text=True, timeout=timeout, cwd=REPO
+    )
+
+
+def launch_command(
+    script: str | Path,
+    *,
+    nprocs: int = 2,
+    args: Sequence[str] = (),
+    launch_args: Sequence[str] = (),
+    module: bool = False,
+) -> list[str]:
+    """The command line `run_launch` runs (for tests that need to start it themselves)."""
+    if module:
+        target = ["-m", str(script)]
+    else:
+        script_path = Path(script)
+        if not script_path.is_absolute():
+            script_path = SCRIPTS / script_path
+        target = [str(script_path)]
+    return [
         sys.executable,
         "-m",
         "overdrive",
@@ -48,12 +71,9 @@ def run_launch(
         "--num_processes",
         str(nprocs),
         *launch_args,
-        str(script_path),
+        *target,
         *args,
     ]
-    return subprocess.run(
-        cmd, env=clean_env(env), capture_output=True, text=True, timeout=timeout, cwd=REPO
-    )
 
 
 def assert_ok(result: subprocess.CompletedProcess[str]) -> None:

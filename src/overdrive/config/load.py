@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from overdrive.config import sources
-from overdrive.config.provenance import RawValue
+from overdrive.config.provenance import RawValue, Source
 from overdrive.config.resolve import resolve
 from overdrive.config.settings import HANDOVER_VARIABLE, Settings
 from overdrive.errors import ConfigError
@@ -37,13 +37,16 @@ def load_settings(
     code: Mapping[str, Any] | None = None,
     code_label: str = "Accelerator({}=...)",
     flags: Mapping[str, Any] | None = None,
+    flag_names: Mapping[str, str] | None = None,
     config_file: str | Path | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> Settings:
     """Resolve settings from code, launch flags, the environment and the config file.
 
     In a worker started by ``overdrive launch`` the launcher's resolution is reused (it already
-    read the flags, environment and file); ``code`` is applied on top of it.
+    read the flags, environment and file); ``code`` is applied on top of it. ``flag_names``
+    maps a flag's setting key to the flag as typed (``deepspeed_config.zero_stage`` ->
+    ``zero_stage``) so provenance reads ``flag --zero_stage``.
     """
     env = os.environ if environ is None else environ
     code_values = sources.from_mapping(code or {}, "code", code_label)
@@ -59,6 +62,11 @@ def load_settings(
     return resolve(
         file=sources.read_file(path, explicit=config_file is not None),
         env=sources.read_env(env),
-        flags=sources.from_mapping(flags or {}, "flag", "--{}"),
+        flags=[
+            RawValue(key, name, value, Source("flag", f"--{name}"))
+            for key, value in (flags or {}).items()
+            if value is not None
+            for name in [(flag_names or {}).get(key, key)]
+        ],
         code=code_values,
     )

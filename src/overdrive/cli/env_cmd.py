@@ -1,0 +1,105 @@
+"""`overdrive env`: what to paste into a bug report."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import importlib.util
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+from overdrive.cli.flags import add_flag
+
+OPTIONAL_BACKENDS = ("deepspeed", "tensorboard", "mlflow", "wandb", "transformers", "torchao")
+
+
+def register(commands: Any) -> None:
+    """Add the ``env`` subcommand."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "env", help="print versions, GPUs and the config in use (for bug reports)"
+    )
+    add_flag(parser, "config_file", default=None, help="config file to show (default: cached)")
+    parser.set_defaults(handler=handle)
+
+
+def backend_versions() -> dict[str, str | None]:
+    """Installed optional packages and their versions; found without importing them."""
+    found: dict[str, str | None] = {}
+    for name in OPTIONAL_BACKENDS:
+        if importlib.util.find_spec(name) is None:
+            found[name] = None
+            continue
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = "installed"
+    return found
+
+
+def _torch_lines() -> list[str]:
+    import torch
+    import torch.distributed as dist
+
+    lines = [f"torch: {torch.__version__}"]
+    cuda = torch.version.cuda or "none (CPU build)"
+    lines.append(f"CUDA (torch built with): {cuda}")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    lines.append(f"GPUs visible: {count}")
+    for index in range(count):
+        props = torch.cuda.get_device_properties(index)
+        memory = props.total_memory / 2**30
+        lines.append(f"  {index}: {props.name}, {memory:.1f} GiB")
+    backends = [
+        name
+        for name, ok in (
+            ("gloo", dist.is_available() and dist.is_gloo_available()),
+            ("nccl", dist.is_available() and dist.is_nccl_available()),
+            ("mpi", dist.is_available() and dist.is_mpi_available()),
+        )
+        if ok
+    ]
+    lines.append(f"process-group backends: {', '.join(backends) or 'none'}")
+    return lines
+
+
+def _config_lines(config_file: str | None) -> list[str]:
+    from overdrive.config.sources import default_config_path
+
+    path = Path(config_file) if config_file else default_config_path(os.environ)
+    how = "given" if config_file else "default"
+    if not path.is_file():
+        return [f"config file ({how}): {path} (not present; defaults apply)"]
+    lines = [f"config file ({how}): {path}", "--- contents ---"]
+    try:
+        lines.append(path.read_text(encoding="utf-8").rstrip("\n"))
+    except (OSError, UnicodeDecodeError) as exc:
+        lines.append(f"(cannot read: {exc})")
+    lines.append("--- end ---")
+    return lines
+
+
+def report(config_file: str | None = None) -> str:
+    """The full report as text."""
+    import overdrive
+
+    lines = [
+        f"overdrive: {overdrive.__version__}",
+        f"Python: {platform.python_version()} ({sys.executable})",
+        f"platform: {platform.platform()}",
+        *_torch_lines(),
+        "optional backends:",
+    ]
+    for name, version in backend_versions().items():
+        lines.append(f"  {name}: {version or 'not installed'}")
+    lines += _config_lines(config_file)
+    relevant = sorted(k for k in os.environ if k.startswith(("ACCELERATE_", "OVERDRIVE_")))
+    lines.append("environment: " + (", ".join(relevant) if relevant else "no ACCELERATE_* set"))
+    return "\n".join(lines)
+
+
+def handle(args: argparse.Namespace) -> int:
+    print(report(args.config_file))
+    return 0

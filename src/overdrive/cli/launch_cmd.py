@@ -1,0 +1,146 @@
+"""`overdrive launch [options] script.py [args]` / `-m package.module [args]`.
+
+Every setting with ``flag=True`` in the schema becomes a flag; flags go through the one
+resolution (as the source ``flag --name``), the launcher options below do not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from overdrive.cli.flags import add_flag
+from overdrive.config import load_settings, schema
+from overdrive.config.kinds import Bool
+from overdrive.errors import LaunchError
+
+# Boolean settings that work as plain switches (``--use_fsdp``); other booleans take a value.
+SWITCHES = ("use_cpu", "use_fsdp", "use_deepspeed", "use_megatron_lm", "debug", "downcast_bf16")
+SWITCH_NAMES = {"use_cpu": "cpu"}
+
+
+def flag_name(setting: schema.Setting) -> str:
+    """The flag for a setting: its short name, with Megatron's prefix kept for clarity."""
+    if setting.key in SWITCH_NAMES:
+        return SWITCH_NAMES[setting.key]
+    if setting.section == "megatron_lm_config" and not setting.name.startswith("megatron_lm_"):
+        return f"megatron_lm_{setting.name}"
+    return setting.name
+
+
+def _dest(key: str) -> str:
+    return "setting__" + key.replace(".", "__")
+
+
+def flag_settings() -> list[tuple[str, schema.Setting]]:
+    """(flag name, setting) for every launch flag, in schema order."""
+    return [(flag_name(s), s) for s in schema.SETTINGS if s.flag]
+
+
+def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("settings (a flag overrides env and config file)")
+    for name, setting in flag_settings():
+        dest = _dest(setting.key)
+        if setting.key in SWITCHES:
+            extra = ["--use_cpu", "--use-cpu"] if setting.key == "use_cpu" else []
+            add_flag(
+                group, name, *extra, dest=dest, action="store_const", const=True, default=None,
+                help=setting.help,
+            )  # fmt: skip
+        else:
+            metavar = "BOOL" if isinstance(setting.kind, Bool) else setting.name.upper()
+            add_flag(group, name, dest=dest, default=None, metavar=metavar, help=setting.help)
+        if setting.key == "distributed_type":
+            add_flag(
+                group, "multi_gpu", dest=dest, action="store_const", const="MULTI_GPU",
+                help="several GPU processes (same as --distributed_type MULTI_GPU)",
+            )  # fmt: skip
+
+
+def register(commands: Any) -> None:
+    """Add the ``launch`` subcommand."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "launch",
+        help="run a script on N processes / M machines",
+        description="Run a training script on several processes (CPU or GPU) and machines, "
+        "supervised by PyTorch's elastic agent.",
+        allow_abbrev=False,
+    )
+    add_flag(parser, "config_file", default=None, help="config file (default: the cached one)")
+    add_flag(parser, "max_restarts", type=int, default=0, help="restart the group this often")
+    add_flag(
+        parser, "monitor_interval", type=float, default=0.1,
+        help="seconds between checks of the workers",
+    )  # fmt: skip
+    add_flag(parser, "dry_run", action="store_true", help="print the plan, start nothing")
+    noise = parser.add_mutually_exclusive_group()
+    noise.add_argument("-q", "--quiet", action="store_true", help="no banner")
+    noise.add_argument("-v", "--verbose", action="store_true", help="show the agent's logs")
+    parser.add_argument(
+        "-m", "--module", action="store_true", help="run a module (python -m) instead of a file"
+    )
+    _add_setting_flags(parser)
+    parser.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        metavar="script.py [args] | -m module [args]",
+        help="what to run; everything after it goes to it untouched ('--' may precede it)",
+    )
+    parser.set_defaults(handler=handle)
+
+
+def _say(text: str) -> None:
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def handle(args: argparse.Namespace) -> int:
+    """Resolve settings, plan, then dry-run or run."""
+    from overdrive.launch import build_plan, cluster, ports
+    from overdrive.launch.describe import banner, dry_run_text
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise LaunchError(
+            "no script to launch\n  fix: overdrive launch [options] train.py [args], or "
+            "overdrive launch [options] -m package.module [args]"
+        )
+    target, script_args = command[0], command[1:]
+    if not args.module and not os.path.isfile(target):
+        raise LaunchError(
+            f"script {target!r} does not exist\n  fix: check the path, or add -m to run a "
+            "module; options for overdrive launch go before the script"
+        )
+    settings = load_settings(
+        flags={s.key: getattr(args, _dest(s.key)) for _, s in flag_settings()},
+        flag_names={s.key: name for name, s in flag_settings()},
+        config_file=args.config_file,
+    )
+    plan = build_plan(
+        settings,
+        target,
+        script_args,
+        is_module=args.module,
+        gpu_count=cluster.gpu_count(settings),
+        max_restarts=args.max_restarts,
+        monitor_interval=args.monitor_interval,
+    )
+    plan = ports.settle_port(plan)
+    if args.dry_run:
+        print(dry_run_text(plan, show_all=args.verbose))
+        return 0
+    if not args.quiet:
+        hint = cluster.scheduler_hint(settings, os.environ)
+        if hint:
+            _say(f"overdrive: note: {hint}")
+        if plan.is_main_machine:
+            _say(banner(plan))
+    if plan.port_note:
+        _say(f"overdrive: note: {plan.port_note}")
+    from overdrive.launch.runner import run
+
+    return run(plan, verbose=args.verbose)

@@ -1,0 +1,109 @@
+"""Worker entry point: ``python -m overdrive.launch.bootstrap [-m] target [args...]``.
+
+Runs the user's script or module exactly as ``python script.py`` / ``python -m module`` would
+(``__main__``, ``sys.argv``, ``sys.path[0]``), dies with the launcher, and on an uncaught
+exception records the traceback for the launcher's failure report.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import signal
+import sys
+import traceback
+from types import TracebackType
+
+from overdrive.launch.failure import write_error_file
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGTERM this process if the launcher dies, even by SIGKILL."""
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the launcher died before the request took effect
+        os._exit(1)
+
+
+def _user_frames(tb: TracebackType | None) -> TracebackType | None:
+    """Skip this module's and runpy's frames so the traceback starts in user code."""
+    skip = {os.path.abspath(__file__), os.path.abspath(runpy.__file__), "<frozen runpy>"}
+
+    def ours(name: str) -> bool:
+        return name in skip or os.path.abspath(name) in skip
+
+    while tb is not None and ours(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    return tb
+
+
+def _traceback_text(exc: BaseException) -> str:
+    tb = _user_frames(exc.__traceback__)
+    return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+def _record(exc: BaseException) -> None:
+    """Print the traceback as Python would (minus launcher frames) and keep a copy."""
+    text = _traceback_text(exc)
+    summary = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    sys.stderr.write(text)
+    sys.stderr.flush()
+    write_error_file(summary, text, os.environ)
+
+
+def _exit_code(exc: SystemExit) -> int:
+    """Handle ``sys.exit(...)`` like Python; a failing exit still records where it happened."""
+    code = exc.code
+    if code is None or code == 0:
+        return 0
+    if not isinstance(code, int):
+        sys.stderr.write(f"{code}\n")  # what Python prints for sys.exit("message")
+        code = 1
+    write_error_file(f"SystemExit: {exc.code}", _traceback_text(exc), os.environ)
+    return code
+
+
+def run(argv: list[str]) -> int:
+    """Run ``argv`` (``[-m] target args...``) as the main program; return the exit code."""
+    is_module = bool(argv) and argv[0] == "-m"
+    if is_module:
+        argv = argv[1:]
+    if not argv:
+        sys.stderr.write("usage: python -m overdrive.launch.bootstrap [-m] target [args...]\n")
+        return 2
+    target, args = argv[0], argv[1:]
+    try:
+        if is_module:
+            sys.argv = [target, *args]  # run_module replaces argv[0] with the module's file
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = [target, *args]
+            sys.path[0] = os.path.dirname(os.path.abspath(target))
+            runpy.run_path(target, run_name="__main__")
+    except SystemExit as exc:
+        return _exit_code(exc)
+    except BaseException as exc:  # noqa: BLE001 - every failure is reported, then exit 1
+        _record(exc)
+        return 1
+    return 0
+
+
+def main() -> None:
+    _die_with_parent()
+    code = run(sys.argv[1:])
+    sys.stdout.flush()
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""Say what will happen: the one-line banner and the dry-run listing."""
+
+from __future__ import annotations
+
+from overdrive.config import HANDOVER_VARIABLE, Settings
+from overdrive.launch.plan import LaunchPlan
+
+# Always listed by --dry_run, whatever their source.
+LAUNCH_KEYS = (
+    "distributed_type",
+    "num_processes",
+    "num_machines",
+    "machine_rank",
+    "main_process_ip",
+    "main_process_port",
+    "rdzv_backend",
+    "same_network",
+    "gpu_ids",
+    "use_cpu",
+    "mixed_precision",
+)
+
+
+def settings_origin(settings: Settings) -> str:
+    """Where the non-default settings came from, e.g. ``file cfg.yaml, flags --cpu``."""
+    files: list[str] = []
+    envs: list[str] = []
+    flags: list[str] = []
+    code: list[str] = []
+    for key in settings:
+        source = settings.source(key)
+        if source.kind == "file":
+            path = source.detail.rsplit(":", 1)[0] if ":" in source.detail else source.detail
+            if path not in files:
+                files.append(path)
+        elif source.kind == "env" and source.detail not in envs:
+            envs.append(source.detail)
+        elif source.kind == "flag" and source.detail not in flags:
+            flags.append(source.detail)
+        elif source.kind == "code" and source.detail not in code:
+            code.append(source.detail)
+    parts = [f"file {f}" for f in files]
+    if envs:
+        parts.append("env " + " ".join(envs))
+    if flags:
+        parts.append("flags " + " ".join(flags))
+    if code:
+        parts.append("code " + " ".join(code))
+    return ", ".join(parts) if parts else "defaults only"
+
+
+def banner(plan: LaunchPlan) -> str:
+    """One short line for the main machine's launcher."""
+    per = f"{plan.num_machines} machines x {plan.nproc_per_node}"
+    layout = f"{plan.world_size} process(es)" + (
+        f" ({per})" if plan.num_machines > 1 else " on 1 machine"
+    )
+    return (
+        f"overdrive launch: {layout}, {plan.backend} on {plan.device}, mixed precision "
+        f"{plan.settings['mixed_precision']}, rendezvous {plan.rdzv_backend} at "
+        f"{plan.main_addr}:{plan.main_port}; settings from {settings_origin(plan.settings)}"
+    )
+
+
+def _value(value: object) -> str:
+    return "null" if value is None else str(value)
+
+
+def dry_run_text(plan: LaunchPlan, *, show_all: bool = False) -> str:
+    """Resolved settings with sources, then the exact per-process commands and environment."""
+    settings = plan.settings
+    keys = [k for k in settings if show_all or k in LAUNCH_KEYS or settings.is_set(k)]
+    width = max(len(k) for k in keys)
+    vwidth = max(len(_value(settings[k])) for k in keys)
+    lines = ["overdrive launch --dry_run: nothing was started.", "", "settings (value, source):"]
+    lines += [
+        f"  {k:<{width}}  {_value(settings[k]):<{vwidth}}  {settings.source(k)}" for k in keys
+    ]
+    lines += ["", banner(plan)]
+    if plan.port_note:
+        lines.append(f"note: {plan.port_note}")
+    if plan.rdzv_backend == "c10d":
+        lines.append(
+            "note: with c10d rendezvous machines get their group rank when they join; "
+            "RANK below assumes this machine joins as machine_rank."
+        )
+    lines += ["", f"processes on this machine (machine_rank {plan.machine_rank}):"]
+    lines += [f"  {plan.shell_line(local)}" for local in range(plan.nproc_per_node)]
+    lines += [
+        "",
+        f"{HANDOVER_VARIABLE} holds the settings above as JSON "
+        f"({len(settings.to_json())} characters); the elastic agent also sets "
+        "TORCHELASTIC_* variables and an error file path per process.",
+    ]
+    if show_all:
+        lines.append(f"{HANDOVER_VARIABLE}={settings.to_json()}")
+    return "\n".join(lines)

@@ -1,0 +1,199 @@
+"""LaunchPlan: what `overdrive launch` will start, decided once from the resolved settings.
+
+Building a plan is pure (no processes, no sockets, no torch): the dry run prints it and the
+runner executes it, so both always agree.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from overdrive.config import HANDOVER_VARIABLE, Settings
+from overdrive.errors import LaunchError
+
+DEFAULT_PORT = 29500
+BOOTSTRAP_MODULE = "overdrive.launch.bootstrap"
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Every decision of one launcher invocation (one machine's share of the job)."""
+
+    settings: Settings
+    target: str
+    is_module: bool
+    script_args: tuple[str, ...]
+    num_machines: int
+    machine_rank: int
+    nproc_per_node: int
+    device: str  # "cpu" or "cuda"
+    backend: str  # "gloo" or "nccl"
+    main_addr: str
+    main_port: int
+    rdzv_backend: str
+    cuda_visible_devices: str | None = None
+    omp_num_threads: int | None = None
+    max_restarts: int = 0
+    monitor_interval: float = 0.1
+    port_note: str | None = None
+    python: str = field(default_factory=lambda: sys.executable)
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc_per_node * self.num_machines
+
+    @property
+    def is_main_machine(self) -> bool:
+        return self.machine_rank == 0
+
+    def worker_command(self) -> list[str]:
+        """The command line every worker process runs (the same for all ranks)."""
+        entry = ["-m", self.target] if self.is_module else [self.target]
+        return [self.python, "-u", "-m", BOOTSTRAP_MODULE, *entry, *self.script_args]
+
+    def shared_env(self) -> dict[str, str]:
+        """Variables the launcher adds for every worker (the settings travel in one of them)."""
+        env = {HANDOVER_VARIABLE: self.settings.to_json()}
+        if self.cuda_visible_devices is not None:
+            env["CUDA_VISIBLE_DEVICES"] = self.cuda_visible_devices
+        if self.omp_num_threads is not None:
+            env["OMP_NUM_THREADS"] = str(self.omp_num_threads)
+        return env
+
+    def rank_env(self, local_rank: int) -> dict[str, str]:
+        """The standard variables the elastic agent sets for one worker (static rendezvous)."""
+        return {
+            "RANK": str(self.machine_rank * self.nproc_per_node + local_rank),
+            "LOCAL_RANK": str(local_rank),
+            "GROUP_RANK": str(self.machine_rank),
+            "WORLD_SIZE": str(self.world_size),
+            "LOCAL_WORLD_SIZE": str(self.nproc_per_node),
+            "MASTER_ADDR": self.main_addr,
+            "MASTER_PORT": str(self.main_port),
+        }
+
+    def shell_line(self, local_rank: int) -> str:
+        """One worker as a shell line; the settings variable is referenced, not inlined."""
+        env = {**self.rank_env(local_rank), **self.shared_env()}
+        env[HANDOVER_VARIABLE] = f"${HANDOVER_VARIABLE}"
+        assigns = [
+            f"{k}={v}" if k == HANDOVER_VARIABLE else f"{k}={shlex.quote(v)}"
+            for k, v in env.items()
+        ]
+        return " ".join(["env", *assigns, shlex.join(self.worker_command())])
+
+
+def _gpu_list(gpu_ids: str, source: str, gpu_count: int, visible: str | None) -> list[str]:
+    """Device names to expose, mapped through an already-set CUDA_VISIBLE_DEVICES."""
+    parent = [d.strip() for d in visible.split(",") if d.strip()] if visible else None
+    available = parent if parent is not None else [str(i) for i in range(gpu_count)]
+    if gpu_ids == "all":
+        return available[:gpu_count]
+    chosen = []
+    for index in (int(i) for i in gpu_ids.split(",")):
+        if index >= gpu_count:
+            raise LaunchError(
+                f"gpu_ids = {gpu_ids!r} ({source}) asks for GPU {index}, but this machine "
+                f"shows {gpu_count} GPU(s)\n"
+                f"  fix: list indices from 0 to {gpu_count - 1} (they count within "
+                "CUDA_VISIBLE_DEVICES when that is set)"
+            )
+        chosen.append(available[index])
+    return chosen
+
+
+def _count_processes(settings: Settings, device: str, gpus: int) -> int:
+    machines = settings["num_machines"]
+    total = settings["num_processes"]
+    if total is None:
+        return gpus if device == "cuda" else 1
+    per_machine = total // machines
+    if device == "cuda" and per_machine > gpus:
+        raise LaunchError(
+            f"num_processes = {total} ({settings.source('num_processes')}) needs {per_machine} "
+            f"GPU(s) per machine, but {gpus} are usable here\n"
+            "  fix: start fewer processes, make more GPUs visible, or add --cpu to rehearse "
+            "on CPU processes"
+        )
+    return per_machine
+
+
+def _pick_device(settings: Settings, gpus: int) -> str:
+    if settings["use_cpu"]:
+        return "cpu"
+    if gpus > 0:
+        return "cuda"
+    if settings["distributed_type"] == "MULTI_GPU":
+        raise LaunchError(
+            f"distributed_type = MULTI_GPU ({settings.source('distributed_type')}) but this "
+            "machine has no visible CUDA GPU\n"
+            "  fix: add --cpu to run the same processes on the CPU with gloo, or run on a "
+            "machine with GPUs"
+        )
+    return "cpu"
+
+
+def build_plan(
+    settings: Settings,
+    target: str,
+    script_args: Sequence[str] = (),
+    *,
+    is_module: bool = False,
+    gpu_count: int = 0,
+    max_restarts: int = 0,
+    monitor_interval: float = 0.1,
+    environ: Mapping[str, str] | None = None,
+    cpu_count: int | None = None,
+) -> LaunchPlan:
+    """Decide processes, device, rendezvous and environment for this machine."""
+    env = os.environ if environ is None else environ
+    if not target:
+        raise LaunchError(
+            "no script to launch\n  fix: overdrive launch [options] train.py [args], or "
+            "-m package.module [args]"
+        )
+    if max_restarts < 0:
+        raise LaunchError(f"--max_restarts must be 0 or more, got {max_restarts}")
+    if monitor_interval <= 0:
+        raise LaunchError(f"--monitor_interval must be positive, got {monitor_interval}")
+    visible = None
+    gpus: list[str] = []
+    if not settings["use_cpu"] and gpu_count > 0:
+        gpus = _gpu_list(
+            settings["gpu_ids"],
+            str(settings.source("gpu_ids")),
+            gpu_count,
+            env.get("CUDA_VISIBLE_DEVICES"),
+        )
+        if settings["gpu_ids"] != "all":
+            visible = ",".join(gpus)
+    device = _pick_device(settings, len(gpus))
+    nproc = _count_processes(settings, device, len(gpus))
+    omp = None
+    if "OMP_NUM_THREADS" not in env and nproc > 1:
+        # One thread pool per process would oversubscribe the cores; split them instead.
+        cores = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
+        omp = max(1, cores // nproc) if device == "cpu" else 1
+    machines = settings["num_machines"]
+    return LaunchPlan(
+        settings=settings,
+        target=target,
+        is_module=is_module,
+        script_args=tuple(script_args),
+        num_machines=machines,
+        machine_rank=settings["machine_rank"],
+        nproc_per_node=nproc,
+        device=device,
+        backend="nccl" if device == "cuda" else "gloo",
+        main_addr=settings["main_process_ip"] or "127.0.0.1",
+        main_port=settings["main_process_port"] or DEFAULT_PORT,
+        rdzv_backend=settings["rdzv_backend"],
+        cuda_visible_devices=visible,
+        omp_num_threads=omp,
+        max_restarts=max_restarts,
+        monitor_interval=monitor_interval,
+    )

@@ -1,0 +1,122 @@
+"""The worker bootstrap's error files and the launcher's failure report."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from overdrive.launch import bootstrap
+from overdrive.launch.failure import (
+    Failure,
+    failure_from_parts,
+    format_report,
+    root_cause,
+    write_error_file,
+)
+
+
+@pytest.fixture
+def error_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "error.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(path))
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    return path
+
+
+def test_bootstrap_runs_script_as_main_with_args(tmp_path: Path, error_file: Path) -> None:
+    out = tmp_path / "out.json"
+    script = tmp_path / "ok.py"
+    script.write_text(
+        f"import json, sys\njson.dump([__name__, sys.argv, sys.path[0]], open({str(out)!r}, 'w'))\n"
+    )
+    assert bootstrap.run([str(script), "--a", "b c"]) == 0
+    name, argv, path0 = json.loads(out.read_text())
+    assert name == "__main__" and argv == [str(script), "--a", "b c"] and path0 == str(tmp_path)
+    assert not error_file.exists()
+
+
+def test_bootstrap_records_a_traceback_without_its_own_frames(
+    tmp_path: Path, error_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "bad.py"
+    script.write_text("def f():\n    raise ValueError('nope')\nf()\n")
+    assert bootstrap.run([str(script)]) == 1
+    printed = capsys.readouterr().err
+    failure = failure_from_parts(None, 0, 1, 1, str(error_file))
+    assert failure.rank == 3 and failure.summary == "ValueError: nope"
+    assert failure.traceback == printed  # what the worker printed is what the report shows
+    assert "runpy" not in printed and "launch/bootstrap.py" not in printed
+    assert printed.splitlines()[1].startswith(f'  File "{script}", line 3')
+
+
+def test_bootstrap_exit_codes(tmp_path: Path, error_file: Path) -> None:
+    (tmp_path / "quit3.py").write_text("import sys\nsys.exit(3)\n")
+    (tmp_path / "quit0.py").write_text("import sys\nsys.exit(0)\n")
+    assert bootstrap.run([str(tmp_path / "quit0.py")]) == 0
+    assert not error_file.exists()
+    assert bootstrap.run([str(tmp_path / "quit3.py")]) == 3
+    assert failure_from_parts(None, 0, 1, 3, str(error_file)).summary == "SystemExit: 3"
+
+
+def test_bootstrap_runs_a_module(tmp_path: Path, error_file: Path) -> None:
+    package = tmp_path / "pkg_for_bootstrap"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    out = tmp_path / "mod.json"
+    (package / "entry.py").write_text(
+        f"import json, sys\njson.dump([__name__, sys.argv[1:]], open({str(out)!r}, 'w'))\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    assert bootstrap.run(["-m", "pkg_for_bootstrap.entry", "x", "--y"]) == 0
+    assert json.loads(out.read_text()) == ["__main__", ["x", "--y"]]
+
+
+def test_error_file_is_readable_by_torch_elastic(error_file: Path) -> None:
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+
+    write_error_file(
+        "KeyError: 'x'",
+        "Traceback ...\nKeyError: 'x'\n",
+        {"TORCHELASTIC_ERROR_FILE": str(error_file)},
+    )
+    failure = ProcessFailure(local_rank=0, pid=1, exitcode=1, error_file=str(error_file))
+    assert failure.message["message"] == "KeyError: 'x'"
+    assert failure.timestamp > 0
+
+
+def _failure(rank: int, exitcode: int, tb: str | None = None, t: int | None = None) -> Failure:
+    return Failure(rank, rank, 100 + rank, exitcode, tb and tb.splitlines()[-1], tb, t)
+
+
+def test_root_cause_prefers_crashes_then_earliest_traceback() -> None:
+    raised_early = _failure(1, 1, "Traceback\nRuntimeError: first", 10)
+    raised_late = _failure(0, 1, "Traceback\nRuntimeError: peer closed", 20)
+    stopped = _failure(2, -int(signal.SIGTERM))
+    assert root_cause([raised_late, stopped, raised_early]) is raised_early
+    segfault = _failure(3, -int(signal.SIGSEGV))
+    assert root_cause([raised_early, segfault, stopped]) is segfault
+    assert root_cause([stopped, _failure(4, 7)]).rank == 4
+
+
+def test_report_ends_with_the_root_cause_traceback() -> None:
+    cause = _failure(1, 1, "Traceback (most recent call last):\nRuntimeError: boom\n", 1)
+    other = _failure(0, 1, "Traceback\nRuntimeError: peer closed\n", 2)
+    text = format_report([other, cause], nproc=2, restarts=1)
+    lines = text.splitlines()
+    assert lines[0].startswith("overdrive: rank 1 failed (exit code 1, pid 101)")
+    assert "restarted 1 time(s)" in lines[0]
+    assert "overdrive: rank 0 also failed: RuntimeError: peer closed" in lines
+    assert lines[-3:] == [
+        "overdrive: traceback of rank 1:",
+        "Traceback (most recent call last):",
+        "RuntimeError: boom",
+    ]
+    crash = format_report([_failure(2, -int(signal.SIGKILL))], nproc=1)
+    assert crash.splitlines()[-1].startswith("overdrive: rank 2 left no Python traceback")
+    assert "killed by SIGKILL" in crash
