@@ -1,0 +1,324 @@
+"""``prepare_data_loader``: a user's DataLoader sharded across processes, resumable exactly."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    SequentialSampler,
+)
+
+from overdrive import ops
+from overdrive.data.batches import take_rows, to_device
+from overdrive.data.rounds import dispatched_shares, global_rounds, local_shares
+from overdrive.data.samplers import SeedableRandomSampler, ShardedBatchSampler
+from overdrive.errors import ConfigError
+from overdrive.loop_state import LoaderProgress, LoopState
+
+if TYPE_CHECKING:
+    from overdrive.state import PartialState
+
+_END = object()
+
+
+@dataclass
+class _Epoch:
+    """Position shared by a prepared loader and its ``skip_first_batches`` views."""
+
+    epoch: int = 0
+    yielded: int = 0  # batches handed out in the current epoch
+    in_epoch: bool = False
+    resume_skip: int = 0  # batches the next iteration skips (set by load_state_dict)
+    explicit_epoch: bool = False
+
+
+def _rounds_per_epoch(batches: int, world: int, split: bool, drop_last: bool) -> int:
+    if split:
+        return batches
+    return batches // world if drop_last else -(-batches // world)
+
+
+def _loader_kwargs(base: DataLoader, pin_memory: bool) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {
+        "num_workers": base.num_workers,
+        "collate_fn": base.collate_fn,
+        "pin_memory": pin_memory,
+        "timeout": base.timeout,
+        "worker_init_fn": base.worker_init_fn,
+        "multiprocessing_context": base.multiprocessing_context,
+        "generator": base.generator,
+        "persistent_workers": base.persistent_workers,
+    }
+    if base.num_workers > 0:
+        kwargs["prefetch_factor"] = base.prefetch_factor
+    if getattr(base, "in_order", True) is not True:
+        kwargs["in_order"] = base.in_order
+    return kwargs
+
+
+def _draw_seed(state: PartialState, generator: torch.Generator | None, seedable: bool) -> int:
+    """One shuffle seed for all ranks, chosen on rank 0 (so set_seed there decides it)."""
+    box: list[Any] = [None]
+    if state.process_index == 0:
+        if seedable:
+            box[0] = generator.initial_seed() if generator is not None else torch.initial_seed()
+        else:
+            box[0] = int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
+    if state.use_distributed and state.num_processes > 1:
+        ops.broadcast_object_list(box, from_process=0)
+    return int(box[0])
+
+
+class PreparedDataLoader:
+    """This process's share of a DataLoader; reports progress to a ``LoopState``.
+
+    Every process yields the same number of batches per epoch. ``len()`` is batches per
+    process; ``batch_size`` is this process's batch size and ``total_batch_size`` the
+    global one. Iterating again starts the next epoch (reshuffled); ``set_epoch`` picks one.
+    """
+
+    def __init__(
+        self,
+        base: DataLoader,
+        *,
+        state: PartialState,
+        loop_state: LoopState,
+        mode: str,
+        split: bool,
+        even: bool,
+        per_rank: int | None,
+        sampler: SeedableRandomSampler | None,
+        batch_sampler: Any,
+        device: torch.device | None,
+        non_blocking: bool,
+        pin_memory: bool,
+    ) -> None:
+        self.base_dataloader = base
+        self.state = state
+        self.loop_state = loop_state
+        self.mode = mode  # "shard" | "dispatch" | "iterable"
+        self.split_batches = split
+        self.even_batches = even
+        self.dispatch_batches = mode == "dispatch"
+        self._per_rank = per_rank
+        self.sampler = sampler
+        self._batch_sampler = batch_sampler
+        self.device = device
+        self.non_blocking = non_blocking
+        self._pin_memory = pin_memory
+        self._world, self._rank = state.num_processes, state.process_index
+        self._drop_last = bool(base.drop_last)
+        self._progress = _Epoch()
+        self._skip_once: int | None = None
+        self.progress = LoaderProgress()
+        self._inner: DataLoader | None = None
+        if mode == "shard":
+            self._sharded = ShardedBatchSampler(
+                batch_sampler,
+                world=self._world,
+                rank=self._rank,
+                per_rank=per_rank,
+                split=split,
+                even=even,
+                drop_last=self._drop_last,
+                sync_indices=_needs_index_sync(batch_sampler) and self._world > 1,
+            )
+            self._inner = DataLoader(
+                base.dataset, batch_sampler=self._sharded, **_loader_kwargs(base, pin_memory)
+            )
+        elif mode == "dispatch" and self._rank == 0:
+            self._inner = (
+                base
+                if batch_sampler is None
+                else DataLoader(
+                    base.dataset, batch_sampler=batch_sampler, **_loader_kwargs(base, pin_memory)
+                )
+            )
+
+    # ------------------------------------------------------------------ facts
+    @property
+    def dataset(self) -> Any:
+        return self.base_dataloader.dataset
+
+    @property
+    def batch_size(self) -> int | None:
+        """Samples per process per batch (the last batch of an epoch may differ)."""
+        return self._per_rank
+
+    @property
+    def total_batch_size(self) -> int | None:
+        return None if self._per_rank is None else self._per_rank * self._world
+
+    @property
+    def epoch(self) -> int:
+        return self._progress.epoch
+
+    @property
+    def seed(self) -> int | None:
+        return None if self.sampler is None else self.sampler.seed
+
+    def _full_len(self) -> int:
+        if self.mode == "iterable" or self._batch_sampler is None:
+            raise TypeError("this prepared dataloader reads an iterable dataset: no len()")
+        return _rounds_per_epoch(
+            len(self._batch_sampler), self._world, self.split_batches, self._drop_last
+        )
+
+    def __len__(self) -> int:
+        return max(0, self._full_len() - (self._skip_once or 0))
+
+    # ------------------------------------------------------------------ epochs and resume
+    def set_epoch(self, epoch: int) -> None:
+        """Use epoch ``epoch``'s shuffle for the next iteration (keeps a pending resume)."""
+        p = self._progress
+        if epoch != p.epoch or not p.resume_skip:
+            p.resume_skip = 0
+            p.yielded = 0
+        p.epoch, p.in_epoch = int(epoch), False
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-able position: epoch, batches handed out in it, and the shuffle seed."""
+        p = self._progress
+        epoch, yielded = p.epoch, p.yielded if p.in_epoch else p.resume_skip
+        try:
+            if yielded and yielded >= self._full_len():
+                epoch, yielded = epoch + 1, 0
+        except TypeError:
+            pass
+        return {
+            "epoch": epoch,
+            "batches_yielded": yielded,
+            "seed": self.seed,
+            "num_processes": self._world,
+            "total_batch_size": self.total_batch_size,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue at the saved position: the next iteration resumes mid-epoch."""
+        yielded = int(state.get("batches_yielded", 0))
+        saved_total = state.get("total_batch_size")
+        if yielded and saved_total is not None and saved_total != self.total_batch_size:
+            raise ConfigError(
+                f"the checkpoint stopped after {yielded} batches of {saved_total} samples "
+                f"({state.get('num_processes')} processes) but this run's global batch is "
+                f"{self.total_batch_size} samples ({self._world} processes)",
+                key="num_processes",
+                fix="resume with the same number of processes and batch size, or resume from "
+                "a checkpoint taken at the end of an epoch",
+            )
+        if self.sampler is not None and state.get("seed") is not None:
+            self.sampler.seed = int(state["seed"])
+        p = self._progress
+        p.epoch, p.resume_skip, p.yielded, p.in_epoch = int(state["epoch"]), yielded, 0, False
+
+    def skipping(self, num_batches: int) -> PreparedDataLoader:
+        """A view whose next iteration starts ``num_batches`` into the current epoch."""
+        view = object.__new__(PreparedDataLoader)
+        view.__dict__.update(self.__dict__)
+        view._skip_once = int(num_batches)
+        view.progress = LoaderProgress()
+        return view
+
+    def _start_epoch(self) -> int:
+        p = self._progress
+        if self._skip_once is not None:
+            skip, self._skip_once = self._skip_once, None
+        elif p.resume_skip:
+            skip = p.resume_skip
+        else:
+            if p.in_epoch:  # the previous iteration was abandoned: move on
+                p.epoch += 1
+            skip = 0
+        p.resume_skip, p.in_epoch, p.yielded = 0, True, skip
+        for obj in (self.sampler, getattr(self._batch_sampler, "sampler", None), self.dataset):
+            if obj is not None and hasattr(obj, "set_epoch"):
+                obj.set_epoch(p.epoch)
+        return skip
+
+    # ------------------------------------------------------------------ iteration
+    def _shares(self, skip: int) -> Iterator[tuple[Any, int, bool]]:
+        """(batch, real samples of its round, is this rank's share empty)."""
+        if self.mode == "shard":
+            assert self._inner is not None
+            self._sharded.skip_rounds = skip
+            for batch in self._inner:
+                yield batch, self._sharded.final_real, self._sharded.final_empty
+            return
+        source = self._inner if self.mode == "dispatch" else self.base_dataloader
+        rounds = None
+        if source is not None:
+            rounds = global_rounds(
+                source,
+                world=self._world,
+                per_rank=self._per_rank,
+                split=self.split_batches,
+                even=self.even_batches,
+                drop_last=self._drop_last,
+            )
+        if self.mode == "dispatch" and self._world > 1:
+            backend = self.state.backend
+            comm = self.state.device if backend == "nccl" else torch.device("cpu")
+            shares = dispatched_shares(rounds, rank=self._rank, skip=skip, comm_device=comm)
+        else:
+            assert rounds is not None
+            shares = local_shares(rounds, self._rank, skip)
+        for batch, lay in shares:
+            start, stop = lay.slice_for(self._rank)
+            yield batch, lay.real, stop == start
+
+    def __iter__(self) -> Iterator[Any]:
+        skip = self._start_epoch()
+        p, lp = self._progress, self.progress
+        self.loop_state.begin(lp)
+        try:
+            shares = self._shares(skip)
+            current: Any = next(shares, _END)
+            index = skip
+            while current is not _END:
+                upcoming: Any = next(shares, _END)
+                batch: Any
+                real: int
+                empty: bool
+                batch, real, empty = current
+                last = upcoming is _END
+                if last and empty:
+                    batch = take_rows(batch, slice(0, 0))
+                    warnings.warn(
+                        f"process {self._rank} gets an empty last batch: with even_batches=False "
+                        f"the epoch's last {real} sample(s) do not reach every process; a mean "
+                        "loss over an empty batch is NaN (use even_batches=True for training)",
+                        UserWarning,
+                        stacklevel=2,
+                    )
+                if self.device is not None:
+                    batch = to_device(batch, self.device, self.non_blocking)
+                lp.batch_index, lp.end_of_dataloader = index, last
+                lp.remainder = real if last else -1
+                index += 1
+                p.yielded = index
+                yield batch
+                current = upcoming
+            p.epoch, p.yielded, p.in_epoch = p.epoch + 1, 0, False
+        finally:
+            lp.end_of_dataloader = False
+            self.loop_state.end(lp)
+
+    def __repr__(self) -> str:
+        return (
+            f"PreparedDataLoader(mode={self.mode}, rank={self._rank}/{self._world}, "
+            f"batch_size={self.batch_size}, split_batches={self.split_batches}, "
+            f"even_batches={self.even_batches}, epoch={self.epoch})"
+        )
+
+
+def _needs_index_sync(batch_sampler: Any) -> bool:
+    """True unless every rank is sure to draw the same index order by itself."""
+    if type(batch_sampler) is BatchSampler:
+        return type(batch_sampler.sampler) not in (SequentialSampler, SeedableRandomSampler)
+    return True

@@ -1,0 +1,61 @@
+"""``gather_for_metrics``: every sample of an evaluation epoch exactly once, in order."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from overdrive import ops
+from overdrive.data.batches import batch_length, concat_batches, take_rows
+from overdrive.loop_state import LoopState
+
+
+def _merge(per_rank: list[Any]) -> Any:
+    """Join per-rank objects sample-wise; plain values stay a list with one per rank."""
+    head = per_rank[0]
+    if isinstance(head, (torch.Tensor, Mapping, list, tuple)):
+        if isinstance(head, torch.Tensor):
+            return torch.cat(
+                [
+                    ops.map_tensors(lambda t: t.reshape(1) if t.dim() == 0 else t, x)
+                    for x in per_rank
+                ]
+            )
+        return concat_batches(per_rank)
+    return per_rank
+
+
+def gather_for_metrics(
+    data: Any,
+    loop_state: LoopState,
+    *,
+    use_gather_object: bool = False,
+    debug: bool = False,
+) -> Any:
+    """Gather ``data`` from every process and drop the even_batches padding.
+
+    Over an epoch of a prepared loader the results concatenate to exactly ``len(dataset)``
+    samples in dataset order. Non-tensor data (or ``use_gather_object=True``) travels
+    pickled.
+    """
+    world = ops.world_size()
+    if world == 1:
+        gathered = data
+    elif use_gather_object or ops.has_non_tensor_leaves(data):
+        per_rank: list[Any] = [None] * world
+        dist.all_gather_object(per_rank, data)
+        gathered = _merge(per_rank)
+    else:
+        gathered = ops.gather(data, debug=debug)
+    remainder = loop_state.remainder
+    if not loop_state.end_of_dataloader or remainder < 0:
+        return gathered
+    try:
+        if batch_length(gathered) <= remainder:
+            return gathered
+    except TypeError:
+        return gathered
+    return take_rows(gathered, slice(0, remainder))

@@ -1,0 +1,133 @@
+"""Batch-level sharding: rounds built from user batches, read locally or dispatched by rank 0.
+
+Used for iterable datasets (every rank reads the stream and keeps its share of each round)
+and for ``dispatch_batches`` (rank 0 reads, then broadcasts each padded round). Both share
+rounds with ``layout_round``, exactly as index-level sharding does, so all three modes give
+a rank the same batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from overdrive import ops
+from overdrive.data.batches import batch_length, concat_batches, pad_rows, take_rows
+from overdrive.data.layout import RoundLayout, layout_round
+
+_END = object()
+
+
+@dataclass(frozen=True)
+class _Spec:
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+
+def global_rounds(
+    batches: Iterable[Any],
+    *,
+    world: int,
+    per_rank: int | None,
+    split: bool,
+    even: bool,
+    drop_last: bool,
+) -> Iterator[tuple[Any, RoundLayout, bool]]:
+    """(round padded for even_batches, its layout, is it the last) from user batches."""
+    group = 1 if split else world
+    it = iter(batches)
+    pending = next(it, _END)
+    first: Any = None  # the epoch's first round, the source of even_batches padding
+    while pending is not _END:
+        parts: list[Any] = []
+        while pending is not _END and len(parts) < group:
+            parts.append(pending)
+            pending = next(it, _END)
+        sizes = [batch_length(b) for b in parts]
+        if per_rank is None:
+            per_rank = max(1, sizes[0] // (world if split else 1))
+        is_last = pending is _END
+        lay = layout_round(
+            sizes,
+            world=world,
+            per_rank=per_rank,
+            split=split,
+            is_last=is_last,
+            even=even,
+            drop_last=drop_last,
+        )
+        if lay is None:
+            return
+        joined = concat_batches(parts)
+        if first is None:
+            first = joined
+        yield pad_rows(joined, first, lay.padding), lay, is_last
+
+
+def local_shares(
+    rounds: Iterator[tuple[Any, RoundLayout, bool]], rank: int, skip: int
+) -> Iterator[tuple[Any, RoundLayout]]:
+    """This rank's share of every round after the first ``skip`` rounds."""
+    for index, (padded, lay, _) in enumerate(rounds):
+        if index >= skip:
+            start, stop = lay.slice_for(rank)
+            yield take_rows(padded, slice(start, stop)), lay
+
+
+def _skeleton(data: Any) -> Any:
+    if isinstance(data, torch.Tensor):
+        return _Spec(tuple(data.shape), data.dtype)
+    if isinstance(data, Mapping):
+        return ops.rebuild(data, {k: _skeleton(v) for k, v in data.items()})
+    if isinstance(data, (list, tuple)):
+        return ops.rebuild(data, [_skeleton(v) for v in data])
+    return data
+
+
+def _materialize(skeleton: Any, device: torch.device) -> Any:
+    if isinstance(skeleton, _Spec):
+        return torch.empty(skeleton.shape, dtype=skeleton.dtype, device=device)
+    if isinstance(skeleton, Mapping):
+        return ops.rebuild(skeleton, {k: _materialize(v, device) for k, v in skeleton.items()})
+    if isinstance(skeleton, (list, tuple)):
+        return ops.rebuild(skeleton, [_materialize(v, device) for v in skeleton])
+    return skeleton
+
+
+def dispatched_shares(
+    rounds: Iterator[tuple[Any, RoundLayout, bool]] | None,
+    *,
+    rank: int,
+    skip: int,
+    comm_device: torch.device,
+) -> Iterator[tuple[Any, RoundLayout]]:
+    """Rank 0 reads ``rounds`` and broadcasts each; every rank keeps its share.
+
+    Other ranks pass ``rounds=None``. Skipped rounds are read by rank 0 and never sent.
+    """
+    index = 0
+    while True:
+        header: list[Any] = [None]
+        padded: Any = None
+        if rank == 0:
+            assert rounds is not None
+            item = next(rounds, None)
+            while item is not None and index < skip:
+                index += 1
+                item = next(rounds, None)
+            if item is not None:
+                padded = ops.map_tensors(lambda t: t.to(comm_device), item[0])
+                header[0] = (_skeleton(padded), item[1])
+        ops.broadcast_object_list(header, from_process=0)
+        if header[0] is None:
+            return
+        skeleton, lay = header[0]
+        if rank != 0:
+            padded = _materialize(skeleton, comm_device)
+        padded = ops.broadcast(padded, from_process=0)
+        start, stop = lay.slice_for(rank)
+        yield take_rows(padded, slice(start, stop)), lay
+        index += 1

@@ -1,0 +1,87 @@
+"""Seeding and capturing the random number generators (python, numpy, torch, CUDA)."""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from overdrive.process_env import detect_process_env
+
+
+def _rank() -> int:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return detect_process_env(os.environ).rank
+
+
+def set_seed(seed: int, device_specific: bool = False, deterministic: bool = False) -> int:
+    """Seed python, numpy, torch and CUDA; returns the seed used.
+
+    ``device_specific`` adds the process rank so each process draws different numbers;
+    ``deterministic`` makes torch pick deterministic kernels (slower, some ops refuse).
+    """
+    import numpy as np
+
+    if device_specific:
+        seed += _rank()
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)  # also seeds every CUDA device, lazily
+    if deterministic:
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+    return seed
+
+
+def _bytes_state(state: torch.Tensor) -> list[int]:
+    values: list[int] = state.tolist()
+    return values
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """Every generator's state as JSON-able lists of ints."""
+    import numpy as np
+
+    version, internal, gauss = random.getstate()
+    name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
+    assert not isinstance(keys, str)
+    state: dict[str, Any] = {
+        "python": {"version": version, "state": list(internal), "gauss": gauss},
+        "numpy": {
+            "name": name,
+            "keys": keys.tolist(),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
+        "torch": _bytes_state(torch.get_rng_state()),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = [_bytes_state(s) for s in torch.cuda.get_rng_state_all()]
+    return state
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    """Put back what ``capture_rng_state`` returned."""
+    import numpy as np
+
+    py = state["python"]
+    random.setstate((py["version"], tuple(py["state"]), py["gauss"]))
+    npy = state["numpy"]
+    np.random.set_state(
+        (
+            npy["name"],
+            np.asarray(npy["keys"], dtype=np.uint32),
+            npy["pos"],
+            npy["has_gauss"],
+            npy["cached_gaussian"],
+        )
+    )
+    torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([torch.tensor(s, dtype=torch.uint8) for s in state["cuda"]])
