@@ -6,21 +6,79 @@ from typing import Any
 
 import torch
 
-from overdrive.precision.base import Precision
+from overdrive.errors import ConfigError
+from overdrive.kwargs_handlers import AutocastKwargs, GradScalerKwargs
+from overdrive.precision.autocast import AutocastPrecision
+from overdrive.precision.base import DelegatedPrecision, Precision
+from overdrive.precision.fp8 import FP8Precision, FP8RecipeKwargs, check_fp8_available
+from overdrive.precision.scaler import ScaledPrecision
 
-__all__ = ["Precision", "make_precision"]
+__all__ = [
+    "AutocastPrecision",
+    "DelegatedPrecision",
+    "FP8Precision",
+    "FP8RecipeKwargs",
+    "Precision",
+    "ScaledPrecision",
+    "make_precision",
+]
+
+# These backends run mixed precision inside their own engine, configured from the same setting.
+_OWN_MIXED_PRECISION = ("DEEPSPEED", "MEGATRON_LM")
+
+
+def _check_bf16(device: torch.device, source: str) -> None:
+    if device.type == "cuda" and not torch.cuda.is_bf16_supported(including_emulation=False):
+        raise ConfigError(
+            f"mixed_precision='bf16' (from {source}) needs a GPU with native bfloat16 "
+            f"(compute capability 8.0+, e.g. A100); {torch.cuda.get_device_name(device)} has none",
+            key="mixed_precision",
+            fix="use mixed_precision 'fp16' on this GPU",
+        )
 
 
 def make_precision(
     mixed_precision: str,
     device: torch.device,
     *,
-    autocast_kwargs: Any = None,
-    scaler_kwargs: Any = None,
-    fp8_recipe: Any = None,
+    autocast_kwargs: AutocastKwargs | None = None,
+    scaler_kwargs: GradScalerKwargs | None = None,
+    fp8_recipe: FP8RecipeKwargs | None = None,
     distributed_type: Any = None,
+    source: str = "code",
 ) -> Precision:
-    """The precision policy for a setting value (placeholder until the precision work lands)."""
+    """The precision policy for the ``mixed_precision`` setting on ``device``.
+
+    ``source`` (e.g. ``str(settings.source("mixed_precision"))``) is named in errors.
+    ``scaler_kwargs`` apply to fp16 only and ``fp8_recipe`` to fp8 only, so one script can
+    carry both and take its precision from the launch.
+    """
     if mixed_precision == "no":
         return Precision()
-    raise NotImplementedError(f"mixed_precision={mixed_precision!r} is not built yet")
+    if mixed_precision not in ("bf16", "fp16", "fp8"):
+        raise ConfigError(
+            f"mixed_precision={mixed_precision!r} (from {source}) is not a precision",
+            key="mixed_precision",
+            fix="use one of no, fp16, bf16, fp8",
+        )
+    kind = None if distributed_type is None else str(distributed_type)
+    if kind in _OWN_MIXED_PRECISION:
+        if mixed_precision == "fp8":
+            raise ConfigError(
+                f"mixed_precision='fp8' (from {source}) is not supported with {kind}",
+                key="mixed_precision",
+                fix="use bf16 with this backend, or fp8 with DDP or FSDP",
+            )
+        return DelegatedPrecision(mixed_precision)
+    if mixed_precision == "bf16":
+        _check_bf16(device, source)
+        return AutocastPrecision("bf16", device, torch.bfloat16, autocast_kwargs)
+    if mixed_precision == "fp16":
+        return ScaledPrecision(
+            device,
+            autocast_kwargs=autocast_kwargs,
+            scaler_kwargs=scaler_kwargs,
+            sharded=kind == "FSDP",
+        )
+    check_fp8_available(device, source)
+    return FP8Precision(device, fp8_recipe, autocast_kwargs)

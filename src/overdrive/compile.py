@@ -1,0 +1,67 @@
+"""``torch.compile`` driven by the ``dynamo_config`` settings."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import torch
+
+from overdrive.config.settings import Settings
+from overdrive.errors import ConfigError
+
+BACKEND = "dynamo_config.dynamo_backend"
+MODE = "dynamo_config.dynamo_mode"
+FULLGRAPH = "dynamo_config.dynamo_use_fullgraph"
+DYNAMIC = "dynamo_config.dynamo_use_dynamic"
+
+
+def compile_kwargs(settings: Settings) -> dict[str, Any] | None:
+    """The ``torch.compile`` arguments the settings ask for, or None for no compilation."""
+    backend = settings[BACKEND]
+    if backend == "no":
+        return None
+    import torch._dynamo  # heavy: only when compiling
+
+    available = torch._dynamo.list_backends(exclude_tags=())
+    if backend not in available:
+        raise ConfigError(
+            f"dynamo_backend={backend!r} (from {settings.source(BACKEND)}) is not available "
+            "in this PyTorch installation",
+            key=BACKEND,
+            fix=f"install the package that provides it, or use one of {', '.join(sorted(available))}",
+        )
+    kwargs: dict[str, Any] = {"backend": backend, "fullgraph": settings[FULLGRAPH]}
+    mode = settings[MODE]
+    if mode != "default":
+        if backend != "inductor":
+            raise ConfigError(
+                f"dynamo_mode={mode!r} (from {settings.source(MODE)}) only applies to the "
+                f"inductor backend; dynamo_backend={backend!r} would ignore it",
+                key=MODE,
+                fix="set dynamo_mode to default, or dynamo_backend to inductor",
+            )
+        kwargs["mode"] = mode
+    # Unset means torch's automatic choice (dynamic after a shape changes), not "never".
+    kwargs["dynamic"] = settings[DYNAMIC] if settings.is_set(DYNAMIC) else None
+    return kwargs
+
+
+def compile_model(model: torch.nn.Module, settings: Settings) -> torch.nn.Module:
+    """``model`` compiled as the settings say, or unchanged when ``dynamo_backend`` is no.
+
+    The result is an ``OptimizedModule``; ``uncompiled`` returns the original module.
+    """
+    kwargs = compile_kwargs(settings)
+    if kwargs is None:
+        return model
+    return torch.compile(model, **kwargs)  # type: ignore[return-value]
+
+
+def uncompiled(module: torch.nn.Module) -> torch.nn.Module:
+    """The module ``torch.compile`` wrapped (``module`` itself when it is not compiled)."""
+    if "torch._dynamo" not in sys.modules:  # nothing can be compiled without it
+        return module
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    return module._orig_mod if isinstance(module, OptimizedModule) else module
