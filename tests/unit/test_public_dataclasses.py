@@ -85,8 +85,17 @@ def test_import_is_cheap() -> None:
     code = (
         "import sys, overdrive;"
         "heavy = [m for m in ('deepspeed', 'tensorboard', 'mlflow', 'wandb', 'transformers',"
-        " 'torchao', 'questionary', 'sklearn') if m in sys.modules];"
+        " 'torchao', 'questionary', 'sklearn', 'torch') if m in sys.modules];"
         "print(','.join(heavy))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == ""
+    assert out.stdout.strip() == ""  # torch too: the CLI answers config questions without it
+
+
+def test_lazy_names_resolve() -> None:
+    import overdrive
+
+    for name in ("Accelerator", "PartialState", "FP8RecipeKwargs", "get_logger", "set_seed"):
+        assert getattr(overdrive, name).__name__ == name
+    with pytest.raises(AttributeError):
+        overdrive.NotAName  # noqa: B018

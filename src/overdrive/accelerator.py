@@ -1,0 +1,555 @@
+"""The Accelerator: the one object a training script holds.
+
+It resolves settings once, asks the process state who this process is, and delegates:
+backend work to a Strategy, numerics to a Precision policy, data to the prepared loaders,
+collectives to ``overdrive.ops``. It does not branch on the backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from overdrive.accelerator_setup import code_settings, project_configuration, sort_handlers
+from overdrive.accumulation import GradientState
+from overdrive.config import Settings, load_settings
+from overdrive.errors import ConfigError, OverdriveError
+from overdrive.kwargs_handlers import (
+    AutocastKwargs,
+    DistributedDataParallelKwargs,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+)
+from overdrive.loop_state import LoopState
+from overdrive.optimizer import AcceleratedOptimizer
+from overdrive.plugins import (
+    DataLoaderConfiguration,
+    DeepSpeedPlugin,
+    FullyShardedDataParallelPlugin,
+    GradientAccumulationPlugin,
+    MegatronLMPlugin,
+    ProjectConfiguration,
+)
+from overdrive.precision import FP8RecipeKwargs, make_precision
+from overdrive.scheduler import AcceleratedScheduler
+from overdrive.state import PartialState
+from overdrive.strategies import check_available, select_strategy
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Accelerator:
+    """Runs one plain PyTorch loop on a CPU, one GPU, or many processes, unchanged.
+
+    Settings passed here win over environment variables, launch flags and the config file
+    (``config_file`` replaces the default one). ``num_processes`` in code must match the
+    processes actually running; otherwise the error says how to launch them.
+    """
+
+    def __init__(
+        self,
+        device_placement: bool = True,
+        split_batches: bool | None = None,
+        mixed_precision: str | None = None,
+        gradient_accumulation_steps: int | None = None,
+        cpu: bool | None = None,
+        dataloader_config: DataLoaderConfiguration | None = None,
+        deepspeed_plugin: DeepSpeedPlugin | None = None,
+        fsdp_plugin: FullyShardedDataParallelPlugin | None = None,
+        megatron_lm_plugin: MegatronLMPlugin | None = None,
+        rng_types: Sequence[str] | None = None,
+        log_with: Any = None,
+        project_dir: str | None = None,
+        project_config: ProjectConfiguration | None = None,
+        gradient_accumulation_plugin: GradientAccumulationPlugin | None = None,
+        step_scheduler_with_optimizer: bool = True,
+        kwargs_handlers: Sequence[Any] | None = None,
+        dynamo_backend: str | None = None,
+        logging_dir: str | None = None,
+        num_processes: int | None = None,
+        debug: bool | None = None,
+        config_file: str | None = None,
+    ) -> None:
+        if gradient_accumulation_plugin is not None and gradient_accumulation_steps is not None:
+            raise ConfigError(
+                "gradient accumulation is given twice: gradient_accumulation_steps and "
+                "gradient_accumulation_plugin",
+                key="gradient_accumulation_steps",
+                fix="pass GradientAccumulationPlugin(num_steps=...) alone",
+            )
+        args = dict(locals())
+        plugins = (
+            dataloader_config,
+            project_config,
+            deepspeed_plugin,
+            fsdp_plugin,
+            megatron_lm_plugin,
+            gradient_accumulation_plugin,
+        )
+        code = code_settings(args, plugins)
+        self.settings: Settings = load_settings(
+            code=code, code_label="Accelerator({}=...)", config_file=config_file
+        )
+        check_available(self.settings)
+        handlers = sort_handlers(kwargs_handlers)
+        self.kwargs_handlers = handlers
+        self.state = PartialState(
+            settings=self.settings, init_kwargs=handlers.get(InitProcessGroupKwargs)
+        )
+
+        self.device_placement = device_placement
+        self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
+        self.rng_types = list(rng_types) if rng_types is not None else None
+        self.dataloader_config = dataloader_config or DataLoaderConfiguration()
+        self.project_configuration = project_configuration(self.settings, project_config)
+        self.log_with = self.settings["log_with"] or (
+            None if log_with is None or isinstance(log_with, str) else list(log_with)
+        )
+        self.trackers: list[Any] = []
+        self.deepspeed_plugin = deepspeed_plugin
+        self.fsdp_plugin = fsdp_plugin
+        self.megatron_lm_plugin = megatron_lm_plugin
+
+        self.strategy = select_strategy(
+            self.state, self.settings, ddp_kwargs=handlers.get(DistributedDataParallelKwargs)
+        )
+        self.precision = make_precision(
+            self.settings["mixed_precision"],
+            self.state.device,
+            autocast_kwargs=handlers.get(AutocastKwargs),
+            scaler_kwargs=handlers.get(GradScalerKwargs),
+            fp8_recipe=handlers.get(FP8RecipeKwargs),
+            distributed_type=self.state.distributed_type,
+            source=str(self.settings.source("mixed_precision")),
+        )
+        plugin = gradient_accumulation_plugin or GradientAccumulationPlugin()
+        self._sync_with_dataloader = plugin.sync_with_dataloader
+        self.gradient_state = GradientState(
+            self.settings["gradient_accumulation_steps"], sync_each_batch=plugin.sync_each_batch
+        )
+        self.loop_state = LoopState()
+        self._debug: bool = self.settings["debug"]
+
+        self._models: list[nn.Module] = []
+        self._optimizers: list[AcceleratedOptimizer] = []
+        self._schedulers: list[AcceleratedScheduler] = []
+        self._dataloaders: list[Any] = []
+        self._custom_objects: list[Any] = []
+
+    # --- who and where ------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return self.state.device
+
+    @property
+    def distributed_type(self) -> Any:
+        return self.state.distributed_type
+
+    @property
+    def num_processes(self) -> int:
+        return self.state.num_processes
+
+    @property
+    def process_index(self) -> int:
+        return self.state.process_index
+
+    @property
+    def local_process_index(self) -> int:
+        return self.state.local_process_index
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.state.is_main_process
+
+    @property
+    def is_local_main_process(self) -> bool:
+        return self.state.is_local_main_process
+
+    @property
+    def use_distributed(self) -> bool:
+        return self.state.num_processes > 1
+
+    @property
+    def mixed_precision(self) -> str:
+        return self.settings["mixed_precision"]
+
+    @property
+    def split_batches(self) -> bool:
+        return self.settings["split_batches"]
+
+    @property
+    def project_dir(self) -> str | None:
+        return self.project_configuration.project_dir
+
+    @property
+    def logging_dir(self) -> str | None:
+        return self.project_configuration.logging_dir
+
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        return self.gradient_state.num_steps
+
+    @gradient_accumulation_steps.setter
+    def gradient_accumulation_steps(self, steps: int) -> None:
+        self.gradient_state.num_steps = int(steps)
+
+    @property
+    def sync_gradients(self) -> bool:
+        """True on a micro-batch that closes an accumulation window (the optimizer steps)."""
+        return self.gradient_state.sync_gradients
+
+    @property
+    def optimizer_step_was_skipped(self) -> bool:
+        """True when a prepared optimizer's last step was skipped by loss scaling."""
+        return any(opt.step_was_skipped for opt in self._optimizers)
+
+    # --- prepare ------------------------------------------------------------------------
+    def prepare(self, *objects: Any, device_placement: Sequence[bool] | None = None) -> Any:
+        """Prepare models, optimizers, dataloaders and schedulers; return them in order.
+
+        Models move to the device (``device_placement``) and are wrapped for the backend;
+        optimizers step only when an accumulation window closes; dataloaders shard data
+        across processes; schedulers advance once per optimizer step that really ran.
+        Schedulers are prepared last, so they find their optimizer in the same call.
+        """
+        if device_placement is None:
+            device_placement = [self.device_placement] * len(objects)
+        elif len(device_placement) != len(objects):
+            raise OverdriveError(
+                f"prepare() got {len(objects)} objects but {len(device_placement)} "
+                "device_placement values; pass one per object"
+            )
+        out = list(objects)
+        for i, obj in enumerate(objects):
+            if not _is_scheduler(obj):
+                out[i] = self._prepare_one(obj, device_placement[i])
+        for i, obj in enumerate(objects):
+            if _is_scheduler(obj):
+                out[i] = self.prepare_scheduler(obj)
+        return out[0] if len(out) == 1 else tuple(out)
+
+    def _prepare_one(self, obj: Any, place: bool) -> Any:
+        if isinstance(obj, nn.Module):
+            return self.prepare_model(obj, device_placement=place)
+        if isinstance(obj, torch.optim.Optimizer):
+            return self.prepare_optimizer(obj, device_placement=place)
+        if isinstance(obj, DataLoader):
+            return self.prepare_data_loader(obj, device_placement=place)
+        return obj
+
+    def prepare_model(self, model: nn.Module, device_placement: bool | None = None) -> nn.Module:
+        """Convert (precision), place, wrap (strategy) and optionally compile ``model``."""
+        if any(model is m for m in self._models):
+            return model
+        place = self.device_placement if device_placement is None else device_placement
+        model = self.precision.convert_module(model)  # also runs forward under autocast
+        model = self.strategy.setup_model(model, device_placement=place)
+        if self.settings["dynamo_config.dynamo_backend"] != "no":
+            model = _compile(model, self.settings)
+        self._models.append(model)
+        return model
+
+    def prepare_optimizer(
+        self, optimizer: torch.optim.Optimizer, device_placement: bool | None = None
+    ) -> AcceleratedOptimizer:
+        """Wrap ``optimizer`` so it follows accumulation windows and the precision policy."""
+        if isinstance(optimizer, AcceleratedOptimizer):
+            return optimizer
+        place = self.device_placement if device_placement is None else device_placement
+        raw = self.strategy.setup_optimizer(optimizer)
+        if place and raw.state:
+            # State loaded before prepare (a resumed run) must live where the params live.
+            raw.load_state_dict(raw.state_dict())
+        self.precision.register_optimizer(raw)
+        wrapped = AcceleratedOptimizer(raw, self.gradient_state, self.precision)
+        self._optimizers.append(wrapped)
+        return wrapped
+
+    def prepare_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
+        """Wrap ``scheduler`` to advance once per optimizer step that really ran."""
+        if isinstance(scheduler, AcceleratedScheduler):
+            return scheduler
+        target = scheduler.optimizer
+        owners = [o for o in self._optimizers if o is target or o.optimizer is target]
+        wrapped = AcceleratedScheduler(
+            scheduler,
+            owners or self._optimizers,
+            step_with_optimizer=self.step_scheduler_with_optimizer,
+        )
+        self._schedulers.append(wrapped)
+        return wrapped
+
+    def prepare_data_loader(self, dataloader: Any, device_placement: bool | None = None) -> Any:
+        """Shard ``dataloader`` across processes (see ``overdrive.data.prepare_data_loader``)."""
+        from overdrive.data import prepare_data_loader
+
+        place = self.device_placement if device_placement is None else device_placement
+        s = self.settings
+        prepared = prepare_data_loader(
+            dataloader,
+            state=self.state,
+            loop_state=self.loop_state,
+            split_batches=s["split_batches"],
+            dispatch_batches=s["dispatch_batches"],
+            even_batches=s["even_batches"],
+            use_seedable_sampler=s["use_seedable_sampler"],
+            non_blocking=s["non_blocking"],
+            data_seed=self.dataloader_config.data_seed,
+            device=self.device if place else None,
+        )
+        self._dataloaders.append(prepared)
+        return prepared
+
+    def unwrap_model(self, model: nn.Module, keep_fp32_wrapper: bool = True) -> nn.Module:
+        """The user's module, under DDP and torch.compile wrappers."""
+        module = self.strategy.unwrap(model)
+        return module if keep_fp32_wrapper else self.precision.revert_module(module)
+
+    # --- the training step ----------------------------------------------------------------
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """``loss.backward()``, divided by gradient_accumulation_steps and scaled (fp16)."""
+        steps = self.gradient_state.num_steps
+        if steps > 1:
+            loss = loss / steps
+        self.strategy.backward(self.precision.scale_loss(loss), **kwargs)
+
+    @contextlib.contextmanager
+    def accumulate(self, *models: nn.Module) -> Iterator[None]:
+        """One micro-batch of an accumulation window.
+
+        Gradients synchronise (and the prepared optimizer steps) on the window's last
+        micro-batch, and on the last batch of a prepared dataloader; a window closed early
+        after m < k micro-batches is normalised by m (see ``overdrive.accumulation``).
+        """
+        gs = self.gradient_state
+        if gs.advance(self._sync_with_dataloader and self.loop_state.end_of_dataloader):
+            if gs.rescale != 1.0:
+                for opt in self._optimizers:
+                    opt._pending_rescale = gs.rescale
+            yield
+        elif gs.sync_each_batch or not models:
+            yield
+        else:
+            with contextlib.ExitStack() as stack:
+                for model in models:
+                    stack.enter_context(self.strategy.no_sync(model))
+                yield
+
+    def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager[None]:
+        """Skip gradient synchronisation for backward passes inside the block."""
+        return self.strategy.no_sync(model)
+
+    def autocast(self, autocast_handler: AutocastKwargs | None = None) -> Any:
+        """Autocast for code outside a prepared model's forward (which already uses it)."""
+        return self.precision.autocast(autocast_handler)
+
+    @property
+    def scaler(self) -> torch.amp.GradScaler | None:
+        """The fp16 loss scaler, or None."""
+        return self.precision.scaler
+
+    def clip_grad_norm_(
+        self, parameters: Any, max_norm: float, norm_type: float = 2.0
+    ) -> torch.Tensor:
+        """Unscale (fp16), then clip the gradients' total norm; return the norm before."""
+        if self.gradient_state.sync_gradients:
+            for opt in self._optimizers:
+                opt.prepare_grads()
+        return self.strategy.clip_grad_norm_(parameters, max_norm, norm_type)
+
+    def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
+        """Unscale (fp16), then clamp each gradient to ``[-clip_value, clip_value]``."""
+        if self.gradient_state.sync_gradients:
+            for opt in self._optimizers:
+                opt.prepare_grads()
+        self.strategy.clip_grad_value_(parameters, clip_value)
+
+    # --- collectives and process control --------------------------------------------------
+    def gather(self, tensor: Any) -> Any:
+        """Concatenate ``tensor`` (or a nest of tensors) from every process along dim 0."""
+        from overdrive import ops
+
+        return ops.gather(tensor, debug=self._debug)
+
+    def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
+        """Gather evaluation outputs: exactly the dataset's samples, in order, no padding."""
+        from overdrive.data import gather_for_metrics
+
+        return gather_for_metrics(
+            input_data, self.loop_state, use_gather_object=use_gather_object, debug=self._debug
+        )
+
+    def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
+        """Sum (or mean) ``tensor`` over every process, then multiply by ``scale``."""
+        from overdrive import ops
+
+        out = ops.reduce(tensor, reduction, debug=self._debug)
+        return out if scale == 1.0 else ops.map_tensors(lambda t: t * scale, out)
+
+    def pad_across_processes(
+        self, tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False
+    ) -> Any:
+        """Pad ``tensor`` along ``dim`` to the largest size any process holds."""
+        from overdrive import ops
+
+        return ops.pad_across_processes(tensor, dim, pad_index, pad_first, debug=self._debug)
+
+    def wait_for_everyone(self) -> None:
+        self.state.wait_for_everyone()
+
+    def main_process_first(self) -> contextlib.AbstractContextManager[None]:
+        return self.state.main_process_first()
+
+    def local_main_process_first(self) -> contextlib.AbstractContextManager[None]:
+        return self.state.local_main_process_first()
+
+    def on_main_process(self, function: F) -> F:
+        """Decorator: run ``function`` on the main process only (others get None)."""
+        return self.state.on_main_process(function)
+
+    def on_local_main_process(self, function: F) -> F:
+        """Decorator: run ``function`` on each machine's main process only."""
+        return self.state.on_local_main_process(function)
+
+    def split_between_processes(
+        self, inputs: Any, apply_padding: bool = False
+    ) -> contextlib.AbstractContextManager[Any]:
+        return self.state.split_between_processes(inputs, apply_padding=apply_padding)
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on the main process only."""
+        self.state.print(*args, **kwargs)
+
+    def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
+        """A loader that resumes ``dataloader`` after its first ``num_batches`` batches."""
+        from overdrive.data import skip_first_batches
+
+        return skip_first_batches(dataloader, num_batches)
+
+    def free_memory(self, *objects: Any) -> list[Any]:
+        """Forget every prepared object, collect garbage; returns ``objects`` as Nones."""
+        self.strategy.teardown()
+        self._models.clear()
+        self._optimizers.clear()
+        self._schedulers.clear()
+        self._dataloaders.clear()
+        self.gradient_state.reset()
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        return [None for _ in objects]
+
+    clear = free_memory
+
+    # --- checkpoints and tracking (implemented in overdrive.checkpoint / overdrive.tracking)
+    def get_state_dict(self, model: nn.Module, unwrap: bool = True) -> dict[str, torch.Tensor]:
+        """The model's full state dict, as the strategy assembles it."""
+        return self.strategy.model_state_dict(model)
+
+    def register_for_checkpointing(self, *objects: Any) -> None:
+        """Save and restore ``objects`` (each with state_dict/load_state_dict) in save_state."""
+        bad = [
+            repr(o)
+            for o in objects
+            if not (
+                callable(getattr(o, "state_dict", None))
+                and callable(getattr(o, "load_state_dict", None))
+            )
+        ]
+        if bad:
+            raise OverdriveError(
+                f"register_for_checkpointing() needs objects with state_dict() and "
+                f"load_state_dict(); these have not: {', '.join(bad)}"
+            )
+        self._custom_objects.extend(objects)
+
+    def save_state(self, output_dir: str | None = None, **kwargs: Any) -> Any:
+        from overdrive import checkpoint
+
+        return checkpoint.save_state(self, output_dir, **kwargs)
+
+    def load_state(self, input_dir: str | None = None, **kwargs: Any) -> Any:
+        from overdrive import checkpoint
+
+        return checkpoint.load_state(self, input_dir, **kwargs)
+
+    def save_model(
+        self,
+        model: nn.Module,
+        save_directory: str,
+        max_shard_size: int | str = "10GB",
+        safe_serialization: bool = True,
+    ) -> Any:
+        from overdrive import checkpoint
+
+        return checkpoint.save_model(
+            self,
+            model,
+            save_directory,
+            max_shard_size=max_shard_size,
+            safe_serialization=safe_serialization,
+        )
+
+    def init_trackers(
+        self,
+        project_name: str,
+        config: dict[str, Any] | None = None,
+        init_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        from overdrive import tracking
+
+        self.trackers = tracking.start_trackers(self, project_name, config, init_kwargs or {})
+
+    def log(
+        self,
+        values: dict[str, Any],
+        step: int | None = None,
+        log_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        for tracker in self.trackers:
+            tracker.log(values, step=step, **(log_kwargs or {}).get(tracker.name, {}))
+
+    def get_tracker(self, name: str, unwrap: bool = False) -> Any:
+        for tracker in self.trackers:
+            if tracker.name == name:
+                return tracker.tracker if unwrap else tracker
+        raise OverdriveError(
+            f"no tracker named {name!r} is running (running: "
+            f"{[t.name for t in self.trackers] or 'none'}); start it with init_trackers() and "
+            "log_with"
+        )
+
+    def end_training(self) -> None:
+        """Finish every tracker and wait for all processes."""
+        for tracker in self.trackers:
+            tracker.finish()
+        self.wait_for_everyone()
+
+
+def _is_scheduler(obj: Any) -> bool:
+    return isinstance(obj, (torch.optim.lr_scheduler.LRScheduler, AcceleratedScheduler)) or (
+        hasattr(obj, "optimizer")
+        and callable(getattr(obj, "step", None))
+        and hasattr(obj, "state_dict")
+        and not isinstance(obj, (torch.optim.Optimizer, nn.Module))
+    )
+
+
+def _compile(model: nn.Module, settings: Settings) -> nn.Module:
+    try:
+        from overdrive.compile import compile_model
+    except ImportError:
+        source = settings.source("dynamo_config.dynamo_backend")
+        raise ConfigError(
+            f"dynamo_backend {settings['dynamo_config.dynamo_backend']!r} ({source}) is not "
+            "available yet in this version of overdrive",
+            key="dynamo_config.dynamo_backend",
+            fix=f"remove that setting ({source}) or compile the model yourself with torch.compile",
+        ) from None
+    return compile_model(model, settings)

@@ -1,0 +1,53 @@
+"""Gradient accumulation windows: when gradients synchronise and the optimizer really steps.
+
+A window is ``k = gradient_accumulation_steps`` micro-batches. ``Accelerator.backward``
+divides each micro-batch's loss by ``k``; the window's last micro-batch synchronises
+gradients (DDP all-reduce) and lets the optimizer step.
+
+A dataloader that ends inside a window closes it early: with ``m < k`` micro-batches left,
+``sync_gradients`` turns true on the m-th, and the summed gradients (each scaled by 1/k) are
+multiplied by ``k/m`` before clipping or stepping, so the step equals one step on the mean
+loss of those ``m`` batches. The end is known from the prepared loader's one-batch
+lookahead, so loaders without ``len()`` (iterable datasets) close their last window the same
+way. An unprepared loader gives no end signal; its trailing partial window then stays open
+and carries into the next epoch, as in plain PyTorch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class GradientState:
+    """Shared by the Accelerator and its optimizers: is this micro-batch the window's last?"""
+
+    __slots__ = ("micro_batches", "num_steps", "rescale", "sync_each_batch", "sync_gradients")
+
+    def __init__(self, num_steps: int, *, sync_each_batch: bool = False) -> None:
+        self.num_steps = num_steps
+        self.sync_each_batch = sync_each_batch
+        self.sync_gradients = True
+        self.micro_batches = 0  # micro-batches seen in the open window
+        self.rescale = 1.0  # k/m for a window closed early by the end of a dataloader
+
+    def advance(self, end_of_dataloader: bool) -> bool:
+        """Count one micro-batch; return whether it closes the window."""
+        self.micro_batches += 1
+        m = self.micro_batches
+        sync = m >= self.num_steps or end_of_dataloader
+        self.sync_gradients = sync
+        if sync:
+            self.rescale = self.num_steps / m if m < self.num_steps else 1.0
+            self.micro_batches = 0
+        return sync
+
+    def reset(self) -> None:
+        self.sync_gradients = True
+        self.micro_batches = 0
+        self.rescale = 1.0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"micro_batches": self.micro_batches}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.micro_batches = int(state.get("micro_batches", 0))

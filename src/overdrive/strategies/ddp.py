@@ -1,0 +1,43 @@
+"""DistributedDataParallel on gloo (CPU) or nccl (CUDA)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from overdrive.kwargs_handlers import DistributedDataParallelKwargs
+from overdrive.strategies.base import Strategy
+
+
+class DDPStrategy(Strategy):
+    """Each process holds a full replica; DDP averages gradients during backward.
+
+    ``DistributedDataParallelKwargs`` (bucket_cap_mb, find_unused_parameters,
+    gradient_as_bucket_view, static_graph, ...) are passed to DDP unchanged.
+    """
+
+    name = "ddp"
+
+    def __init__(
+        self, device: torch.device, ddp_kwargs: DistributedDataParallelKwargs | None = None
+    ) -> None:
+        super().__init__(device)
+        self.ddp_kwargs: dict[str, Any] = ddp_kwargs.to_kwargs() if ddp_kwargs else {}
+
+    def setup_model(self, model: nn.Module, *, device_placement: bool) -> nn.Module:
+        model = super().setup_model(model, device_placement=device_placement)
+        if isinstance(model, DistributedDataParallel):
+            return model
+        if not any(p.requires_grad for p in model.parameters()):
+            return model  # DDP refuses modules with nothing to train; evaluation-only models
+        device_ids = [self.device.index] if self.device.type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=device_ids, **self.ddp_kwargs)
+
+    def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager[None]:
+        if isinstance(model, DistributedDataParallel):
+            return model.no_sync()
+        return contextlib.nullcontext()

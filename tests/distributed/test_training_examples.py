@@ -1,0 +1,40 @@
+"""The shipped examples run: the digits demo on 2 processes, seed 001's loop on one."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers.dist import REPO, assert_ok, clean_env, run_launch
+
+EXAMPLES = REPO / "examples"
+
+
+def test_digits_demo_trains_on_two_processes() -> None:
+    result = run_launch(EXAMPLES / "digits_ddp.py", nprocs=2)
+    assert_ok(result)
+    match = re.search(r"held-out accuracy: ([0-9.]+) on (\d+) images \(of (\d+)\)", result.stdout)
+    assert match, result.stdout
+    accuracy, gathered, total = float(match[1]), int(match[2]), int(match[3])
+    assert gathered == total == 450  # gather_for_metrics: every held-out image exactly once
+    assert accuracy > 0.85
+    assert "2 process(es)" in result.stdout
+    bars = re.findall(r"\| 0/176 \[", result.stderr)
+    assert len(bars) == 1, "the progress bar must show on the main process only"
+
+
+def test_seed001_loop_runs_on_one_process(tmp_path: Path) -> None:
+    out = tmp_path / "model"
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / "seed001_loop.py"), "--output_dir", str(out)],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+    )
+    assert_ok(result)
+    assert "epoch 2 finished" in result.stdout
+    assert (out / "model.safetensors").is_file()

@@ -1,0 +1,79 @@
+"""AcceleratedScheduler: one advance per optimizer step that really ran."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from overdrive.accumulation import GradientState
+from overdrive.optimizer import AcceleratedOptimizer
+from overdrive.precision import Precision
+from overdrive.scheduler import AcceleratedScheduler
+from tests.unit.test_optimizer import SkippingPrecision
+
+
+def _setup(
+    precision: Precision | None = None, steps: int = 1, with_optimizer: bool = True
+) -> tuple[nn.Linear, AcceleratedOptimizer, AcceleratedScheduler, GradientState]:
+    model = nn.Linear(2, 1)
+    raw = torch.optim.SGD(model.parameters(), lr=1.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(raw, lambda step: 1.0 / (step + 1))
+    gs = GradientState(steps)
+    opt = AcceleratedOptimizer(raw, gs, precision or Precision())
+    return model, opt, AcceleratedScheduler(sched, [opt], step_with_optimizer=with_optimizer), gs
+
+
+def _micro_batch(
+    model: nn.Linear, opt: AcceleratedOptimizer, sched: AcceleratedScheduler, gs: GradientState
+) -> None:
+    gs.advance(end_of_dataloader=False)
+    model(torch.ones(1, 2)).sum().backward()
+    opt.step()
+    sched.step()
+    opt.zero_grad()
+
+
+def test_advances_once_per_window_with_accumulation() -> None:
+    model, opt, sched, gs = _setup(steps=4)
+    for _ in range(10):
+        _micro_batch(model, opt, sched, gs)
+    assert opt.steps_taken == 2
+    assert sched.scheduler.last_epoch == 2
+    assert sched.get_last_lr() == [1.0 / 3]
+
+
+def test_skipped_steps_do_not_advance_the_schedule() -> None:
+    model, opt, sched, gs = _setup(SkippingPrecision(skip={1, 3}))
+    for _ in range(5):
+        _micro_batch(model, opt, sched, gs)
+    assert opt.steps_taken == 3
+    assert sched.scheduler.last_epoch == opt.steps_taken
+
+
+def test_repeated_scheduler_calls_advance_once_per_step() -> None:
+    model, opt, sched, gs = _setup()
+    _micro_batch(model, opt, sched, gs)
+    sched.step()
+    sched.step()
+    assert sched.scheduler.last_epoch == 1
+
+
+@pytest.mark.filterwarnings(r"ignore:Detected call of `lr_scheduler.step\(\)`")
+def test_without_step_with_optimizer_every_call_advances() -> None:
+    model, opt, sched, gs = _setup(steps=4, with_optimizer=False)
+    for _ in range(3):
+        _micro_batch(model, opt, sched, gs)
+    assert opt.steps_taken == 0
+    assert sched.scheduler.last_epoch == 3
+
+
+def test_state_dict_passes_through() -> None:
+    model, opt, sched, gs = _setup()
+    _micro_batch(model, opt, sched, gs)
+    state = sched.state_dict()
+    assert state["last_epoch"] == 1
+    _, _, other, _ = _setup()
+    other.load_state_dict(state)
+    assert other.scheduler.last_epoch == 1
+    assert other.base_lrs == [1.0]  # attribute access falls through to the scheduler
