@@ -1,0 +1,163 @@
+"""load_state: find the checkpoint, check it matches what was prepared, restore every part."""
+
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+from typing import Any
+
+from overdrive.checkpoint import layout
+from overdrive.checkpoint.errors import CheckpointError, CheckpointMismatchError
+from overdrive.checkpoint.legacy import looks_legacy, refuse_or_load_legacy
+from overdrive.checkpoint.parts import FORMAT, Part, compare, main_parts, require_prepared
+from overdrive.checkpoint.serialization import load_tree, read_json
+from overdrive.checkpoint.sync import Rendezvous
+
+
+def find_checkpoint(accelerator: Any, input_dir: str | Path | None) -> Path:
+    """The directory to load: the one given, or the newest complete automatic checkpoint."""
+    if input_dir is not None:
+        path = Path(input_dir)
+        if not path.is_dir():
+            raise CheckpointError(
+                f"load_state: {path} does not exist or is not a directory\n"
+                "  fix: pass the directory save_state() returned"
+            )
+        return path
+    pc = accelerator.project_configuration
+    if not pc.project_dir:
+        raise CheckpointError(
+            "load_state() got no directory and no project_dir is set to search\n"
+            "  fix: pass a directory, load_state('path/to/ckpt'), or set "
+            "ProjectConfiguration(project_dir=..., automatic_checkpoint_naming=True)"
+        )
+    root = layout.checkpoints_root(pc.project_dir)
+    newest = layout.newest_complete(root)
+    if newest is None:
+        raise CheckpointError(
+            f"load_state() found no complete checkpoint under {root}\n"
+            "  fix: save one first with save_state(), or pass a directory"
+        )
+    return newest
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    marker = path / layout.MANIFEST
+    if not marker.is_file():
+        raise CheckpointError(
+            f"load_state: {path} has no completion marker ({layout.MANIFEST}); the save that "
+            "wrote it did not finish on every process, or it is not an overdrive checkpoint\n"
+            "  fix: load an earlier checkpoint (load_state() with no path picks the newest "
+            "complete one)"
+        )
+    manifest = read_json(marker)
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise CheckpointError(f"load_state: {marker} is not an overdrive checkpoint manifest")
+    return manifest
+
+
+def _restore_part(accelerator: Any, part: Part, state: Any) -> None:
+    strategy = accelerator.strategy
+    try:
+        if part.kind == "model":
+            strategy.load_model_state_dict(accelerator._models[part.index], state, strict=True)
+        elif part.kind == "optimizer":
+            strategy.load_optimizer_state_dict(accelerator._optimizers[part.index], state)
+        else:
+            part.obj.load_state_dict(state)
+    except (RuntimeError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(
+            f"load_state: {part.label} does not fit the saved state: {exc}\n"
+            f"  fix: build the {part.kind.replace('_', ' ')} exactly as in the run that saved "
+            "the checkpoint"
+        ) from exc
+
+
+def _restore_rank(accelerator: Any, state: dict[str, Any]) -> None:
+    from overdrive.random_state import restore_rng_state
+
+    for loader, loader_state in zip(accelerator._dataloaders, state["dataloaders"]):
+        loader.load_state_dict(loader_state)
+    gradient_state = getattr(accelerator, "gradient_state", None)
+    if gradient_state is not None and "accumulation" in state:
+        gradient_state.load_state_dict(state["accumulation"])
+    for model, grads in zip(accelerator._models, state.get("grads", [])):
+        for name, p in accelerator.unwrap_model(model).named_parameters():
+            if name in grads:
+                p.grad = grads[name].to(device=p.device, dtype=p.dtype)
+    restore_rng_state(state["rng"])
+
+
+def _load_all(accelerator: Any, path: Path, allow_unsafe_pickle: bool) -> None:
+    manifest = read_manifest(path)
+    parts = main_parts(accelerator)
+    problems = compare(manifest, parts, accelerator)
+    if problems:
+        raise CheckpointMismatchError(
+            str(path),
+            problems,
+            "prepare() and register_for_checkpointing() the same objects, in the same order "
+            "and with the same number of processes, as the run that saved it",
+        )
+    rank = accelerator.state.process_index
+    rank_dir = path / f"rank_{rank}"
+    # Read everything before changing anything: a damaged file leaves the run untouched.
+    states = {
+        p.stem: load_tree(path, p.stem, what=p.label, allow_unsafe_pickle=allow_unsafe_pickle)
+        for p in parts
+    }
+    precision_state = load_tree(
+        path, "precision", what="precision state", allow_unsafe_pickle=allow_unsafe_pickle
+    )
+    rank_state = load_tree(
+        rank_dir, "state", what=f"process {rank} state", allow_unsafe_pickle=allow_unsafe_pickle
+    )
+    for part in parts:
+        _restore_part(accelerator, part, states[part.stem])
+    if precision_state:
+        accelerator.precision.load_state_dict(precision_state)
+    _restore_rank(accelerator, rank_state)
+
+
+def load_state(
+    accelerator: Any,
+    input_dir: str | Path | None = None,
+    *,
+    allow_unsafe_pickle: bool = False,
+    timeout: float | None = None,
+    **_: Any,
+) -> None:
+    """Restore what save_state wrote; collective, strict about mismatched parts."""
+    require_prepared(accelerator, "load_state")
+    state = accelerator.state
+    rank, world = state.process_index, state.num_processes
+    rv = Rendezvous("load_state", rank=rank, world_size=world, timeout=timeout or state.timeout)
+    rv.arrive()
+    if rank == 0:
+        try:
+            path = find_checkpoint(accelerator, input_dir)
+        except Exception as exc:
+            rv.share("path", str(exc), failed=True)
+            raise
+        rv.share("path", str(path))
+    else:
+        path = Path(rv.share("path"))
+    error: str | None = None
+    try:
+        if looks_legacy(path):
+            refuse_or_load_legacy(accelerator, path, allow_unsafe_pickle)
+        else:
+            _load_all(accelerator, path, allow_unsafe_pickle)
+    except Exception as exc:
+        error = "".join(traceback.format_exception_only(exc)).strip()
+        rv.all_done("load", error)
+        raise
+    failures = rv.all_done("load")
+    if failures:
+        raise CheckpointError(
+            f"load_state from {path} failed on other processes: {'; '.join(failures)}"
+        )
+    if path.parent.name == layout.CHECKPOINTS_DIR and path.name.startswith("checkpoint_"):
+        suffix = path.name.rsplit("_", 1)[1]
+        if suffix.isdigit():
+            accelerator.project_configuration.iteration = int(suffix) + 1

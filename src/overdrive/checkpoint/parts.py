@@ -1,0 +1,122 @@
+"""What a checkpoint holds, read off an Accelerator: one list of named parts, shared by save
+and load so both agree on file names and order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from overdrive.checkpoint.errors import CheckpointError
+
+FORMAT = "overdrive-checkpoint"
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class Part:
+    """One saved object: its kind (``model``...), position, file stem and class name."""
+
+    kind: str
+    index: int
+    obj: Any
+
+    @property
+    def stem(self) -> str:
+        return f"{self.kind}_{self.index}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind.replace('_', ' ')} {self.index} ({self.class_name})"
+
+    @property
+    def class_name(self) -> str:
+        return type(self.obj).__name__
+
+
+def raw_optimizer(opt: Any) -> Any:
+    return getattr(opt, "optimizer", opt)
+
+
+def raw_scheduler(sched: Any) -> Any:
+    return getattr(sched, "scheduler", sched)
+
+
+def main_parts(accelerator: Any) -> list[Part]:
+    """Models, optimizers, schedulers and custom objects: written once, by the main process."""
+    parts = [
+        Part("model", i, accelerator.unwrap_model(m)) for i, m in enumerate(accelerator._models)
+    ]
+    parts += [Part("optimizer", i, raw_optimizer(o)) for i, o in enumerate(accelerator._optimizers)]
+    parts += [Part("scheduler", i, raw_scheduler(s)) for i, s in enumerate(accelerator._schedulers)]
+    parts += [Part("custom_object", i, obj) for i, obj in enumerate(accelerator._custom_objects)]
+    return parts
+
+
+def describe(parts: list[Part]) -> list[dict[str, Any]]:
+    """The manifest's list of parts."""
+    return [
+        {"kind": p.kind, "index": p.index, "file": p.stem, "class": p.class_name} for p in parts
+    ]
+
+
+def has_prepared(accelerator: Any) -> bool:
+    return any(
+        getattr(accelerator, name, None)
+        for name in ("_models", "_optimizers", "_schedulers", "_dataloaders", "_custom_objects")
+    )
+
+
+def require_prepared(accelerator: Any, op: str) -> None:
+    if not has_prepared(accelerator):
+        raise CheckpointError(
+            f"{op}() was called before anything was prepared: there is no model, optimizer, "
+            "scheduler, dataloader or registered object to "
+            + ("restore" if op == "load_state" else "save")
+            + f"\n  fix: call accelerator.prepare(model, optimizer, ...) first, then {op}()"
+        )
+
+
+def compare(manifest: dict[str, Any], parts: list[Part], accelerator: Any) -> list[str]:
+    """Every difference between a checkpoint's parts and what this run prepared."""
+    problems: list[str] = []
+    saved = {(p["kind"], p["index"]): p for p in manifest.get("parts", [])}
+    here = {(p.kind, p.index): p for p in parts}
+    for key in sorted(saved.keys() - here.keys()):
+        p = saved[key]
+        problems.append(
+            f"the checkpoint holds {key[0].replace('_', ' ')} {key[1]} ({p['class']}), "
+            "but this run has no such object prepared/registered"
+        )
+    for key in sorted(here.keys() - saved.keys()):
+        problems.append(f"this run has {here[key].label}, but the checkpoint holds none")
+    for key in sorted(here.keys() & saved.keys()):
+        part, old = here[key], saved[key]
+        if part.kind in ("optimizer", "scheduler", "custom_object") and (
+            old["class"] != part.class_name
+        ):
+            problems.append(f"{part.label} was saved from a {old['class']}")
+    n_loaders = len(accelerator._dataloaders)
+    if manifest.get("dataloaders", 0) != n_loaders:
+        problems.append(
+            f"the checkpoint holds the position of {manifest.get('dataloaders', 0)} prepared "
+            f"dataloader(s), but this run prepared {n_loaders}"
+        )
+    world = accelerator.state.num_processes
+    if manifest.get("world_size") != world:
+        problems.append(
+            f"the checkpoint was saved by {manifest.get('world_size')} process(es) (each with "
+            f"its own RNG and data position), but this run has {world}"
+        )
+    saved_precision = manifest.get("precision", {})
+    name = getattr(accelerator.precision, "name", "no")
+    if saved_precision.get("has_state") and saved_precision.get("name") != name:
+        problems.append(
+            f"the checkpoint holds {saved_precision.get('name')} precision state (e.g. the "
+            f"fp16 loss scale), but this run uses mixed_precision={name!r}"
+        )
+    elif not saved_precision.get("has_state") and accelerator.precision.state_dict():
+        problems.append(
+            f"this run's {name} precision has state (e.g. the fp16 loss scale), but the "
+            f"checkpoint holds none (it was saved with {saved_precision.get('name')!r})"
+        )
+    return problems

@@ -1,0 +1,227 @@
+"""State without pickle: tensors go to safetensors, the structure around them to JSON.
+
+A state dict (optimizer, scheduler, scaler, custom object...) is a tree of dicts, lists,
+tuples, scalars and tensors. ``flatten`` replaces every tensor by a named reference and
+encodes what plain JSON cannot say (int dict keys, tuples, inf/nan, dtypes) as small tagged
+objects; ``unflatten`` reverses it. Loading never runs code from the files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from overdrive.checkpoint.errors import CheckpointError, UnsafeCheckpointError
+
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl")
+_TAGS: tuple[str, ...] = ("__tensor__", "__ndarray__", "__float__", "__tuple__", "__dict__")
+_TAGS += ("__dtype__", "__device__", "__npscalar__")
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Strict JSON (no NaN literals), flushed to disk."""
+    text = json.dumps(data, indent=1, sort_keys=False, allow_nan=False)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(
+            f"cannot read {path}: {exc}\n  fix: the checkpoint is damaged; load another one"
+        ) from exc
+
+
+class _Flattener:
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.tensors: dict[str, torch.Tensor] = {}
+        self._storages: set[int] = set()
+
+    def name_for(self, path: list[Any]) -> str:
+        base = "/".join(str(p) for p in path) or "root"
+        name, n = base, 1
+        while name in self.tensors:
+            name, n = f"{base}#{n}", n + 1
+        return name
+
+    def add_tensor(self, t: torch.Tensor, path: list[Any]) -> str:
+        if t.is_sparse or t.layout != torch.strided:
+            raise CheckpointError(
+                f"{self.what} at {_where(path)} is a {t.layout} tensor, which safetensors "
+                "cannot hold\n  fix: convert it to a dense tensor in state_dict()"
+            )
+        t = t.detach().cpu()
+        storage = t.untyped_storage()
+        # safetensors refuses tensors that share memory; copies make each one stand alone.
+        if (
+            storage.data_ptr() in self._storages
+            or storage.nbytes() != t.numel() * t.element_size()
+            or not t.is_contiguous()
+        ):
+            t = t.contiguous().clone()
+        if t.numel():
+            self._storages.add(t.untyped_storage().data_ptr())
+        name = self.name_for(path)
+        self.tensors[name] = t
+        return name
+
+    def encode(self, obj: Any, path: list[Any]) -> Any:
+        if obj is None or isinstance(obj, (bool, int, str)):
+            return obj
+        if isinstance(obj, float):
+            return obj if math.isfinite(obj) else {"__float__": repr(obj)}
+        if isinstance(obj, torch.Tensor):
+            return {"__tensor__": self.add_tensor(obj, path)}
+        if isinstance(obj, np.ndarray):
+            if obj.dtype == object:
+                raise self.unsupported(obj, path)
+            return {"__ndarray__": self.add_tensor(torch.from_numpy(obj.copy()), path)}
+        if isinstance(obj, np.generic):
+            return {"__npscalar__": obj.dtype.str, "value": self.encode(obj.item(), path)}
+        if isinstance(obj, torch.dtype):
+            return {"__dtype__": str(obj).removeprefix("torch.")}
+        if isinstance(obj, torch.device):
+            return {"__device__": str(obj)}
+        if isinstance(obj, Mapping):
+            keys = list(obj.keys())
+            if all(isinstance(k, str) and not k.startswith("__") for k in keys):
+                return {k: self.encode(obj[k], [*path, k]) for k in keys}
+            return {
+                "__dict__": [
+                    [self.encode(k, [*path, "key"]), self.encode(v, [*path, k])]
+                    for k, v in obj.items()
+                ]
+            }
+        if isinstance(obj, tuple):  # torch.Size included
+            return {"__tuple__": [self.encode(v, [*path, i]) for i, v in enumerate(obj)]}
+        if isinstance(obj, list):
+            return [self.encode(v, [*path, i]) for i, v in enumerate(obj)]
+        raise self.unsupported(obj, path)
+
+    def unsupported(self, obj: Any, path: list[Any]) -> CheckpointError:
+        return CheckpointError(
+            f"{self.what} at {_where(path)} is a {type(obj).__qualname__}, which cannot be "
+            "saved without pickle\n  fix: make state_dict() return only tensors, numbers, "
+            "strings, lists and dicts"
+        )
+
+
+def _where(path: list[Any]) -> str:
+    return "state_dict()" + "".join(f"[{p!r}]" for p in path)
+
+
+def flatten(obj: Any, *, what: str) -> tuple[Any, dict[str, torch.Tensor]]:
+    """(JSON-able structure, tensors by name) for a state tree; ``what`` names it in errors."""
+    f = _Flattener(what)
+    return f.encode(obj, []), f.tensors
+
+
+def unflatten(structure: Any, tensors: Mapping[str, torch.Tensor], *, what: str) -> Any:
+    """The state tree that ``flatten`` took apart."""
+
+    def tensor(name: str) -> torch.Tensor:
+        if name not in tensors:
+            raise CheckpointError(
+                f"{what}: tensor {name!r} is named in the structure but missing from the "
+                "tensor file\n  fix: the checkpoint is damaged; load another one"
+            )
+        return tensors[name]
+
+    def decode(obj: Any) -> Any:
+        if isinstance(obj, list):
+            return [decode(v) for v in obj]
+        if not isinstance(obj, dict):
+            return obj
+        tag = next((t for t in _TAGS if t in obj), None)
+        if tag == "__tensor__":
+            return tensor(obj[tag])
+        if tag == "__ndarray__":
+            return tensor(obj[tag]).numpy()
+        if tag == "__float__":
+            return float(obj[tag])
+        if tag == "__tuple__":
+            return tuple(decode(v) for v in obj[tag])
+        if tag == "__dict__":
+            return {_hashable(decode(k)): decode(v) for k, v in obj[tag]}
+        if tag == "__dtype__":
+            return getattr(torch, obj[tag])
+        if tag == "__device__":
+            return torch.device(obj[tag])
+        if tag == "__npscalar__":
+            return np.dtype(obj[tag]).type(decode(obj["value"]))
+        return {k: decode(v) for k, v in obj.items()}
+
+    return decode(structure)
+
+
+def _hashable(key: Any) -> Any:
+    return tuple(_hashable(k) for k in key) if isinstance(key, list) else key
+
+
+def save_tree(obj: Any, directory: Path, stem: str, *, what: str) -> list[str]:
+    """Write ``stem.json`` (+ ``stem.safetensors`` when there are tensors); the file names."""
+    structure, tensors = flatten(obj, what=what)
+    written = [f"{stem}.json"]
+    if tensors:
+        save_file(tensors, str(directory / f"{stem}.safetensors"), metadata={"format": "pt"})
+        written.append(f"{stem}.safetensors")
+    write_json(directory / f"{stem}.json", {"tensors": bool(tensors), "state": structure})
+    return written
+
+
+def load_tensors(path: Path, *, what: str) -> dict[str, torch.Tensor]:
+    """A safetensors file as a dict on CPU, with a clear error if it is not one."""
+    try:
+        return load_file(str(path), device="cpu")
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CheckpointError(
+            f"{what}: {path} is not a readable safetensors file ({exc})\n"
+            "  fix: the checkpoint is damaged or was replaced; load another one"
+        ) from exc
+
+
+def load_tree(directory: Path, stem: str, *, what: str, allow_unsafe_pickle: bool = False) -> Any:
+    """Read what ``save_tree`` wrote; a legacy pickle file only with ``allow_unsafe_pickle``."""
+    meta_path = directory / f"{stem}.json"
+    if not meta_path.exists():
+        legacy = [directory / f"{stem}{s}" for s in PICKLE_SUFFIXES]
+        found = next((p for p in legacy if p.exists()), None)
+        if found is None:
+            raise CheckpointError(
+                f"{what}: {meta_path} is missing\n  fix: the checkpoint is incomplete; "
+                "load another one"
+            )
+        return load_pickle(found, what=what, allow_unsafe_pickle=allow_unsafe_pickle)
+    meta = read_json(meta_path)
+    if not isinstance(meta, dict) or "state" not in meta:
+        raise CheckpointError(f"{what}: {meta_path} is not an overdrive state file")
+    tensors: dict[str, torch.Tensor] = {}
+    if meta.get("tensors"):
+        tensors = load_tensors(directory / f"{stem}.safetensors", what=what)
+    return unflatten(meta["state"], tensors, what=what)
+
+
+def load_pickle(path: Path, *, what: str, allow_unsafe_pickle: bool) -> Any:
+    """torch.load of a trusted legacy file; refused unless the caller opted in by name."""
+    if not allow_unsafe_pickle:
+        raise UnsafeCheckpointError(
+            f"{what}: {path} is a pickle file, and unpickling runs whatever code the file "
+            "contains, so overdrive does not load it by default\n"
+            "  fix: if you made this file yourself and trust it, pass "
+            "allow_unsafe_pickle=True to load_state"
+        )
+    return torch.load(path, map_location="cpu", weights_only=False)
