@@ -1,0 +1,93 @@
+"""Launch latency: a 2-process script that only forms a gloo group, started by each launcher.
+
+Rounds interleave the launchers (rotating their order) so machine noise hits all of them;
+the report gives medians and ratios to torchrun. Run with the bench extra installed:
+
+    .venv/bin/python bench/launch_latency/run.py --rounds 9
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SCRIPT = HERE / "form_group.py"
+BIN = Path(sys.executable).parent
+
+
+def launchers(nprocs: int) -> dict[str, list[str]]:
+    n = str(nprocs)
+    found = {
+        "torchrun": [str(BIN / "torchrun"), "--nproc_per_node", n, str(SCRIPT)],
+        "overdrive": [
+            str(BIN / "overdrive"),
+            "launch",
+            "-q",
+            "--cpu",
+            "--num_processes",
+            n,
+            str(SCRIPT),
+        ],
+        # The described system starts one process for `--cpu --num_processes 2` (which then
+        # cannot form a group), so it is measured with --multi_gpu, its working CPU spelling.
+        "accelerate": [
+            str(BIN / "accelerate"),
+            "launch",
+            "--multi_gpu",
+            "--num_processes",
+            n,
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+            "--num_machines",
+            "1",
+            str(SCRIPT),
+        ],
+    }
+    return {name: cmd for name, cmd in found.items() if shutil.which(cmd[0])}
+
+
+def time_once(cmd: list[str], nprocs: int) -> float:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    start = time.perf_counter()
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    elapsed = time.perf_counter() - start
+    joined = f"of {nprocs}"
+    if result.returncode != 0 or result.stdout.count(joined) != nprocs:
+        raise RuntimeError(f"{cmd[0]} failed:\n{result.stdout}\n{result.stderr}")
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--nprocs", type=int, default=2)
+    args = parser.parse_args()
+    cmds = launchers(args.nprocs)
+    times: dict[str, list[float]] = {name: [] for name in cmds}
+    names = list(cmds)
+    time_once(cmds[names[0]], args.nprocs)  # warm the file cache once, not counted
+    for round_index in range(args.rounds):
+        order = names[round_index % len(names) :] + names[: round_index % len(names)]
+        for name in order:
+            times[name].append(time_once(cmds[name], args.nprocs))
+    base = statistics.median(times["torchrun"])
+    print(
+        f"| launcher | median (s) | min (s) | ratio to torchrun |  ({args.rounds} rounds, {args.nprocs} processes)"
+    )
+    print("| --- | --- | --- | --- |")
+    for name in names:
+        med = statistics.median(times[name])
+        print(f"| {name} | {med:.2f} | {min(times[name]):.2f} | {med / base:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
