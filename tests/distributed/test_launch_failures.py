@@ -6,13 +6,22 @@ import json
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.helpers.dist import REPO, assert_ok, clean_env, launch_command, run_launch
+from tests.helpers.dist import (
+    REPO,
+    SCRIPTS,
+    assert_ok,
+    clean_env,
+    free_port,
+    launch_command,
+    run_launch,
+)
 
 pytestmark = pytest.mark.distributed
 
@@ -113,13 +122,14 @@ def test_busy_port_with_several_machines_is_a_clear_error(tmp_path: Path) -> Non
 
 def test_dry_run_lists_sources_and_commands_and_starts_nothing(tmp_path: Path) -> None:
     marker = tmp_path / "started"
+    port = free_port()
     config = tmp_path / "cfg.yaml"
     config.write_text("compute_environment: LOCAL_MACHINE\nmixed_precision: bf16\n")
     done = run_launch(
         "launch_marker.py",
         nprocs=2,
         args=[str(marker), "two words"],
-        launch_args=["--dry_run", "--config_file", str(config), "--main_process_port", "29511"],
+        launch_args=["--dry_run", "--config_file", str(config), "--main_process_port", str(port)],
         env={"ACCELERATE_GRADIENT_ACCUMULATION_STEPS": "4"},
     )
     assert_ok(done)
@@ -130,9 +140,33 @@ def test_dry_run_lists_sources_and_commands_and_starts_nothing(tmp_path: Path) -
         "4", "env", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
     ]  # fmt: skip
     assert rows["num_processes"].split()[1:] == ["2", "flag", "--num_processes"]
-    assert rows["use_cpu"].split()[1:] == ["True", "flag", "--cpu"]
+    assert rows["use_cpu"].split()[1:] == ["true", "flag", "--cpu"]
     commands = [line for line in done.stdout.splitlines() if line.startswith("  env RANK=")]
     assert len(commands) == 2
-    assert "RANK=1 LOCAL_RANK=1" in commands[1] and "MASTER_PORT=29511" in commands[1]
+    assert "RANK=1 LOCAL_RANK=1" in commands[1] and f"MASTER_PORT={port}" in commands[1]
     assert "-m overdrive.launch.bootstrap" in commands[0]
     assert commands[0].endswith(f"launch_marker.py {marker} 'two words'")
+
+
+def test_port_taken_after_the_check_moves_to_a_free_port() -> None:
+    """Another program binds the port between the launcher's check and the rendezvous.
+
+    c10d reports the same socket error wrapped; see the unit test of ``_address_in_use``.
+    """
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPTS / "launch_port_taken.py"),
+            str(SCRIPTS / "launch_allreduce.py"),
+        ],
+        env=clean_env(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert_ok(done)
+    busy = int(done.stdout.splitlines()[0].split()[1])
+    assert f"port {busy} was taken before the rendezvous could use it" in done.stderr
+    rows = [json.loads(x[7:]) for x in done.stdout.splitlines() if x.startswith("RESULT ")]
+    assert sorted(r["rank"] for r in rows) == [0, 1] and all(r["sum"] == 1.0 for r in rows)

@@ -2,38 +2,30 @@
 
 from __future__ import annotations
 
-import json
 import socket
 import subprocess
 
 import pytest
 
-from tests.helpers.dist import REPO, assert_ok, clean_env, launch_command, run_launch
+from tests.helpers.dist import (
+    REPO,
+    assert_ok,
+    clean_env,
+    free_port,
+    launch_command,
+    result_rows,
+    run_launch,
+)
 
 pytestmark = pytest.mark.distributed
 
 ODD_ARGS = ["--lr", "1e-3", "two words", "-x", "--", "--num_processes", "7", ""]
 
 
-def results(stdout: str) -> list[dict]:
-    rows = [
-        json.loads(line[len("RESULT ") :])
-        for line in stdout.splitlines()
-        if line.startswith("RESULT ")
-    ]
-    return sorted(rows, key=lambda row: row["rank"])
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("", 0))
-        return sock.getsockname()[1]
-
-
 def test_two_processes_form_one_group_and_args_pass_through() -> None:
     done = run_launch("launch_allreduce.py", nprocs=2, args=ODD_ARGS)
     assert_ok(done)
-    rows = results(done.stdout)
+    rows = result_rows(done.stdout)
     assert [r["rank"] for r in rows] == [0, 1]
     for row in rows:
         assert row["world"] == 2 and row["local_world_size"] == 2
@@ -60,7 +52,7 @@ def test_three_processes_module_launch_c10d_and_busy_port() -> None:
             launch_args=["--rdzv_backend", "c10d", "--main-process-port", str(port), "-q"],
         )
     assert_ok(done)
-    rows = results(done.stdout)
+    rows = result_rows(done.stdout)
     assert [r["rank"] for r in rows] == [0, 1, 2]
     assert all(r["sum"] == 3.0 and r["world"] == 3 for r in rows)
     assert all(r["argv"] == ["--flag", "a b"] for r in rows)
@@ -101,7 +93,7 @@ def test_two_machines_on_loopback_form_one_group(rdzv: str) -> None:
     outputs = [m.communicate(timeout=180) for m in machines]
     for machine, (out, err) in zip(machines, outputs):
         assert machine.returncode == 0, f"{out}\n{err}"
-    rows = results(outputs[0][0] + outputs[1][0])
+    rows = result_rows(outputs[0][0] + outputs[1][0])
     assert [r["rank"] for r in rows] == [0, 1, 2, 3]
     assert all(r["world"] == 4 and r["sum"] == 6.0 and r["local_world_size"] == 2 for r in rows)
     by_machine = {r["rank"]: r["argv"][0] for r in rows}

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -12,8 +14,15 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "tests" / "distributed" / "scripts"
 
 
+def free_port() -> int:
+    """A port nothing listens on right now (the OS picks it, so parallel tests differ)."""
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return int(sock.getsockname()[1])
+
+
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The test process's environment without distributed or overdrive variables."""
+    """The test process's environment without distributed or overdrive variables or config."""
     drop = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
     env = {
         k: v
@@ -22,6 +31,8 @@ def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     }
     env["OMP_NUM_THREADS"] = "1"
     env["CUDA_VISIBLE_DEVICES"] = ""
+    # A developer's own default config file must not change what the tests run.
+    env["XDG_CACHE_HOME"] = "/nonexistent/overdrive-tests"
     env.update(extra or {})
     return env
 
@@ -81,3 +92,13 @@ def assert_ok(result: subprocess.CompletedProcess[str]) -> None:
     assert result.returncode == 0, (
         f"exit {result.returncode}\n--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
     )
+
+
+def result_rows(stdout: str) -> list[dict]:
+    """The ``RESULT {json}`` lines workers print, sorted by rank."""
+    rows = [
+        json.loads(line[len("RESULT ") :])
+        for line in stdout.splitlines()
+        if line.startswith("RESULT ")
+    ]
+    return sorted(rows, key=lambda row: row["rank"])

@@ -42,7 +42,7 @@ def test_both_spellings_and_sources(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert code == 0
     rows = setting_rows(out)
     assert rows["num_processes"] == ["3", "flag", "--num_processes"]
-    assert rows["use_cpu"] == ["True", "flag", "--cpu"]
+    assert rows["use_cpu"] == ["true", "flag", "--cpu"]
     assert rows["dynamo_config.dynamo_backend"] == ["inductor", "flag", "--dynamo_backend"]
     assert rows["deepspeed_config.zero_stage"][0] == "2"
     assert rows["mixed_precision"] == ["no", "default"]  # unset flags stay unset
@@ -97,3 +97,79 @@ def test_env_command_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["env"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("overdrive: ") and "not present; defaults apply" in out
+
+
+# Issue 3's launch options: (flag, value or None for a switch, setting key, resolved value).
+ISSUE_FLAGS = [
+    ("num_processes", "4", "num_processes", 4),
+    ("num_machines", "2", "num_machines", 2),
+    ("machine_rank", "1", "machine_rank", 1),
+    ("main_process_ip", "10.0.0.1", "main_process_ip", "10.0.0.1"),
+    ("main_process_port", "29555", "main_process_port", 29555),
+    ("rdzv_backend", "c10d", "rdzv_backend", "c10d"),
+    ("same_network", "no", "same_network", False),
+    ("gpu_ids", "0,1", "gpu_ids", "0,1"),
+    ("cpu", None, "use_cpu", True),
+    ("mixed_precision", "bf16", "mixed_precision", "bf16"),
+    ("gradient_accumulation_steps", "8", "gradient_accumulation_steps", 8),
+    ("use_deepspeed", None, "use_deepspeed", True),
+    ("use_fsdp", None, "use_fsdp", True),
+    ("use_megatron_lm", None, "use_megatron_lm", True),
+    ("dynamo_backend", "inductor", "dynamo_config.dynamo_backend", "inductor"),
+]
+
+
+@pytest.mark.parametrize("spelling", ["snake", "kebab"])
+@pytest.mark.parametrize(("flag", "value", "key", "expected"), ISSUE_FLAGS)
+def test_issue_flags_in_both_spellings_resolve_as_flag_sources(
+    flag: str, value: str | None, key: str, expected: object, spelling: str
+) -> None:
+    from overdrive.cli.launch_cmd import _dest
+    from overdrive.cli.main import build_parser
+    from overdrive.config import load_settings
+
+    typed = "--" + (flag if spelling == "snake" else flag.replace("_", "-"))
+    args = build_parser().parse_args(["launch", typed, *([value] if value else []), "x.py"])
+    flags = {s.key: getattr(args, _dest(s.key)) for _, s in flag_settings()}
+    given = {k: v for k, v in flags.items() if v is not None}
+    assert list(given) == [key]
+    # A second machine needs the main machine's address (given in code, a separate source).
+    context = {"num_machines": 2, "main_process_ip": "10.0.0.1"}
+    context = {k: v for k, v in context.items() if k != key and flag != "main_process_ip"}
+    settings = load_settings(
+        code=context, flags=flags, flag_names={s.key: n for n, s in flag_settings()}
+    )
+    assert settings[key] == expected
+    assert str(settings.source(key)) == f"flag --{flag}"
+
+
+@pytest.mark.parametrize("spelling", ["--max_restarts", "--max-restarts"])
+def test_launcher_options_in_both_spellings(spelling: str) -> None:
+    from overdrive.cli.main import build_parser
+
+    monitor = spelling.replace("max", "monitor").replace("restarts", "interval")
+    args = build_parser().parse_args(["launch", spelling, "2", monitor, "0.5", "x.py"])
+    assert (args.max_restarts, args.monitor_interval, args.command) == (2, 0.5, ["x.py"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (
+            ["launch", "--num_processe", "2", "x.py"],
+            "--num_processe (did you mean --num_processes?)",
+        ),
+        (["test", "--num-processe", "2"], "(did you mean --num-processes?)"),
+        (
+            ["config", "show", "--jsn"],
+            "overdrive config show: error: unrecognized arguments: --jsn",
+        ),
+        (["launch", "--config-fil", "c.yaml", "x.py"], "did you mean --config-file?"),
+    ],
+)
+def test_unknown_or_abbreviated_options_are_errors_with_a_suggestion(
+    argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err and err.count("error:") == 1

@@ -120,3 +120,21 @@ def test_report_ends_with_the_root_cause_traceback() -> None:
     crash = format_report([_failure(2, -int(signal.SIGKILL))], nproc=1)
     assert crash.splitlines()[-1].startswith("overdrive: rank 2 left no Python traceback")
     assert "killed by SIGKILL" in crash
+
+
+def test_a_port_taken_is_recognised_through_torchs_wrapping() -> None:
+    """c10d raises a connection error whose cause is the socket's EADDRINUSE."""
+    from overdrive.launch.runner import _address_in_use, _reason
+
+    try:
+        try:
+            raise OSError("The server socket has failed to listen: code: -98, name: EADDRINUSE")
+        except OSError as inner:
+            raise RuntimeError("The connection to the C10d store has failed.") from inner
+    except RuntimeError as outer:
+        wrapped = outer
+    assert _address_in_use(wrapped)
+    assert _reason(wrapped).endswith(
+        "failed. (caused by: The server socket has failed to listen: code: -98, name: EADDRINUSE)"
+    )
+    assert not _address_in_use(RuntimeError("connection refused"))

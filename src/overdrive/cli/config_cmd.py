@@ -14,7 +14,7 @@ import yaml
 from overdrive.cli.flags import add_flag
 from overdrive.config import load_settings, resolve
 from overdrive.config.schema import MIXED_PRECISIONS
-from overdrive.config.settings import Settings
+from overdrive.config.settings import Settings, display_value
 from overdrive.config.sources import default_config_path, parse_config_text, read_file
 from overdrive.errors import ConfigError
 
@@ -111,7 +111,7 @@ def _default(args: argparse.Namespace) -> int:
 def render_table(settings: Settings, *, changed_only: bool) -> str:
     """The settings as an aligned three-column table: key, value, source."""
     rows = [
-        (key, _show_value(value), source)
+        (key, display_value(value), source)
         for key, value, source in settings.rows()
         if not changed_only or source != "default"
     ]
@@ -119,18 +119,6 @@ def render_table(settings: Settings, *, changed_only: bool) -> str:
     lines = [f"{'setting':<{widths[0]}}  {'value':<{widths[1]}}  source"]
     lines += [f"{k:<{widths[0]}}  {v:<{widths[1]}}  {s}" for k, v, s in rows]
     return "\n".join(lines)
-
-
-def _show_value(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list):
-        return ",".join(str(v) for v in value)
-    if isinstance(value, dict):
-        return json.dumps(value)
-    return str(value)
 
 
 def _show(args: argparse.Namespace) -> int:

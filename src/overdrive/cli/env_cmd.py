@@ -71,6 +71,8 @@ def _config_lines(config_file: str | None) -> list[str]:
     path = Path(config_file) if config_file else default_config_path(os.environ)
     how = "given" if config_file else "default"
     if not path.is_file():
+        if config_file:  # `launch --config_file` with this path would stop with an error
+            return [f"config file ({how}): {path} (does not exist)"]
         return [f"config file ({how}): {path} (not present; defaults apply)"]
     lines = [f"config file ({how}): {path}", "--- contents ---"]
     try:

@@ -59,15 +59,8 @@ def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
             )  # fmt: skip
 
 
-def register(commands: Any) -> None:
-    """Add the ``launch`` subcommand."""
-    parser: argparse.ArgumentParser = commands.add_parser(
-        "launch",
-        help="run a script on N processes / M machines",
-        description="Run a training script on several processes (CPU or GPU) and machines, "
-        "supervised by PyTorch's elastic agent.",
-        allow_abbrev=False,
-    )
+def add_launch_options(parser: argparse.ArgumentParser) -> None:
+    """The launcher's own options and every setting flag (shared with `overdrive test`)."""
     add_flag(parser, "config_file", default=None, help="config file (default: the cached one)")
     add_flag(parser, "max_restarts", type=int, default=0, help="restart the group this often")
     add_flag(
@@ -78,10 +71,23 @@ def register(commands: Any) -> None:
     noise = parser.add_mutually_exclusive_group()
     noise.add_argument("-q", "--quiet", action="store_true", help="no banner")
     noise.add_argument("-v", "--verbose", action="store_true", help="show the agent's logs")
+    _add_setting_flags(parser)
+
+
+def register(commands: Any) -> None:
+    """Add the ``launch`` subcommand."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "launch",
+        usage="%(prog)s [options] script.py [args...] | -m module [args...]",
+        help="run a script on N processes / M machines",
+        description="Run a training script on several processes (CPU or GPU) and machines, "
+        "supervised by PyTorch's elastic agent.",
+        allow_abbrev=False,
+    )
     parser.add_argument(
         "-m", "--module", action="store_true", help="run a module (python -m) instead of a file"
     )
-    _add_setting_flags(parser)
+    add_launch_options(parser)
     parser.add_argument(
         "command",
         nargs=argparse.REMAINDER,

@@ -3,36 +3,60 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 from collections.abc import Sequence
 
 from overdrive.errors import OverdriveError
 
 
+def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every subcommand's parser below ``parser`` (``config show`` included)."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):
+                found += [sub, *_subparsers(sub)]
+    return found
+
+
 def build_parser() -> argparse.ArgumentParser:
-    from overdrive.cli import config_cmd
+    """The ``overdrive`` parser with every subcommand registered."""
+    from overdrive.cli import config_cmd, env_cmd, launch_cmd, test_cmd
 
     parser = argparse.ArgumentParser(
         prog="overdrive",
         description="Run one PyTorch training loop on CPU, GPUs or many machines.",
+        allow_abbrev=False,
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    config_cmd.register(commands)
-    for module_name in ("launch_cmd", "env_cmd", "test_cmd"):
-        try:
-            module = __import__(f"overdrive.cli.{module_name}", fromlist=["register"])
-        except ModuleNotFoundError as exc:
-            if exc.name != f"overdrive.cli.{module_name}":
-                raise
-            continue
+    for module in (config_cmd, launch_cmd, env_cmd, test_cmd):
         module.register(commands)
+    for sub in _subparsers(parser):
+        sub.allow_abbrev = False  # --config-fil must not quietly mean --config-file
+        sub.set_defaults(cli_parser=sub)  # the deepest subcommand's default wins
     return parser
+
+
+def _unknown_options(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
+    """``unrecognized arguments: --num_processe (did you mean --num_processes?)``."""
+    known = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+    words = []
+    for item in unknown:
+        close = difflib.get_close_matches(item.split("=", 1)[0], known, n=1, cutoff=0.7)
+        words.append(f"{item} (did you mean {close[0]}?)" if close else item)
+    return "unrecognized arguments: " + " ".join(words)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; user errors print one message to stderr and return exit code 2."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        sub = getattr(args, "cli_parser", parser)
+        print(f"{sub.prog}: error: {_unknown_options(sub, unknown)}", file=sys.stderr)
+        print(f"  fix: see `{sub.prog} --help` for the options", file=sys.stderr)
+        return 2
     if getattr(args, "handler", None) is None:
         parser.print_help()
         return 2

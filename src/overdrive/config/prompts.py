@@ -91,12 +91,17 @@ class StreamPrompter:
 
 
 class MenuPrompter:
-    """Arrow-key menus in a terminal, through questionary (imported only here)."""
+    """Arrow-key menus in a terminal, through questionary (imported only here).
 
-    def __init__(self) -> None:
+    ``terminal`` holds prompt_toolkit's ``input``/``output`` for every question (tests pass a
+    pipe input and a dummy output); by default questionary uses the real terminal.
+    """
+
+    def __init__(self, **terminal: Any) -> None:
         import questionary
 
         self._q = questionary
+        self._terminal = terminal
 
     def _run(self, question: Any) -> Any:
         answer = question.ask()
@@ -107,18 +112,21 @@ class MenuPrompter:
     def choice(self, question: str, options: Sequence[Option], default: Any) -> Any:
         choices = [self._q.Choice(title=label, value=value) for label, value in options]
         default_choice = next((c for c in choices if c.value == default), None)
-        return self._run(self._q.select(question, choices=choices, default=default_choice))
+        return self._run(
+            self._q.select(question, choices=choices, default=default_choice, **self._terminal)
+        )
 
     def integer(self, question: str, default: int, minimum: int = 0) -> int:
         def valid(text: str) -> bool | str:
             ok = text.strip().lstrip("-").isdigit() and int(text) >= minimum
             return True if ok else f"a whole number >= {minimum}"
 
-        return int(self._run(self._q.text(question, default=str(default), validate=valid)))
+        asked = self._q.text(question, default=str(default), validate=valid, **self._terminal)
+        return int(self._run(asked))
 
     def text(self, question: str, default: str | None) -> str | None:
-        answer = self._run(self._q.text(question, default=default or ""))
+        answer = self._run(self._q.text(question, default=default or "", **self._terminal))
         return answer.strip() or default
 
     def confirm(self, question: str, default: bool) -> bool:
-        return bool(self._run(self._q.confirm(question, default=default)))
+        return bool(self._run(self._q.confirm(question, default=default, **self._terminal)))

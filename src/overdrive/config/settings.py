@@ -13,6 +13,19 @@ HANDOVER_VARIABLE = "OVERDRIVE_SETTINGS"
 """The one environment variable through which the launcher hands resolved settings to workers."""
 
 
+def display_value(value: Any) -> str:
+    """A value as `config show` and `launch --dry_run` print it (``-`` for unset)."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, dict):
+        return json.dumps(value)
+    return str(value)
+
+
 class Settings(Mapping[str, Any]):
     """An immutable mapping from canonical key to value, that also knows each value's source."""
 

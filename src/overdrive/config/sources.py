@@ -139,7 +139,7 @@ def read_file(path: str | Path, *, explicit: bool) -> list[RawValue]:
             raise ConfigError(
                 f"config file {file_path} does not exist",
                 key="config_file",
-                fix="check the path given to --config_file, or create the file with "
+                fix="check the path (a named config file is never skipped), or create it with "
                 f"`overdrive config --config_file {file_path}`",
             )
         return []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from overdrive.config import HANDOVER_VARIABLE, Settings
+from overdrive.config.settings import display_value
 from overdrive.launch.plan import LaunchPlan
 
 # Always listed by --dry_run, whatever their source.
@@ -62,19 +63,16 @@ def banner(plan: LaunchPlan) -> str:
     )
 
 
-def _value(value: object) -> str:
-    return "null" if value is None else str(value)
-
-
 def dry_run_text(plan: LaunchPlan, *, show_all: bool = False) -> str:
     """Resolved settings with sources, then the exact per-process commands and environment."""
     settings = plan.settings
     keys = [k for k in settings if show_all or k in LAUNCH_KEYS or settings.is_set(k)]
     width = max(len(k) for k in keys)
-    vwidth = max(len(_value(settings[k])) for k in keys)
+    vwidth = max(len(display_value(settings[k])) for k in keys)
     lines = ["overdrive launch --dry_run: nothing was started.", "", "settings (value, source):"]
     lines += [
-        f"  {k:<{width}}  {_value(settings[k]):<{vwidth}}  {settings.source(k)}" for k in keys
+        f"  {k:<{width}}  {display_value(settings[k]):<{vwidth}}  {settings.source(k)}"
+        for k in keys
     ]
     lines += ["", banner(plan)]
     if plan.port_note:

@@ -157,9 +157,15 @@ def build_plan(
             "-m package.module [args]"
         )
     if max_restarts < 0:
-        raise LaunchError(f"--max_restarts must be 0 or more, got {max_restarts}")
+        raise LaunchError(
+            f"--max_restarts must be 0 or more, got {max_restarts}\n"
+            "  fix: pass --max_restarts 0 (no restarts) or a positive count"
+        )
     if monitor_interval <= 0:
-        raise LaunchError(f"--monitor_interval must be positive, got {monitor_interval}")
+        raise LaunchError(
+            f"--monitor_interval must be positive, got {monitor_interval}\n"
+            "  fix: pass seconds between checks of the workers, e.g. --monitor_interval 0.1"
+        )
     visible = None
     gpus: list[str] = []
     if not settings["use_cpu"] and gpu_count > 0:

@@ -7,6 +7,7 @@ failure report that ends with the failing rank's traceback.
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import logging
 import os
@@ -21,12 +22,15 @@ from typing import Any
 from overdrive.errors import LaunchError
 from overdrive.launch.failure import Failure, failure_from_parts, format_report, root_cause
 from overdrive.launch.plan import LaunchPlan
+from overdrive.launch.ports import free_port
 from overdrive.launch.rendezvous import rdzv_backend_name, restart_environment
 
 RUN_ID = "overdrive"
 # Grace period between SIGTERM and SIGKILL when the agent stops workers.
 SHUTDOWN_GRACE_S = 5
 _RESTART_MARK = "will restart worker group"
+# How often a port stolen between check and bind moves on (one machine only).
+PORT_RETRIES = 3
 
 
 def _say(text: str) -> None:
@@ -139,8 +143,58 @@ def _failures(error: Any) -> list[Failure]:
     ]
 
 
+def _causes(error: BaseException) -> list[BaseException]:
+    """The error and the ones it was raised from (torch wraps the socket error)."""
+    chain: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
+
+
+def _address_in_use(error: BaseException) -> bool:
+    return any("EADDRINUSE" in str(e) or "address already in use" in str(e) for e in _causes(error))
+
+
+def _reason(error: BaseException) -> str:
+    """First lines of the error and its causes: ``store failed. (caused by: refused)``."""
+    lines = [str(e).strip().splitlines()[0] for e in _causes(error) if str(e).strip()]
+    if not lines:
+        return type(error).__name__
+    return lines[0] + "".join(f" (caused by: {line})" for line in lines[1:])
+
+
 def run(plan: LaunchPlan, *, verbose: bool = False) -> int:
-    """Start the plan's workers and wait for them; returns the launcher's exit code."""
+    """Start the plan's workers and wait for them; returns the launcher's exit code.
+
+    On one machine, a port taken between the free-port check and the rendezvous store's bind
+    (another program was quicker) moves to a fresh free port, a few times at most.
+    """
+    for attempt in range(PORT_RETRIES + 1):
+        try:
+            return _run_once(plan, verbose=verbose)
+        except _PortTaken:
+            if attempt == PORT_RETRIES:
+                break
+            port = free_port()
+            _say(
+                f"overdrive: note: port {plan.main_port} was taken before the rendezvous could "
+                f"use it; using free port {port} instead"
+            )
+            plan = dataclasses.replace(plan, main_port=port)
+    raise LaunchError(
+        f"the rendezvous port was taken by another program {PORT_RETRIES + 1} times in a row\n"
+        "  fix: choose a port with --main_process_port that no other program uses"
+    )
+
+
+class _PortTaken(Exception):
+    """The rendezvous store could not bind its port on the only machine."""
+
+
+def _run_once(plan: LaunchPlan, *, verbose: bool) -> int:
+    from torch.distributed import DistNetworkError
     from torch.distributed.elastic.multiprocessing import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous.api import RendezvousError
@@ -149,6 +203,7 @@ def run(plan: LaunchPlan, *, verbose: bool = False) -> int:
     log_dir = tempfile.mkdtemp(prefix="overdrive-launch-")
     notes = _RestartNotes(log_dir)
     command = plan.worker_command()
+    endpoint = f"{plan.main_addr}:{plan.main_port} ({plan.rdzv_backend} rendezvous)"
     try:
         with _agent_logging(verbose, notes), _worker_environment(plan):
             config = _launch_config(plan, log_dir)
@@ -160,12 +215,14 @@ def run(plan: LaunchPlan, *, verbose: bool = False) -> int:
     except SignalException as error:
         _say(f"overdrive: stopped by {error.sigval.name}; all workers on this machine ended.")
         return 128 + int(error.sigval)
-    except RendezvousError as error:
+    except (RendezvousError, DistNetworkError) as error:
+        if plan.num_machines == 1 and plan.is_main_machine and _address_in_use(error):
+            raise _PortTaken() from None
         raise LaunchError(
-            f"rendezvous at {plan.main_addr}:{plan.main_port} ({plan.rdzv_backend}) failed: "
-            f"{error}\n  fix: start the launcher with machine_rank 0 first, check that "
-            "main_process_ip/main_process_port reach it, and that every machine uses the same "
-            "num_machines"
+            f"rendezvous at {endpoint} failed: {_reason(error)}\n"
+            "  fix: start the launcher with machine_rank 0 first, check that "
+            "main_process_ip/main_process_port reach it and that no other program uses the "
+            "port, and that every machine uses the same num_machines"
         ) from None
     finally:
         shutil.rmtree(log_dir, ignore_errors=True)

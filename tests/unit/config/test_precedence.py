@@ -130,3 +130,43 @@ def test_plugins_become_code_values() -> None:
     assert settings["fsdp_config.fsdp_auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP"
     settings = resolve_layers(code=DataLoaderConfiguration(split_batches=True).to_settings())
     assert settings["split_batches"] is True and settings["even_batches"] is True
+
+
+# The issue's list of the seeds' variables: (text, setting, value it resolves to).
+SEED_VARIABLES = {
+    "ACCELERATE_MIXED_PRECISION": ("bf16", "mixed_precision", "bf16"),
+    "ACCELERATE_GRADIENT_ACCUMULATION_STEPS": ("4", "gradient_accumulation_steps", 4),
+    "ACCELERATE_USE_CPU": ("yes", "use_cpu", True),
+    "ACCELERATE_USE_DEEPSPEED": ("true", "use_deepspeed", True),
+    "ACCELERATE_USE_FSDP": ("1", "use_fsdp", True),
+    "ACCELERATE_USE_MEGATRON_LM": ("true", "use_megatron_lm", True),
+    "ACCELERATE_NUM_PROCESSES": ("8", "num_processes", 8),
+    "ACCELERATE_GPU_IDS": ("0,2", "gpu_ids", "0,2"),
+    "ACCELERATE_DEEPSPEED_ZERO_STAGE": ("3", "deepspeed_config.zero_stage", 3),
+    "ACCELERATE_FSDP_SHARDING_STRATEGY": (
+        "SHARD_GRAD_OP",
+        "fsdp_config.fsdp_sharding_strategy",
+        "SHARD_GRAD_OP",
+    ),
+    "ACCELERATE_LOG_WITH": ("tensorboard,wandb", "log_with", ["tensorboard", "wandb"]),
+    "ACCELERATE_PROJECT_DIR": ("/tmp/run", "project_dir", "/tmp/run"),
+    "ACCELERATE_NUM_MACHINES": ("2", "num_machines", 2),
+    "ACCELERATE_MACHINE_RANK": ("1", "machine_rank", 1),
+    "ACCELERATE_MAIN_PROCESS_IP": ("10.0.0.1", "main_process_ip", "10.0.0.1"),
+    "ACCELERATE_MAIN_PROCESS_PORT": ("29555", "main_process_port", 29555),
+    "ACCELERATE_RDZV_BACKEND": ("c10d", "rdzv_backend", "c10d"),
+}
+# What the cross-field rules need beside one variable (a second machine needs an address).
+_MACHINES = {"ACCELERATE_NUM_MACHINES": "2", "ACCELERATE_MAIN_PROCESS_IP": "10.0.0.1"}
+
+
+@pytest.mark.parametrize("name", sorted(SEED_VARIABLES))
+def test_every_seed_variable_sets_its_setting(name: str) -> None:
+    text, key, expected = SEED_VARIABLES[name]
+    env = {name: text}
+    if key in ("machine_rank", "num_machines"):
+        env = {**_MACHINES, **env}
+    settings = resolve_layers(env=env)
+    assert schema.canonical_key(key) == key and name in schema.get(key).env
+    assert settings[key] == expected
+    assert str(settings.source(key)) == f"env {name}"
