@@ -7,30 +7,77 @@ data, gradient accumulation 2) share one project directory; see the script's doc
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from tests.helpers.dist import assert_ok, run_launch
+from tests.helpers.dist import free_port, run_launch
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+
+PHASES = ("full", "resume", "recover")
+
+
+def _port_clash(result: subprocess.CompletedProcess[str]) -> bool:
+    text = (result.stdout + result.stderr).lower()
+    return "address already in use" in text or "eaddrinuse" in text
+
+
+def _files(out: Path) -> list[str]:
+    return sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+
+
+def _launch(out: Path, phase: str) -> subprocess.CompletedProcess[str]:
+    """One phase on a port the OS just handed out (not the shared default 29500 that
+    concurrently running test sessions race for). A port taken between the check and the
+    bind fails before any worker starts: that, and only that (nothing written), is retried.
+    """
+    for _ in range(3):
+        before = _files(out)
+        result = run_launch(
+            "ckpt_resume.py",
+            args=["--out", str(out), "--phase", phase],
+            launch_args=["--main_process_port", str(free_port())],
+        )
+        if not (_port_clash(result) and _files(out) == before):
+            break
+    return result
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("ckpt_resume")
-    results = {}
-    for phase in ("full", "resume", "recover"):
-        results[phase] = run_launch("ckpt_resume.py", args=["--out", str(out), "--phase", phase])
+    results: dict[str, Any] = {}
+    for phase in PHASES:
+        results[phase] = _launch(out, phase)
         if phase == "full":
-            assert_ok(results[phase])
+            assert results[phase].returncode == 0, _output(results)
     return {"out": out, **results}
 
 
-def _load(out: Path, name: str) -> dict[str, Any]:
-    return torch.load(out / name, weights_only=True)  # type: ignore[no-any-return]
+def _output(runs: dict[str, Any]) -> str:
+    """Every launch's output, for the failure message."""
+    parts = []
+    for phase in PHASES:
+        if phase in runs:
+            r = runs[phase]
+            parts.append(
+                f"=== {phase}: exit {r.returncode} ===\n--- stdout ---\n{r.stdout}\n"
+                f"--- stderr ---\n{r.stderr}"
+            )
+    return "\n".join(parts)
+
+
+def _read(runs: dict[str, Any], name: str) -> Any:
+    """A file a phase wrote (JSON or torch); a missing one fails with every launch's output."""
+    path = runs["out"] / name
+    assert path.exists(), f"{name} was not written\n{_output(runs)}"
+    if path.suffix == ".json":
+        return json.loads(path.read_text())
+    return torch.load(path, weights_only=True)
 
 
 def _assert_same(a: dict[str, Any], b: dict[str, Any]) -> None:
@@ -46,54 +93,40 @@ def _assert_same(a: dict[str, Any], b: dict[str, Any]) -> None:
     assert a["precision"] == b["precision"] and a["precision"]["scale"] > 0
 
 
-def _output(result: Any) -> str:
-    return f"--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
-
-
 def test_resumed_run_matches_uninterrupted_run_bitwise(runs: dict[str, Any]) -> None:
-    out = runs["out"]
     resume = runs["resume"]
-    assert (out / "resume_0.pt").exists(), _output(resume)
-    assert "rank 1 failed (killed by SIGKILL" in resume.stderr + resume.stdout, _output(resume)
+    assert "rank 1 failed (killed by SIGKILL" in resume.stderr + resume.stdout, _output(runs)
     for rank in (0, 1):
-        full, resumed = _load(out, f"full_{rank}.pt"), _load(out, f"resume_{rank}.pt")
-        assert json.loads((out / f"resume_start_{rank}.json").read_text()) == 9
+        full, resumed = _read(runs, f"full_{rank}.pt"), _read(runs, f"resume_{rank}.pt")
+        assert _read(runs, f"resume_start_{rank}.json") == 9
         # Batches 10..15: the rest of epoch 1 (mid-epoch resume), then epoch 2's shuffle.
         assert resumed["seen"] == full["seen"][9:]
         assert len(full["seen"]) == 15
         _assert_same(full, resumed)
-    first, second = _load(out, "full_0.pt")["seen"], _load(out, "full_1.pt")["seen"]
+    first, second = _read(runs, "full_0.pt")["seen"], _read(runs, "full_1.pt")["seen"]
     assert first != second  # each process saw its own shard
     assert first[:6] != first[6:12]  # and a new shuffle each epoch
 
 
 def test_rotation_keeps_the_newest_after_a_resume(runs: dict[str, Any]) -> None:
-    out = runs["out"]
-    assert json.loads((out / "dirs_after_full.json").read_text()) == [
-        "checkpoint_1",
-        "checkpoint_2",
-    ]
-    assert json.loads((out / "dirs_after_resume.json").read_text()) == [
-        "checkpoint_2",
-        "checkpoint_3",
-    ]
+    assert _read(runs, "dirs_after_full.json") == ["checkpoint_1", "checkpoint_2"]
+    assert _read(runs, "dirs_after_resume.json") == ["checkpoint_2", "checkpoint_3"]
 
 
 def test_killed_save_leaves_previous_checkpoint_loadable(runs: dict[str, Any]) -> None:
-    out, recover = runs["out"], runs["recover"]
     for rank in (0, 1):
-        assert json.loads((out / f"recover_start_{rank}.json").read_text()) == 12
-        full, recovered = _load(out, f"full_{rank}.pt"), _load(out, f"recover_{rank}.pt")
+        assert _read(runs, f"recover_start_{rank}.json") == 12
+        full, recovered = _read(runs, f"full_{rank}.pt"), _read(runs, f"recover_{rank}.pt")
         assert recovered["seen"] == full["seen"][12:]
         _assert_same(full, recovered)
     # The next save takes the killed one's number and clears its leftovers.
-    listing = json.loads((out / "dirs_after_recover.json").read_text())
-    assert listing == ["checkpoint_3", "checkpoint_4"], recover.stderr
+    listing = _read(runs, "dirs_after_recover.json")
+    assert listing == ["checkpoint_3", "checkpoint_4"], _output(runs)
 
 
 def test_save_on_one_process_fails_naming_the_missing_one(runs: dict[str, Any]) -> None:
     recover = runs["recover"]
-    assert recover.returncode != 0
+    assert recover.returncode != 0, _output(runs)
     text = recover.stderr + recover.stdout
-    assert "CollectiveTimeoutError" in text
-    assert "process(es) [1] did not call save_state" in text
+    assert "CollectiveTimeoutError" in text, _output(runs)
+    assert "process(es) [1] did not call save_state" in text, _output(runs)

@@ -28,7 +28,8 @@ def _model(width: int = 64) -> nn.Module:
 def _train(mode: str, steps: int = 10, width: int = 64) -> list[float]:
     device = _cuda()
     # a starting scale the first gradients do not overflow: no skipped step, comparable runs
-    policy = make_precision(mode, device, scaler_kwargs=GradScalerKwargs(init_scale=1024.0))
+    scaler = GradScalerKwargs(init_scale=1024.0) if mode == "fp16" else None
+    policy = make_precision(mode, device, scaler_kwargs=scaler)
     model = policy.convert_module(_model(width))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     policy.register_optimizer(opt)

@@ -212,3 +212,36 @@ def test_trusted_legacy_layout_loads_with_opt_in(tmp_path: Path) -> None:
     assert torch.equal(model.weight, source.weight)
     assert sched.scheduler.last_epoch == 5 and counter.n == 7
     assert random.random() == expected
+
+
+def test_missing_directory_is_named_with_the_fix(saved: dict, tmp_path: Path) -> None:
+    missing = tmp_path / "nope"
+    with pytest.raises(CheckpointError, match=r"nope does not exist\n  fix: pass the directory"):
+        saved["acc"].load_state(missing)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(CheckpointError, match="file is not a directory"):
+        saved["acc"].load_state(tmp_path / "file")
+    # A save over an explicit directory killed between its two renames: the old one is kept.
+    target = tmp_path / "mine"
+    saved["acc"].save_state(target)
+    target.rename(tmp_path / ".mine.old")
+    with pytest.raises(CheckpointError, match=r"intact in .*\.mine\.old; rename it back"):
+        saved["acc"].load_state(target)
+    saved["acc"].save_state(target)  # the next save clears the leftover
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_every_random_stream_is_restored(saved: dict, tmp_path: Path) -> None:
+    import random
+
+    import numpy as np
+
+    path = saved["acc"].save_state(tmp_path / "rng")
+    expected = (random.random(), np.random.rand(), torch.rand(1))
+    random.seed(99)
+    np.random.seed(99)
+    torch.manual_seed(99)
+    saved["acc"].load_state(path)
+    assert random.random() == expected[0]
+    assert np.random.rand() == expected[1]
+    assert torch.equal(torch.rand(1), expected[2])

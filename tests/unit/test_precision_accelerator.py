@@ -89,7 +89,7 @@ def test_bf16_forward_runs_in_bf16_and_returns_fp32() -> None:
 def test_fp16_clip_after_unscale_matches_fp32() -> None:
     norms = {}
     for mode in ("no", "fp16"):
-        handlers = [GradScalerKwargs(init_scale=1024.0)]
+        handlers = [GradScalerKwargs(init_scale=1024.0)] if mode == "fp16" else []
         acc = Accelerator(cpu=True, mixed_precision=mode, kwargs_handlers=handlers)
         model, opt, _ = acc.prepare(*_parts(seed=3))
         x, y = _batch(9)
@@ -152,3 +152,28 @@ def test_fp16_clip_grad_value_clips_unscaled_gradients() -> None:
     moved = max((p.detach() - b).abs().max().item() for p, b in zip(model.parameters(), before))
     # lr 0.1 x clip 1e-3; clipping the still-scaled gradients would move 1024x less
     assert moved == pytest.approx(1e-4, rel=1e-3)
+
+
+def test_grad_scaler_kwargs_under_bf16_warns_at_the_users_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from overdrive import precision
+
+    monkeypatch.setattr(precision, "_WARNED", set())
+    with pytest.warns(UserWarning, match=r"mixed_precision='bf16' \(from code") as record:
+        acc = Accelerator(cpu=True, mixed_precision="bf16", kwargs_handlers=[GradScalerKwargs()])
+    assert record[0].filename == __file__
+    assert acc.scaler is None
+
+
+def test_accelerator_takes_precision_by_precedence(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: os.PathLike[str]
+) -> None:
+    cfg = os.path.join(tmp_path, "cfg.yaml")
+    with open(cfg, "w") as f:
+        f.write("mixed_precision: fp16\n")
+    assert Accelerator(cpu=True, config_file=cfg).precision.name == "fp16"
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")
+    assert Accelerator(cpu=True, config_file=cfg).precision.name == "bf16"
+    acc = Accelerator(cpu=True, config_file=cfg, mixed_precision="no")
+    assert acc.precision.name == "no" and acc.scaler is None

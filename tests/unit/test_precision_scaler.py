@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pytest
 import torch
 
-from overdrive import GradScalerKwargs
-from overdrive.precision import ScaledPrecision, make_precision
+from overdrive import GradScalerKwargs, precision
+from overdrive.precision import FP8RecipeKwargs, ScaledPrecision, make_precision
 
 CPU = torch.device("cpu")
 
@@ -161,13 +162,37 @@ def test_state_dict_round_trip() -> None:
     assert fresh.scaler.get_scale() == 256.0
 
 
+@pytest.fixture
+def fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(precision, "_WARNED", set())
+
+
 @pytest.mark.parametrize("mode", ["no", "bf16"])
-def test_only_fp16_has_a_scaler(mode: str) -> None:
-    policy = make_precision(mode, CPU, scaler_kwargs=GradScalerKwargs(init_scale=2.0))
+def test_only_fp16_has_a_scaler(mode: str, fresh_warnings: None) -> None:
+    handler = GradScalerKwargs(init_scale=2.0)
+    with pytest.warns(
+        UserWarning,
+        match=rf"GradScalerKwargs has no effect with mixed_precision='{mode}' \(from env X\): only fp16",
+    ):
+        policy = make_precision(mode, CPU, scaler_kwargs=handler, source="env X")
     assert policy.scaler is None
     loss = torch.tensor(1.0)
     assert policy.scale_loss(loss) is loss
     assert policy.state_dict() == {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per process, not on every Accelerator
+        make_precision(mode, CPU, scaler_kwargs=handler)
+
+
+def test_handlers_the_mode_uses_do_not_warn(fresh_warnings: None) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        make_precision("fp16", CPU, scaler_kwargs=GradScalerKwargs())
+        make_precision("bf16", CPU)
+    with pytest.warns(UserWarning, match="DEEPSPEED runs its own loss scaling"):
+        make_precision("fp16", CPU, scaler_kwargs=GradScalerKwargs(), distributed_type="DEEPSPEED")
+    with pytest.warns(UserWarning, match="FP8RecipeKwargs has no effect.*'bf16'"):
+        make_precision("bf16", CPU, fp8_recipe=FP8RecipeKwargs(recipe="rowwise"))
 
 
 def test_step_without_gradients_behaves_like_fp32() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -106,3 +107,115 @@ def test_custom_tracker_instance_in_log_with() -> None:
     acc.init_trackers("demo")
     acc.log({"loss": 1.0}, step=2)
     assert acc.get_tracker("memory") is mine and mine.rows == [(2, {"loss": 1.0})]
+
+
+@pytest.fixture
+def no_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in list(os.environ):
+        if name.startswith(("ACCELERATE_", "OVERDRIVE_", "MLFLOW_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "no-cache"))
+
+
+def _jsonl_steps(acc: Accelerator) -> list[int]:
+    path = acc.get_tracker("jsonl", unwrap=True).path
+    return [json.loads(line)["step"] for line in path.read_text().splitlines()]
+
+
+def test_log_with_from_env_and_config_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, no_config: None
+) -> None:
+    monkeypatch.setenv("ACCELERATE_LOG_WITH", "jsonl")
+    from_env = Accelerator(cpu=True, project_dir=str(tmp_path / "env"))
+    from_env.init_trackers("exp")
+    from_env.log({"loss": 1.0}, step=7)
+    assert _jsonl_steps(from_env) == [7]
+    from_env.end_training()
+    monkeypatch.delenv("ACCELERATE_LOG_WITH")
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("log_with: jsonl\n")
+    from_file = Accelerator(cpu=True, project_dir=str(tmp_path / "file"), config_file=str(cfg))
+    from_file.init_trackers("exp")
+    from_file.log({"loss": 2.0}, step=8)
+    assert _jsonl_steps(from_file) == [8]
+    from_file.end_training()
+
+
+def test_end_training_twice_and_log_after_it(tmp_path: Path, no_config: None) -> None:
+    names = ["jsonl", "tensorboard"]
+    acc = Accelerator(cpu=True, log_with=names, project_dir=str(tmp_path))
+    acc.init_trackers("exp")
+    acc.log({"loss": 1.0}, step=0)
+    acc.end_training()
+    acc.end_training()  # idempotent
+    with pytest.raises(TrackerError, match="after end_training"):
+        acc.log({"loss": 2.0}, step=1)
+    other = NoOpTracker("jsonl")  # what the other processes hold: the same error
+    other.finish()
+    other.finish()
+    with pytest.raises(TrackerError, match="jsonl tracker after end_training"):
+        other.log({"loss": 2.0}, step=1)
+    assert _jsonl_steps(acc) == [0]
+    first = acc.get_tracker("jsonl")
+    acc.init_trackers("exp")  # a new run, after end_training or not
+    acc.log({"loss": 3.0}, step=2)
+    second = acc.get_tracker("jsonl")
+    acc.init_trackers("exp2")
+    assert first.finished and second.finished and not acc.get_tracker("jsonl").finished
+    assert _jsonl_steps(acc) == []
+    acc.end_training()
+
+
+@pytest.mark.parametrize(
+    ("uri", "file_store"),
+    [("file:///tmp/mlruns", True), ("mlruns", True), ("C:\\runs", True)]
+    + [("sqlite:///x.db", False), ("http://host:5000", False), ("databricks", False)],
+)
+def test_file_store_uris(uri: str, file_store: bool) -> None:
+    from overdrive.tracking.mlflow import is_file_store
+
+    assert is_file_store(uri) is file_store
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # SQLAlchemy, inside MLflow
+def test_mlflow_file_store_on_request(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, no_config: None
+) -> None:
+    pytest.importorskip("mlflow")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "x")
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE")  # absent now, and again after the test
+    acc = Accelerator(cpu=True, log_with="mlflow", project_dir=str(tmp_path))
+    with pytest.raises(TrackerError, match="'ftp' is not a local MLflow store"):
+        acc.init_trackers("exp", init_kwargs={"mlflow": {"store": "ftp"}})
+    acc.init_trackers("exp", config={"lr": 0.5}, init_kwargs={"mlflow": {"store": "file"}})
+    assert os.environ["MLFLOW_ALLOW_FILE_STORE"] == "true"
+    for step in range(3):
+        acc.log({"loss": 0.25 * step}, step=step)
+    run_id = acc.get_tracker("mlflow", unwrap=True).info.run_id
+    acc.end_training()
+    # MLflow's file store, read as plain files: metrics/<key> holds "timestamp value step" lines
+    (run_dir,) = (tmp_path / "logs" / "mlruns").glob(f"*/{run_id}")
+    lines = (run_dir / "metrics" / "loss").read_text().split("\n")
+    assert [(int(s), float(v)) for _, v, s in (ln.split() for ln in lines if ln)] == [
+        (0, 0.0),
+        (1, 0.25),
+        (2, 0.5),
+    ]
+    assert (run_dir / "params" / "lr").read_text() == "0.5"
+    assert "status: 3" in (run_dir / "meta.yaml").read_text()  # FINISHED
+    # The store chosen here stays out of os.environ (MLflow would put it there): another
+    # run and the processes started later get their own default store.
+    assert "MLFLOW_TRACKING_URI" not in os.environ
+    second = Accelerator(cpu=True, log_with="mlflow", project_dir=str(tmp_path / "second"))
+    second.init_trackers("exp")
+    second.end_training()
+    assert (tmp_path / "second" / "logs" / "mlflow.db").is_file()
+
+
+def test_log_before_init_trackers_is_caught() -> None:
+    from overdrive.tracking import check_started
+
+    with pytest.raises(TrackerError, match=r"before init_trackers\(\): log_with names jsonl"):
+        check_started(["jsonl"], [])
+    check_started(None, [])  # no trackers asked for: logging is a no-op, as in the seeds
+    check_started(["jsonl"], [NoOpTracker("jsonl")])

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from overdrive.checkpoint.errors import CheckpointError
-from overdrive.checkpoint.layout import MANIFEST, is_complete, temp_dir_for
+from overdrive.checkpoint.layout import MANIFEST, is_complete, old_dir_for, temp_dir_for
 from overdrive.checkpoint.serialization import write_json
 
 
@@ -69,7 +69,7 @@ def commit(temp: Path, final: Path, manifest: dict[str, Any]) -> Path:
     older checkpoint of the same name only after the new one is whole on disk)."""
     write_json(temp / MANIFEST, manifest)
     _fsync_tree(temp)
-    old = final.parent / f".{final.name}.old"
+    old = old_dir_for(final)
     if old.exists():
         shutil.rmtree(old)
     if final.exists():

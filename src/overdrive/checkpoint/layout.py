@@ -27,6 +27,11 @@ def temp_dir_for(final: Path) -> Path:
     return final.parent / f".{final.name}.partial"
 
 
+def old_dir_for(final: Path) -> Path:
+    """Where the checkpoint a save replaces waits, hidden, until the new one is in place."""
+    return final.parent / f".{final.name}.old"
+
+
 def is_complete(path: Path) -> bool:
     return (Path(path) / MANIFEST).is_file()
 

@@ -19,10 +19,12 @@ def find_checkpoint(accelerator: Any, input_dir: str | Path | None) -> Path:
     if input_dir is not None:
         path = Path(input_dir)
         if not path.is_dir():
-            raise CheckpointError(
-                f"load_state: {path} does not exist or is not a directory\n"
-                "  fix: pass the directory save_state() returned"
-            )
+            what = "is not a directory" if path.exists() else "does not exist"
+            fix = "pass the directory save_state() returned"
+            old = layout.old_dir_for(path)
+            if layout.is_complete(old):  # a save over it was killed between two renames
+                fix = f"the previous checkpoint of that name is intact in {old}; rename it back"
+            raise CheckpointError(f"load_state: {path} {what}\n  fix: {fix}")
         return path
     pc = accelerator.project_configuration
     if not pc.project_dir:

@@ -131,6 +131,7 @@ def save_state(
         gathered = _gather(accelerator)
         if rank == 0:
             _write_main_parts(accelerator, temp, gathered)
+        _fault_point("writing rank files")
         rank_dir = temp / f"rank_{rank}"
         rank_dir.mkdir()
         save_tree(rank_state(accelerator), rank_dir, "state", what=f"process {rank} state")

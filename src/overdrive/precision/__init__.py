@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -25,6 +26,41 @@ __all__ = [
 
 # These backends run mixed precision inside their own engine, configured from the same setting.
 _OWN_MIXED_PRECISION = ("DEEPSPEED", "MEGATRON_LM")
+
+_WARNED: set[tuple[str, str]] = set()
+"""(handler, mode) pairs already warned about in this process: each warning shows once."""
+
+
+def _warn_unused(handler: str, mode: str, source: str, why: str) -> None:
+    """Warn once that ``handler`` has no effect under ``mode`` (not an error: one script may
+    carry it and take its precision from the launch)."""
+    if (handler, mode) in _WARNED:
+        return
+    _WARNED.add((handler, mode))
+    warnings.warn(
+        f"{handler} has no effect with mixed_precision={mode!r} (from {source}): {why}",
+        UserWarning,
+        stacklevel=5,  # the Accelerator(...) call in the user's script
+    )
+
+
+def _check_handlers(
+    mode: str,
+    kind: str | None,
+    scaler_kwargs: GradScalerKwargs | None,
+    fp8_recipe: FP8RecipeKwargs | None,
+    source: str,
+) -> None:
+    delegated = kind in _OWN_MIXED_PRECISION
+    if scaler_kwargs is not None and (mode != "fp16" or delegated):
+        why = (
+            f"{kind} runs its own loss scaling; configure it in the {kind} config"
+            if delegated and mode == "fp16"
+            else "only fp16 scales the loss (bf16 and fp32 need no loss scaling)"
+        )
+        _warn_unused("GradScalerKwargs", mode, source, why)
+    if fp8_recipe is not None and mode != "fp8":
+        _warn_unused("FP8RecipeKwargs", mode, source, "only fp8 converts linear layers")
 
 
 def _check_bf16(device: torch.device, source: str) -> None:
@@ -51,17 +87,19 @@ def make_precision(
 
     ``source`` (e.g. ``str(settings.source("mixed_precision"))``) is named in errors.
     ``scaler_kwargs`` apply to fp16 only and ``fp8_recipe`` to fp8 only, so one script can
-    carry both and take its precision from the launch.
+    carry both and take its precision from the launch; a handler the mode ignores gets a
+    one-time warning saying so.
     """
-    if mixed_precision == "no":
-        return Precision()
-    if mixed_precision not in ("bf16", "fp16", "fp8"):
+    if mixed_precision not in ("no", "bf16", "fp16", "fp8"):
         raise ConfigError(
             f"mixed_precision={mixed_precision!r} (from {source}) is not a precision",
             key="mixed_precision",
             fix="use one of no, fp16, bf16, fp8",
         )
     kind = None if distributed_type is None else str(distributed_type)
+    _check_handlers(mixed_precision, kind, scaler_kwargs, fp8_recipe, source)
+    if mixed_precision == "no":
+        return Precision()
     if kind in _OWN_MIXED_PRECISION:
         if mixed_precision == "fp8":
             raise ConfigError(

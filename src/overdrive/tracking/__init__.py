@@ -12,10 +12,16 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from overdrive.errors import OverdriveError
-from overdrive.tracking.base import NoOpTracker, Tracker
+from overdrive.tracking.base import NoOpTracker, Tracker, TrackerError
 
-__all__ = ["AVAILABLE", "NoOpTracker", "Tracker", "TrackerError", "start_trackers"]
+__all__ = [
+    "AVAILABLE",
+    "NoOpTracker",
+    "Tracker",
+    "TrackerError",
+    "check_started",
+    "start_trackers",
+]
 
 # name -> (module, class, package that must be importable, extra to install)
 AVAILABLE: dict[str, tuple[str, str, str | None, str | None]] = {
@@ -29,10 +35,6 @@ AVAILABLE: dict[str, tuple[str, str, str | None, str | None]] = {
     "wandb": ("overdrive.tracking.wandb", "WandBTracker", "wandb", "wandb"),
     "mlflow": ("overdrive.tracking.mlflow", "MLflowTracker", "mlflow", "mlflow"),
 }
-
-
-class TrackerError(OverdriveError):
-    """A tracker cannot start as asked (unknown, not installed, no logging directory)."""
 
 
 def is_installed(name: str) -> bool:
@@ -104,7 +106,7 @@ def start_trackers(
     """Start every tracker in ``log_with``: real ones on the main process, no-ops elsewhere.
 
     ``init_kwargs`` maps a tracker name to keyword arguments for its run (for example
-    ``{"wandb": {"mode": "offline"}}``).
+    ``{"wandb": {"mode": "offline"}}``). Trackers an earlier call started are finished first.
     """
     settings = getattr(accelerator, "settings", None)
     log_with = settings["log_with"] if settings is not None else None
@@ -125,6 +127,8 @@ def start_trackers(
             f"trackers\n  fix: key init_kwargs by tracker name: {', '.join(AVAILABLE)}"
         )
     logging_dir = _logging_dir(accelerator, names, source)
+    for previous in getattr(accelerator, "trackers", None) or []:
+        previous.finish()  # init_trackers again: the earlier runs end, none is left open
     if not accelerator.state.is_main_process:
         return [NoOpTracker(i if isinstance(i, str) else i.name) for i in items]
     trackers: list[Tracker] = []
@@ -137,3 +141,16 @@ def start_trackers(
             tracker.store_init_configuration(config)
         trackers.append(tracker)
     return trackers
+
+
+def check_started(log_with: Any, trackers: list[Tracker]) -> None:
+    """Raise when ``log_with`` names trackers but ``init_trackers`` has not started them
+    (``accelerator.log`` would otherwise drop the values without a word)."""
+    if trackers or not requested(log_with):
+        return
+    names = [i if isinstance(i, str) else i.name for i in requested(log_with)]
+    raise TrackerError(
+        f"log() was called before init_trackers(): log_with names {', '.join(names)}, but "
+        "no tracker is running, so these values would be lost\n"
+        "  fix: call accelerator.init_trackers('project_name') once before logging"
+    )

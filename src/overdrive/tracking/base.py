@@ -7,6 +7,13 @@ import numbers
 from pathlib import Path
 from typing import Any
 
+from overdrive.errors import OverdriveError
+
+
+class TrackerError(OverdriveError):
+    """A tracker cannot start or log as asked (unknown, not installed, no logging directory,
+    already finished)."""
+
 
 class Tracker:
     """One experiment tracker run. Subclasses set ``name`` and implement the hooks.
@@ -22,6 +29,23 @@ class Tracker:
     def __init__(self, project_name: str, logging_dir: Path | None, **init_kwargs: Any) -> None:
         self.project_name = project_name
         self.logging_dir = logging_dir
+        self.finished = False
+
+    def check_open(self, what: str) -> None:
+        """Raise a TrackerError when ``what`` comes after ``finish`` (``end_training``)."""
+        if getattr(self, "finished", False):
+            raise TrackerError(
+                f"{what} on the {self.name} tracker after end_training() finished it; "
+                "nothing would be recorded\n  fix: log before end_training(), or call "
+                "init_trackers() again to start a new run"
+            )
+
+    def mark_finished(self) -> bool:
+        """Record that the run is finished; False when it already was (finish is idempotent)."""
+        if getattr(self, "finished", False):
+            return False
+        self.finished = True
+        return True
 
     @property
     def tracker(self) -> Any:
@@ -63,6 +87,12 @@ class NoOpTracker(Tracker):
     @property
     def tracker(self) -> Any:
         return _NoOpRun()
+
+    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        self.check_open("log")  # the same error as the main process's tracker
+
+    def finish(self) -> None:
+        self.mark_finished()
 
     def __repr__(self) -> str:
         return f"NoOpTracker({self.name!r})"

@@ -31,9 +31,10 @@ class JSONLTracker(Tracker):
         (self.run_dir / "config.json").write_text(text, encoding="utf-8")
 
     def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        self.check_open("log")
         record = {"step": step, "time": time.time(), "values": plain(values)}
         self._file.write(json.dumps(record, allow_nan=False) + "\n")
 
     def finish(self) -> None:
-        if not self._file.closed:
+        if self.mark_finished():
             self._file.close()

@@ -35,6 +35,7 @@ class TensorBoardTracker(Tracker):
         self.writer.flush()
 
     def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        self.check_open("log")
         for key, value in values.items():
             number = scalar(value)
             if number is not None:
@@ -49,4 +50,5 @@ class TensorBoardTracker(Tracker):
         self.writer.flush()
 
     def finish(self) -> None:
-        self.writer.close()
+        if self.mark_finished():
+            self.writer.close()

@@ -30,7 +30,9 @@ class WandBTracker(Tracker):
         self.run.config.update(config, allow_val_change=True)
 
     def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        self.check_open("log")
         self.run.log(values, step=step, **kwargs)
 
     def finish(self) -> None:
-        self.run.finish()
+        if self.mark_finished():
+            self.run.finish()

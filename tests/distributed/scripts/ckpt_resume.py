@@ -3,8 +3,9 @@
 full:    train 15 batches uninterrupted; automatic saves after batches 4, 8 and 9 (9 is
          mid-epoch and mid accumulation window); total_limit=2.
 resume:  a new process group: load_state() (newest = after batch 9), train to 15 with a
-         save after 12; then a save during which process 1 SIGKILLs itself after writing
-         its files (the launch fails on purpose).
+         save after 12; then a save during which process 1 SIGKILLs itself before writing
+         its files while process 0 has written its own (the launch fails on purpose; a
+         commit that did not wait for every process would leave an incomplete checkpoint_4).
 recover: load_state() must pick the checkpoint after 12 (the killed one is incomplete),
          train to 15, save once more; then process 0 alone calls save_state, which must end
          with an error naming process 1 instead of hanging.
@@ -50,7 +51,7 @@ def main() -> None:
         if rank == 1:
 
             def kill(stage: str) -> None:
-                if stage == "wrote rank files":
+                if stage == "writing rank files":
                     os.kill(os.getpid(), signal.SIGKILL)
 
             save_module._fault_point = kill
