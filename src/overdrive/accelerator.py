@@ -37,6 +37,7 @@ from overdrive.plugins import (
     ProjectConfiguration,
 )
 from overdrive.precision import FP8RecipeKwargs, make_precision
+from overdrive.random_state import check_rng_types
 from overdrive.scheduler import AcceleratedScheduler
 from overdrive.state import PartialState
 from overdrive.strategies import check_available, select_strategy
@@ -50,6 +51,9 @@ class Accelerator:
     Settings passed here win over environment variables, launch flags and the config file
     (``config_file`` replaces the default one). ``num_processes`` in code must match the
     processes actually running; otherwise the error says how to launch them.
+    ``rng_types`` ("torch", "cuda", "generator", "python", "numpy") names RNGs copied from
+    rank 0 to every process when a prepared dataloader starts an epoch; the default is none,
+    since the shuffle order is already shared. Loop semantics: ``docs/training_loop.md``.
     """
 
     def __init__(
@@ -105,7 +109,9 @@ class Accelerator:
 
         self.device_placement = device_placement
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
-        self.rng_types = list(rng_types) if rng_types is not None else None
+        # RNGs copied from rank 0 at each prepared loader's epoch start; shuffling needs
+        # none (its seed is shared), so the default is to synchronise nothing.
+        self.rng_types = check_rng_types(rng_types)
         self.dataloader_config = dataloader_config or DataLoaderConfiguration()
         self.project_configuration = project_configuration(self.settings, project_config)
         self.log_with = self.settings["log_with"] or (
@@ -129,6 +135,14 @@ class Accelerator:
             source=str(self.settings.source("mixed_precision")),
         )
         plugin = gradient_accumulation_plugin or GradientAccumulationPlugin()
+        if not plugin.adjust_scheduler:
+            raise ConfigError(
+                "GradientAccumulationPlugin(adjust_scheduler=False) cannot take effect: a "
+                "prepared scheduler always advances once per optimizer step that really ran",
+                key="adjust_scheduler",
+                fix="drop adjust_scheduler, or pass step_scheduler_with_optimizer=False to "
+                "Accelerator to advance the scheduler on every scheduler.step() call",
+            )
         self._sync_with_dataloader = plugin.sync_with_dataloader
         self.gradient_state = GradientState(
             self.settings["gradient_accumulation_steps"], sync_each_batch=plugin.sync_each_batch
@@ -245,8 +259,9 @@ class Accelerator:
 
     def prepare_model(self, model: nn.Module, device_placement: bool | None = None) -> nn.Module:
         """Convert (precision), place, wrap (strategy) and optionally compile ``model``."""
-        if any(model is m for m in self._models):
-            return model
+        for prepared in self._models:
+            if model is prepared or model is self.strategy.unwrap(prepared):
+                return prepared  # prepared before (or its inner module): one wrapper per model
         place = self.device_placement if device_placement is None else device_placement
         model = self.precision.convert_module(model)  # also runs forward under autocast
         model = self.strategy.setup_model(model, device_placement=place)
@@ -261,6 +276,9 @@ class Accelerator:
         """Wrap ``optimizer`` so it follows accumulation windows and the precision policy."""
         if isinstance(optimizer, AcceleratedOptimizer):
             return optimizer
+        for prepared in self._optimizers:
+            if prepared.optimizer is optimizer:
+                return prepared  # a second wrapper would rescale and step the same grads twice
         place = self.device_placement if device_placement is None else device_placement
         raw = self.strategy.setup_optimizer(optimizer)
         if place and raw.state:
@@ -275,6 +293,9 @@ class Accelerator:
         """Wrap ``scheduler`` to advance once per optimizer step that really ran."""
         if isinstance(scheduler, AcceleratedScheduler):
             return scheduler
+        for prepared in self._schedulers:
+            if prepared.scheduler is scheduler:
+                return prepared
         target = scheduler.optimizer
         owners = [o for o in self._optimizers if o is target or o.optimizer is target]
         wrapped = AcceleratedScheduler(
@@ -302,6 +323,7 @@ class Accelerator:
             non_blocking=s["non_blocking"],
             data_seed=self.dataloader_config.data_seed,
             device=self.device if place else None,
+            rng_types=self.rng_types,
         )
         self._dataloaders.append(prepared)
         return prepared
@@ -326,6 +348,9 @@ class Accelerator:
         Gradients synchronise (and the prepared optimizer steps) on the window's last
         micro-batch, and on the last batch of a prepared dataloader; a window closed early
         after m < k micro-batches is normalised by m (see ``overdrive.accumulation``).
+        Dataloaders without a length (iterable datasets) close their last window the same
+        way once prepared (the end is found by reading one batch ahead); an unprepared
+        loader gives no end signal, so its partial window carries into the next epoch.
         """
         gs = self.gradient_state
         if gs.advance(self._sync_with_dataloader and self.loop_state.end_of_dataloader):

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from overdrive.errors import ConfigError
 from overdrive.process_env import detect_process_env
 
 
@@ -85,3 +87,58 @@ def restore_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all([torch.tensor(s, dtype=torch.uint8) for s in state["cuda"]])
+
+
+RNG_TYPES = ("torch", "cuda", "generator", "python", "numpy")
+
+
+def check_rng_types(rng_types: Sequence[str] | None) -> list[str]:
+    """``rng_types`` as a list of known names (an unknown name is an error, not ignored)."""
+    names = [str(getattr(n, "value", n)).lower() for n in rng_types or ()]
+    unknown = [n for n in names if n not in RNG_TYPES]
+    if unknown:
+        raise ConfigError(
+            f"rng_types got {unknown}, which overdrive does not know",
+            key="rng_types",
+            fix=f"use names from {list(RNG_TYPES)}",
+        )
+    return names
+
+
+def synchronize_rng_states(
+    rng_types: Sequence[str], generator: torch.Generator | None = None
+) -> None:
+    """Give every process rank 0's state of each named RNG (one broadcast).
+
+    ``generator`` is the dataloader's own generator ("generator"; skipped when the loader
+    has none). "cuda" syncs the current CUDA device's generator when CUDA is in use.
+    """
+    import numpy as np
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return
+    states: dict[str, Any] = {}
+    for name in rng_types:
+        if name == "torch":
+            states[name] = torch.get_rng_state()
+        elif name == "cuda" and torch.cuda.is_available() and torch.cuda.is_initialized():
+            states[name] = torch.cuda.get_rng_state()
+        elif name == "generator" and generator is not None:
+            states[name] = generator.get_state()
+        elif name == "python":
+            states[name] = random.getstate()
+        elif name == "numpy":
+            states[name] = np.random.get_state()
+    box: list[Any] = [states]
+    dist.broadcast_object_list(box, src=0)
+    for name, value in box[0].items():
+        if name == "torch":
+            torch.set_rng_state(value)
+        elif name == "cuda":
+            torch.cuda.set_rng_state(value)
+        elif name == "generator" and generator is not None:
+            generator.set_state(value)
+        elif name == "python":
+            random.setstate(value)
+        elif name == "numpy":
+            np.random.set_state(value)

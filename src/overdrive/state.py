@@ -7,7 +7,9 @@ created the group may destroy it.
 
 from __future__ import annotations
 
+import atexit
 import builtins
+import gc
 import os
 import shlex
 import sys
@@ -201,6 +203,8 @@ class PartialState:
             )
         self._created_group = True
         self._backend = backend
+        atexit.unregister(_destroy_at_exit)  # registered once however many groups
+        atexit.register(_destroy_at_exit)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -348,6 +352,16 @@ class PartialState:
             dist.destroy_process_group()
         self._created_group = False
         self._backend = None
+
+
+def _destroy_at_exit() -> None:
+    """Tear the group down while the interpreter is alive: a gloo group left to interpreter
+    finalization sometimes aborts a finished process (SIGABRT, "terminate called without an
+    active exception"; pytorch/pytorch#179291). Collecting first frees unreachable DDP
+    wrappers, which hold the group too."""
+    if dist.is_available() and dist.is_initialized():
+        gc.collect()
+        dist.destroy_process_group()
 
 
 def _share(n: int, world: int, rank: int) -> tuple[int, int]:

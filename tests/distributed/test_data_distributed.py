@@ -7,6 +7,7 @@ with `overdrive launch` (2 and 3 processes), with torchrun, and with plain `pyth
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from functools import cache
@@ -14,6 +15,13 @@ from functools import cache
 from tests.helpers.dist import REPO, SCRIPTS, assert_ok, clean_env, run_launch
 
 SCRIPT = SCRIPTS / "data_checks.py"
+
+
+def _free_port() -> int:
+    """A port for torchrun's rendezvous (the default 29500 may be taken by a parallel run)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def _order(result: subprocess.CompletedProcess[str]) -> list[list[int]]:
@@ -41,7 +49,16 @@ def test_three_processes_for_uneven_splits() -> None:
 
 def test_torchrun_runs_the_same_script_and_shuffles_like_another_run() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(SCRIPT)],
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            str(_free_port()),
+            str(SCRIPT),
+        ],
         env=clean_env(),
         capture_output=True,
         text=True,

@@ -77,6 +77,12 @@ def test_plugin_steps_are_the_accumulation_steps() -> None:
     assert acc.gradient_accumulation_steps == 4
 
 
+def test_adjust_scheduler_off_cannot_take_effect_and_says_so() -> None:
+    plugin = GradientAccumulationPlugin(num_steps=2, adjust_scheduler=False)
+    with pytest.raises(ConfigError, match="step_scheduler_with_optimizer=False"):
+        Accelerator(cpu=True, gradient_accumulation_plugin=plugin)
+
+
 def test_accumulation_given_twice_is_an_error() -> None:
     with pytest.raises(ConfigError, match="given twice"):
         Accelerator(
@@ -121,6 +127,26 @@ def test_prepare_returns_objects_in_order_and_wraps_them() -> None:
     assert acc._models == [model] and acc._optimizers == [o2] and acc._schedulers == [s2]
     assert acc.prepare(o2) is o2  # preparing twice changes nothing
     assert acc._optimizers == [o2]
+
+
+def test_preparing_the_raw_objects_again_returns_the_first_wrappers() -> None:
+    acc = Accelerator(cpu=True, gradient_accumulation_steps=2)
+    model, opt, sched = _parts()
+    m1, o1, s1 = acc.prepare(model, opt, sched)
+    m2, o2, s2 = acc.prepare(model, opt, sched)
+    assert (m2, o2, s2) == (m1, o1, s1)
+    # two wrappers of one optimizer would each apply a partial window's k/m rescale
+    assert acc._models == [m1] and acc._optimizers == [o1] and acc._schedulers == [s1]
+
+
+def test_rng_types_are_checked_names() -> None:
+    assert Accelerator(cpu=True).rng_types == []
+    assert Accelerator(cpu=True, rng_types=["torch", "generator"]).rng_types == [
+        "torch",
+        "generator",
+    ]
+    with pytest.raises(ConfigError, match="rng_types got \\['tpu'\\]"):
+        Accelerator(cpu=True, rng_types=["torch", "tpu"])
 
 
 def test_prepare_one_object_returns_it_alone() -> None:

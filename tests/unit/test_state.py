@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from datetime import timedelta
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ import torch.distributed as dist
 from hypothesis import given
 from hypothesis import strategies as st
 
+from overdrive import InitProcessGroupKwargs
 from overdrive.config import load_settings
 from overdrive.errors import ConfigError
 from overdrive.state import PartialState, launch_command, split_for_process
@@ -94,6 +96,25 @@ def test_backends_needing_a_group_get_one_even_alone() -> None:
     finally:
         state.destroy_process_group()
     assert not dist.is_initialized()
+
+
+def test_init_process_group_kwargs_reach_the_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[dict[str, object]] = []
+    real = dist.init_process_group
+
+    def spy(**kwargs: object) -> None:
+        calls.append(kwargs)
+        real(**kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(dist, "init_process_group", spy)
+    handler = InitProcessGroupKwargs(timeout=timedelta(seconds=77))
+    settings = load_settings(code={"distributed_type": "FSDP"}, environ={})
+    state = PartialState(settings, environ={}, init_kwargs=handler)
+    try:
+        assert len(calls) == 1
+        assert calls[0]["timeout"] == timedelta(seconds=77) and calls[0]["backend"] == "gloo"
+    finally:
+        state.destroy_process_group()
 
 
 def test_decorators_and_print(capsys: pytest.CaptureFixture[str]) -> None:

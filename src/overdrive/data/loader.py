@@ -20,6 +20,7 @@ from overdrive.data.rounds import dispatched_shares, global_rounds, local_shares
 from overdrive.data.samplers import SeedableRandomSampler, ShardedBatchSampler
 from overdrive.errors import ConfigError
 from overdrive.loop_state import LoaderProgress, LoopState
+from overdrive.random_state import synchronize_rng_states
 
 if TYPE_CHECKING:
     from overdrive.state import PartialState
@@ -98,6 +99,7 @@ class PreparedDataLoader:
         device: torch.device | None,
         non_blocking: bool,
         pin_memory: bool,
+        rng_types: list[str] | None = None,
     ) -> None:
         self.base_dataloader = base
         self.state = state
@@ -112,6 +114,7 @@ class PreparedDataLoader:
         self.device = device
         self.non_blocking = non_blocking
         self._pin_memory = pin_memory
+        self.rng_types = rng_types or []
         self._world, self._rank = state.num_processes, state.process_index
         self._drop_last = bool(base.drop_last)
         self._progress = _Epoch()
@@ -236,6 +239,8 @@ class PreparedDataLoader:
                 p.epoch += 1
             skip = 0
         p.resume_skip, p.in_epoch, p.yielded = 0, True, skip
+        if self.rng_types and self._world > 1:
+            synchronize_rng_states(self.rng_types, self.base_dataloader.generator)
         for obj in (self.sampler, getattr(self._batch_sampler, "sampler", None), self.dataset):
             if obj is not None and hasattr(obj, "set_epoch"):
                 obj.set_epoch(p.epoch)

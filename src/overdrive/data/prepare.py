@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -12,6 +12,7 @@ from overdrive.data.loader import PreparedDataLoader, _draw_seed, _loader_kwargs
 from overdrive.data.samplers import SeedableRandomSampler
 from overdrive.errors import ConfigError
 from overdrive.loop_state import LoopState
+from overdrive.random_state import check_rng_types
 
 if TYPE_CHECKING:
     from overdrive.state import PartialState
@@ -37,6 +38,7 @@ def prepare_data_loader(
     data_seed: int | None = None,
     device: torch.device | None = None,
     put_on_device: bool = True,
+    rng_types: Sequence[str] = (),
 ) -> PreparedDataLoader:
     """Shard ``dataloader`` so each process sees its own part of every global batch.
 
@@ -45,7 +47,9 @@ def prepare_data_loader(
     processes. ``dispatch_batches`` (default: on for iterable datasets) makes rank 0 read
     and send. A ``shuffle=True`` loader is reshuffled per epoch from one seed shared by
     all ranks (``data_seed``, else drawn on rank 0). Batches are moved to ``device``
-    (None, or ``put_on_device=False``: left where the DataLoader put them).
+    (None, or ``put_on_device=False``: left where the DataLoader put them). ``rng_types``
+    names RNGs ("torch", "cuda", "generator", "python", "numpy") copied from rank 0 to every
+    process at the start of each epoch (see ``overdrive.random_state``).
     """
     if not isinstance(dataloader, DataLoader):
         raise TypeError(f"prepare_data_loader needs a torch DataLoader, not {type(dataloader)}")
@@ -111,6 +115,7 @@ def prepare_data_loader(
         device=device,
         non_blocking=non_blocking and on_cuda,
         pin_memory=pin,
+        rng_types=check_rng_types(rng_types),
     )
 
 

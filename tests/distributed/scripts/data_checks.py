@@ -7,10 +7,12 @@ Every process runs every check; any failure raises (non-zero exit). Rank 0 print
 from __future__ import annotations
 
 import json
+import random
 import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, IterableDataset
@@ -53,7 +55,7 @@ def same_everywhere(value: object) -> None:
 
 
 def prep(ds, batch_size, **kw):
-    loader_kw = {k: kw.pop(k) for k in ("shuffle", "drop_last") if k in kw}
+    loader_kw = {k: kw.pop(k) for k in ("shuffle", "drop_last", "generator") if k in kw}
     dl = DataLoader(ds, batch_size=batch_size, **loader_kw)
     return prepare_data_loader(dl, state=STATE, loop_state=LOOP, device=STATE.device, **kw)
 
@@ -267,6 +269,31 @@ def check_resume() -> None:
     assert done.state_dict()["epoch"] == 1 and done.state_dict()["batches_yielded"] == 0
 
 
+def check_rng_types() -> None:
+    """rng_types: the named RNGs start every epoch as rank 0's; unnamed ones stay per-rank."""
+
+    def agree(values: list[float]) -> bool:
+        everyone = ops.gather_object([values])
+        return all(v == everyone[0] for v in everyone)
+
+    for names in ([], ["torch", "generator", "python", "numpy"]):
+        torch.manual_seed(100 + RANK)
+        gen = torch.Generator().manual_seed(200 + RANK)
+        dl = prep(Items(4 * W), 2, generator=gen, rng_types=names)
+        for _ in dl:
+            pass
+        draws = [
+            torch.rand(()).item(),
+            torch.rand((), generator=gen).item(),
+            random.random(),
+            float(np.random.rand()),
+        ]
+        if names:
+            assert agree(draws), "rng_types did not synchronise the named RNGs"
+        elif W > 1:
+            assert not agree(draws[:2]), "RNGs agreed without rng_types: the check is void"
+
+
 def check_nested_loops() -> None:
     train, evaluate = prep(Items(4 * W), 2), prep(Items(3 * W + 1), 2)
     for k, _ in enumerate(train):
@@ -286,6 +313,7 @@ def main() -> None:
     order = check_shuffle()
     check_resume()
     check_nested_loops()
+    check_rng_types()
     STATE.wait_for_everyone()
     if STATE.is_main_process:
         print("ORDER", json.dumps(order))

@@ -6,12 +6,14 @@ trains a reference model in every process on the samples all processes saw toget
 
 1. W processes x batch b  ==  1 process x batch W*b, 10 AdamW steps with clipping active;
 2. k accumulation steps x b  ==  1 step x k*W*b, with a trailing partial window (7 micro-
-   batches per epoch, k = 3: windows of 3, 3, 1), over 2 epochs; the LR scheduler's count
+   batches per epoch, k = 3: windows of 3, 3, 1; the last micro-batch holds W samples,
+   padded by even_batches to b per process), over 2 epochs; the LR scheduler's count
    equals the optimizer steps taken; gradients differ across processes inside a window
    (no_sync) and agree when it closes;
 3. DistributedDataParallelKwargs reach DDP; unwrap_model returns the user's module;
 4. Accelerator(num_processes=4) under a different world is a clear error (a warning
-   under plain python, which always runs one process).
+   under plain python, which always runs one process);
+5. with debug=True a collective called with different shapes raises, listing every rank.
 
 Prints "ALL CHECKS PASSED world=W" on the main process.
 """
@@ -27,6 +29,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from overdrive import ConfigError, DistributedDataParallelKwargs
 from overdrive.accelerator import Accelerator
+from overdrive.ops import CollectiveMismatchError
 
 ATOL = 1e-6
 
@@ -81,7 +84,7 @@ def check_accumulation(world_acc: Accelerator) -> None:
     k, b, micro = 3, 2, 7
     acc = Accelerator(cpu=True, gradient_accumulation_steps=k)
     world = acc.num_processes
-    ds = make_data(world * b * micro)
+    ds = make_data(world * (b * (micro - 1) + 1))  # the last batch is short (and padded)
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s))
@@ -138,6 +141,7 @@ def check_ddp_kwargs(acc: Accelerator) -> None:
     assert wrapped.gradient_as_bucket_view is True
     assert wrapped.bucket_bytes_cap == 1024 * 1024
     assert other.unwrap_model(wrapped) is model
+    assert other.prepare(model) is wrapped  # the raw module again: no second DDP wrapper
     static = Accelerator(
         cpu=True, kwargs_handlers=[DistributedDataParallelKwargs(static_graph=True)]
     ).prepare(make_model())
@@ -161,12 +165,26 @@ def check_world_mismatch(acc: Accelerator) -> None:
     assert any("--num_processes 4" in str(w.message) for w in caught), caught
 
 
+def check_debug_mismatch(acc: Accelerator) -> None:
+    if acc.num_processes == 1:
+        return
+    debug = Accelerator(cpu=True, debug=True)
+    try:
+        debug.reduce(torch.zeros(acc.process_index + 2))
+    except CollectiveMismatchError as exc:
+        for r in range(acc.num_processes):
+            assert f"rank {r}: <tensor>: [{r + 2}]" in str(exc), str(exc)
+    else:
+        raise AssertionError("debug mode let a shape mismatch through")
+
+
 def main() -> None:
     acc = Accelerator(cpu=True)
     check_data_parallel(acc)
     check_accumulation(acc)
     check_ddp_kwargs(acc)
     check_world_mismatch(acc)
+    check_debug_mismatch(acc)
     acc.wait_for_everyone()
     acc.print(f"ALL CHECKS PASSED world={acc.num_processes}")
 
