@@ -537,6 +537,10 @@ class Accelerator:
         step: int | None = None,
         log_kwargs: dict[str, Any] | None = None,
     ) -> None:
+        if not self.trackers:
+            from overdrive.tracking import check_started
+
+            check_started(self.log_with, self.trackers)  # log_with set but never started: error
         for tracker in self.trackers:
             tracker.log(values, step=step, **(log_kwargs or {}).get(tracker.name, {}))
 

@@ -11,7 +11,6 @@ import atexit
 import builtins
 import gc
 import os
-import shlex
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -26,6 +25,7 @@ import torch.distributed as dist
 from overdrive.config import Settings, load_settings
 from overdrive.errors import ConfigError
 from overdrive.kwargs_handlers import InitProcessGroupKwargs
+from overdrive.launch.suggest import suggest_command
 from overdrive.process_env import DEFAULT_MASTER_PORT, ProcessEnv, detect_process_env
 from overdrive.types import DistributedType
 
@@ -33,16 +33,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 # Backends that need a process group even when a single process runs.
 _GROUP_EVEN_ALONE = (DistributedType.FSDP, DistributedType.DEEPSPEED, DistributedType.MEGATRON_LM)
-
-
-def launch_command(num_processes: int, num_machines: int = 1, argv: list[str] | None = None) -> str:
-    """The ``overdrive launch`` command line that would run this script on ``num_processes``."""
-    argv = list(sys.argv if argv is None else argv)
-    script = argv[:1] if argv and argv[0] not in ("", "-c") else ["your_script.py"]
-    cmd = ["overdrive", "launch", "--num_processes", str(num_processes)]
-    if num_machines > 1:
-        cmd += ["--num_machines", str(num_machines), "--machine_rank", "<this machine's rank>"]
-    return shlex.join([*cmd, *script, *argv[1:]])
 
 
 class PartialState:
@@ -85,7 +75,7 @@ class PartialState:
             warnings.warn(
                 f"the settings ask for num_processes={want}, num_machines={machines} ({source}) "
                 "but this script was started with plain `python`, so it runs as 1 process. "
-                f"To run {want} processes: {launch_command(want, machines)}",
+                f"To run {want} processes: {suggest_command(s, sys.argv)}",
                 UserWarning,
                 stacklevel=3,
             )
@@ -99,7 +89,7 @@ class PartialState:
                 raise ConfigError(
                     message,
                     key="num_processes",
-                    fix=f"launch {asked} processes ({launch_command(asked, machines)}) or "
+                    fix=f"launch {asked} processes ({suggest_command(s, sys.argv)}) or "
                     "remove num_processes from the code",
                 )
             warnings.warn(f"{message}; the running world wins", UserWarning, stacklevel=3)

@@ -333,3 +333,12 @@ def test_select_strategy_by_world_size() -> None:
     assert two.ddp_kwargs == {"bucket_cap_mb": 5, "static_graph": True}  # only changed fields
     one = select_strategy(SimpleNamespace(num_processes=1, device=cpu), settings)
     assert isinstance(one, SingleDeviceStrategy)
+
+
+def test_log_before_init_trackers_is_an_error_not_a_silent_drop() -> None:
+    from overdrive.tracking import TrackerError
+
+    acc = Accelerator(cpu=True, log_with="jsonl")
+    with pytest.raises(TrackerError, match="before init_trackers"):
+        acc.log({"loss": 1.0}, step=0)
+    Accelerator(cpu=True).log({"loss": 1.0}, step=0)  # no log_with: nothing to start, no error

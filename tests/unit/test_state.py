@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from overdrive import InitProcessGroupKwargs
 from overdrive.config import load_settings
 from overdrive.errors import ConfigError
-from overdrive.state import PartialState, launch_command, split_for_process
+from overdrive.state import PartialState, split_for_process
 from overdrive.types import DistributedType
 
 
@@ -75,12 +75,6 @@ def test_code_value_contradicting_the_launched_world_is_an_error() -> None:
     with pytest.raises(ConfigError, match="2 processes are running") as err:
         _state(env, num_processes=4)
     assert "overdrive launch --num_processes 4" in str(err.value)
-
-
-def test_launch_command_keeps_the_script_and_its_arguments() -> None:
-    cmd = launch_command(3, argv=["train.py", "--lr", "0.1 2"])
-    assert cmd == "overdrive launch --num_processes 3 train.py --lr '0.1 2'"
-    assert "--num_machines 2" in launch_command(4, 2, argv=["t.py"])
 
 
 def test_backends_needing_a_group_get_one_even_alone() -> None:

@@ -98,9 +98,30 @@ def run(argv: list[str]) -> int:
     return 0
 
 
+def _release_process_group() -> None:
+    """Destroy a process group the script left open, while the interpreter is still whole.
+
+    A gloo group torn down by interpreter finalization sometimes aborts a process that has
+    already finished its work (pytorch/pytorch#179291); the launcher would then report a
+    failure for a run that succeeded.
+    """
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
+        return
+    try:
+        if dist.is_available() and dist.is_initialized():
+            import gc
+
+            gc.collect()
+            dist.destroy_process_group()
+    except Exception:  # noqa: BLE001 - teardown is best effort; the exit code stands
+        pass
+
+
 def main() -> None:
     _die_with_parent()
     code = run(sys.argv[1:])
+    _release_process_group()
     sys.stdout.flush()
     sys.exit(code)
 
