@@ -38,3 +38,13 @@ def test_seed001_loop_runs_on_one_process(tmp_path: Path) -> None:
     assert_ok(result)
     assert "epoch 2 finished" in result.stdout
     assert (out / "model.safetensors").is_file()
+
+
+def test_readme_loop_runs_on_two_processes() -> None:
+    """The README's loop is the file examples/readme_loop.py: it must keep working."""
+    readme = (REPO / "README.md").read_text()
+    loop = (EXAMPLES / "readme_loop.py").read_text().split('"""', 2)[2].strip()
+    assert loop in readme
+    result = run_launch(EXAMPLES / "readme_loop.py", nprocs=2)
+    assert_ok(result)
+    assert re.search(r"final loss [0-9.]+ on 2 processes", result.stdout), result.stdout
