@@ -74,6 +74,19 @@ def test_user_errors_exit_2_with_one_message(
     assert code == 2 and "--mixed_precision" in err and "Traceback" not in err
 
 
+def test_a_backend_not_built_yet_stops_before_any_worker_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = tmp_path / "t.py"
+    script.write_text("")
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    code = main(["launch", "--cpu", "--num_processes", "2", str(script)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "FSDP" in err and "not available yet" in err and "env ACCELERATE_USE_FSDP" in err
+    assert "Traceback" not in err and "RANK" not in err
+
+
 def test_every_flag_maps_to_one_setting() -> None:
     names = [name for name, _ in flag_settings()]
     assert len(names) == len(set(names))

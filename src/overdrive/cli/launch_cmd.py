@@ -11,6 +11,7 @@ import os
 import sys
 from typing import Any
 
+from overdrive.backends import check_available
 from overdrive.cli.flags import add_flag
 from overdrive.config import load_settings, schema
 from overdrive.config.kinds import Bool
@@ -126,6 +127,7 @@ def handle(args: argparse.Namespace) -> int:
         flag_names={s.key: name for name, s in flag_settings()},
         config_file=args.config_file,
     )
+    check_available(settings)  # an unavailable backend fails here, before any worker starts
     plan = build_plan(
         settings,
         target,
