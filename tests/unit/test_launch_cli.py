@@ -87,6 +87,17 @@ def test_a_backend_not_built_yet_stops_before_any_worker_starts(
     assert "Traceback" not in err and "RANK" not in err
 
 
+def test_fp8_on_cpu_stops_before_any_worker_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "t.py"
+    script.write_text("")
+    code = main(["launch", "--cpu", "--mixed_precision", "fp8", str(script)])
+    err = capsys.readouterr().err
+    assert code == 2 and "flag --mixed_precision" in err and "compute capability 8.9" in err
+    assert "Traceback" not in err
+
+
 def test_every_flag_maps_to_one_setting() -> None:
     names = [name for name, _ in flag_settings()]
     assert len(names) == len(set(names))

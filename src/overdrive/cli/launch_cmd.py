@@ -137,6 +137,13 @@ def handle(args: argparse.Namespace) -> int:
         max_restarts=args.max_restarts,
         monitor_interval=args.monitor_interval,
     )
+    if settings["mixed_precision"] == "fp8" and plan.device == "cpu":
+        import torch
+
+        from overdrive.precision.fp8 import check_fp8_available
+
+        # Refuse here rather than in every worker: fp8 needs a recent GPU.
+        check_fp8_available(torch.device("cpu"), str(settings.source("mixed_precision")))
     plan = ports.settle_port(plan)
     if args.dry_run:
         print(dry_run_text(plan, show_all=args.verbose))
