@@ -7,21 +7,12 @@ with `overdrive launch` (2 and 3 processes), with torchrun, and with plain `pyth
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
-import sys
 from functools import cache
 
-from tests.helpers.dist import REPO, SCRIPTS, assert_ok, clean_env, run_launch
+from tests.helpers.dist import SCRIPTS, assert_ok, run_launch, run_python, run_torchrun
 
 SCRIPT = SCRIPTS / "data_checks.py"
-
-
-def _free_port() -> int:
-    """A port for torchrun's rendezvous (the default 29500 may be taken by a parallel run)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _order(result: subprocess.CompletedProcess[str]) -> list[list[int]]:
@@ -48,23 +39,7 @@ def test_three_processes_for_uneven_splits() -> None:
 
 
 def test_torchrun_runs_the_same_script_and_shuffles_like_another_run() -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node",
-            "2",
-            "--master_port",
-            str(_free_port()),
-            str(SCRIPT),
-        ],
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=180,
-        cwd=REPO,
-    )
+    result = run_torchrun(SCRIPT)
     assert_ok(result)
     assert "ALL CHECKS PASSED on 2 process(es)" in result.stdout
     # set_seed(1234) + the seedable sampler: the same order in a separate run
@@ -72,13 +47,6 @@ def test_torchrun_runs_the_same_script_and_shuffles_like_another_run() -> None:
 
 
 def test_plain_python_runs_the_same_script_as_one_process() -> None:
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT)],
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-    )
+    result = run_python(SCRIPT)
     assert_ok(result)
     assert "ALL CHECKS PASSED on 1 process(es)" in result.stdout

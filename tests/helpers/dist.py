@@ -87,6 +87,31 @@ def launch_command(
     ]
 
 
+def run_torchrun(
+    script: Path, *, nprocs: int = 2, timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
+    """The same script under plain `torchrun` (torch.distributed.run) on its own free port."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nprocs)]
+    cmd += ["--master_port", str(free_port()), str(script)]
+    return subprocess.run(
+        cmd, env=clean_env(), capture_output=True, text=True, timeout=timeout, cwd=REPO
+    )
+
+
+def run_python(
+    script: Path, *args: str, timeout: float = 180, cwd: Path = REPO
+) -> subprocess.CompletedProcess[str]:
+    """The same script started with plain `python` (one process, no launcher)."""
+    return subprocess.run(
+        [sys.executable, str(script), *args],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+    )
+
+
 def assert_ok(result: subprocess.CompletedProcess[str]) -> None:
     """Fail with both output streams when a launched run did not exit 0."""
     assert result.returncode == 0, (
