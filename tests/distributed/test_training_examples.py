@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.helpers.dist import REPO, assert_ok, clean_env, run_launch
+from tests.helpers.dist import REPO, assert_ok, run_launch, run_python
 
 EXAMPLES = REPO / "examples"
 
@@ -27,14 +25,7 @@ def test_digits_demo_trains_on_two_processes() -> None:
 
 def test_seed001_loop_runs_on_one_process(tmp_path: Path) -> None:
     out = tmp_path / "model"
-    result = subprocess.run(
-        [sys.executable, str(EXAMPLES / "seed001_loop.py"), "--output_dir", str(out)],
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=180,
-        cwd=tmp_path,
-    )
+    result = run_python(EXAMPLES / "seed001_loop.py", "--output_dir", str(out), cwd=tmp_path)
     assert_ok(result)
     assert "epoch 2 finished" in result.stdout
     assert (out / "model.safetensors").is_file()
