@@ -54,3 +54,18 @@ def test_single_process_needs_no_store() -> None:
     assert not rv.active and rv.timeout == timedelta(minutes=30)
     rv.arrive()
     assert rv.done("write") == [] and rv.share("final", "x") == "x"
+
+
+def test_decide_hands_rank_0s_value_or_its_failure_to_everyone() -> None:
+    zero, one = _pair("load_state")
+    assert zero.decide("path", lambda: "ckpt_3") == "ckpt_3"
+    assert one.decide("path", lambda: pytest.fail("only rank 0 computes")) == "ckpt_3"
+
+    def missing() -> str:
+        raise FileNotFoundError("no checkpoint under runs/")
+
+    zero, one = _pair("load_state")
+    with pytest.raises(FileNotFoundError):
+        zero.decide("path", missing)
+    with pytest.raises(CheckpointError, match="failed on process 0: no checkpoint under runs/"):
+        one.decide("path", missing)

@@ -135,15 +135,7 @@ def load_state(
     rank, world = state.process_index, state.num_processes
     rv = Rendezvous("load_state", rank=rank, world_size=world, timeout=timeout or state.timeout)
     rv.arrive()
-    if rank == 0:
-        try:
-            path = find_checkpoint(accelerator, input_dir)
-        except Exception as exc:
-            rv.share("path", str(exc), failed=True)
-            raise
-        rv.share("path", str(path))
-    else:
-        path = Path(rv.share("path"))
+    path = Path(rv.decide("path", lambda: str(find_checkpoint(accelerator, input_dir))))
     error: str | None = None
     try:
         if looks_legacy(path):

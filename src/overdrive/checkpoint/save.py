@@ -113,18 +113,15 @@ def save_state(
     rank, world = state.process_index, state.num_processes
     rv = Rendezvous("save_state", rank=rank, world_size=world, timeout=timeout or state.timeout)
     rv.arrive()
-    if rank == 0:
-        try:
-            final, automatic = target_dir(accelerator, output_dir)
-            temp = atomic.prepare_temp(final)
-        except Exception as exc:
-            rv.share("target", f"{type(exc).__name__}: {exc}", failed=True)
-            raise
-        rv.share("target", f"{int(automatic)}{final}")
-    else:
-        shared = rv.share("target")
-        automatic, final = shared[0] == "1", Path(shared[1:])
-        temp = layout.temp_dir_for(final)
+
+    def prepare_target() -> str:
+        final, automatic = target_dir(accelerator, output_dir)
+        atomic.prepare_temp(final)
+        return f"{int(automatic)}{final}"
+
+    shared = rv.decide("target", prepare_target)
+    automatic, final = shared[0] == "1", Path(shared[1:])
+    temp = layout.temp_dir_for(final)
 
     error: str | None = None
     try:

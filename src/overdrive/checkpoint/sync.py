@@ -7,6 +7,7 @@ name the ones that did not. It works the same under gloo and NCCL.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from itertools import count
 from typing import Any
@@ -87,6 +88,19 @@ class Rendezvous:
                 f"{self.op} failed on process 0: {text[1:]}\n  fix: see process 0's error"
             )
         return text[1:]
+
+    def decide(self, name: str, compute: Callable[[], str]) -> str:
+        """Rank 0 computes a value and every rank gets it; if computing fails, every rank
+        fails (rank 0 with its own error, the others naming it) instead of waiting."""
+        if self.rank != 0:
+            return self.share(name)
+        try:
+            value = compute()
+        except Exception as exc:
+            if self.active:
+                self.share(name, str(exc), failed=True)
+            raise
+        return self.share(name, value)
 
     def done(self, step: str, error: str | None = None) -> list[str]:
         """This rank finished ``step`` (or failed with ``error``). Rank 0 waits for all of
