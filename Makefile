@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test lint typecheck venv clean
+.PHONY: demo test faults lint typecheck venv clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ typecheck: $(STAMP)
 
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -q tests
+
+# The fault attacks alone (they also run in `make test`).
+faults: $(STAMP)
+	$(BIN)/python -m pytest -q tests/faults
 
 # A real run with the default settings: 2 CPU processes (one gloo group) train on
 # scikit-learn's bundled digits and report held-out accuracy gathered across ranks.
