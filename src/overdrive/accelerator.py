@@ -123,7 +123,10 @@ class Accelerator:
         self.megatron_lm_plugin = megatron_lm_plugin
 
         self.strategy = select_strategy(
-            self.state, self.settings, ddp_kwargs=handlers.get(DistributedDataParallelKwargs)
+            self.state,
+            self.settings,
+            ddp_kwargs=handlers.get(DistributedDataParallelKwargs),
+            fsdp_wrap=_callable_wrap_policy(fsdp_plugin),
         )
         self.precision = make_precision(
             self.settings["mixed_precision"],
@@ -568,6 +571,11 @@ def _is_scheduler(obj: Any) -> bool:
         and hasattr(obj, "state_dict")
         and not isinstance(obj, (torch.optim.Optimizer, nn.Module))
     )
+
+
+def _callable_wrap_policy(plugin: FullyShardedDataParallelPlugin | None) -> Any:
+    policy = getattr(plugin, "auto_wrap_policy", None)
+    return policy if callable(policy) else None
 
 
 def _compile(model: nn.Module, settings: Settings) -> nn.Module:

@@ -13,7 +13,13 @@ from overdrive.config.kinds import Choice, GpuIds, Int, Str, Words
 from overdrive.config.schema_backends import BACKEND_SETTINGS
 from overdrive.config.setting import ON_OFF, Setting, setting
 
-SECTIONS = ("deepspeed_config", "fsdp_config", "megatron_lm_config", "dynamo_config")
+SECTIONS = (
+    "deepspeed_config",
+    "fsdp_config",
+    "megatron_lm_config",
+    "parallelism_config",
+    "dynamo_config",
+)
 
 DISTRIBUTED_TYPES = ("NO", "MULTI_CPU", "MULTI_GPU", "DEEPSPEED", "FSDP", "MEGATRON_LM", "XLA")
 MIXED_PRECISIONS = ("no", "fp16", "bf16", "fp8")

@@ -221,6 +221,25 @@ BACKEND_SETTINGS: tuple[Setting, ...] = (
         aliases=("fsdp_config.use_orig_params",),
         flag=True,
     ),
+    # --- The parallel layout (the described system's parallelism_config section) ---------
+    setting(
+        "parallelism_config.parallelism_config_dp_replicate_size",
+        Int(minimum=1),
+        None,
+        "data-parallel replicas (HSDP's outer dimension)",
+        env=("PARALLELISM_CONFIG_DP_REPLICATE_SIZE",),
+        aliases=("parallelism_config.dp_replicate_size",),
+        flag=True,
+    ),
+    setting(
+        "parallelism_config.parallelism_config_dp_shard_size",
+        Int(minimum=1),
+        None,
+        "processes one FSDP shard group spans",
+        env=("PARALLELISM_CONFIG_DP_SHARD_SIZE",),
+        aliases=("parallelism_config.dp_shard_size",),
+        flag=True,
+    ),
     # --- Megatron-LM style tensor / pipeline parallel (seed 000 table 2) ----------------
     setting(
         "megatron_lm_config.tp_degree",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from overdrive.backends import check_available
@@ -25,13 +26,22 @@ def select_strategy(
     settings: Settings,
     *,
     ddp_kwargs: DistributedDataParallelKwargs | None = None,
+    fsdp_wrap: Callable[..., Any] | None = None,
 ) -> Strategy:
-    """The strategy for this run: DDP when several processes run, else one device.
+    """The strategy for this run: FSDP when asked for, DDP when several processes run, else
+    one device. ``fsdp_wrap`` is a callable wrap policy given in code.
 
     ``state`` is the process state (``num_processes``, ``device``). A backend that is asked
     for but not built yet is an error naming the setting and where it came from.
     """
     check_available(settings)
+    if state.distributed_type == "FSDP":
+        from overdrive.parallel.fsdp_policy import policy_from_settings
+        from overdrive.parallel.layout import layout_from_settings
+        from overdrive.strategies.fsdp import FSDPStrategy
+
+        layout = layout_from_settings(settings, state.num_processes)
+        return FSDPStrategy(state.device, layout, policy_from_settings(settings, fsdp_wrap))
     if state.num_processes > 1:
         return DDPStrategy(state.device, ddp_kwargs)
     return SingleDeviceStrategy(state.device)

@@ -1,0 +1,124 @@
+"""One parallel layout for every backend: the degree of each dimension, validated early.
+
+Dimensions, outermost first: ``pp`` (pipeline), ``dp_replicate`` (replicas, as in DDP or
+HSDP's outer dimension), ``dp_shard`` (FSDP shards), ``cp`` (context), ``tp`` (tensor).
+Their product is the world size. Torch-free, so the launcher can refuse a world size that
+does not factor before it starts a worker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from overdrive.errors import ConfigError
+
+DIMENSIONS = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
+
+
+@dataclass(frozen=True)
+class ParallelLayout:
+    """Degrees of each parallel dimension; their product is ``world_size``."""
+
+    dp_replicate: int = 1
+    dp_shard: int = 1
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+
+    @property
+    def world_size(self) -> int:
+        return self.dp_replicate * self.dp_shard * self.tp * self.pp * self.cp
+
+    @property
+    def dp_size(self) -> int:
+        """Processes that see different data: replicas times shards."""
+        return self.dp_replicate * self.dp_shard
+
+    def degrees(self) -> dict[str, int]:
+        """Every dimension's degree, outermost first."""
+        return {name: getattr(self, name) for name in DIMENSIONS}
+
+    def mesh_dims(self) -> tuple[tuple[str, ...], tuple[int, ...]]:
+        """(names, sizes) of the mesh: every dimension above 1, and ``dp_shard`` always.
+
+        ``dp_shard`` stays even at size 1 so replicate-only FSDP2 (NO_SHARD) is a 2-D
+        ``(dp_replicate, dp_shard=1)`` mesh, as ``fully_shard`` expects for replication.
+        """
+        kept = [(n, d) for n, d in self.degrees().items() if d > 1 or n == "dp_shard"]
+        return tuple(n for n, _ in kept), tuple(d for _, d in kept)
+
+    def coordinates(self, rank: int) -> dict[str, int]:
+        """The coordinate of ``rank`` on every dimension (row-major, ``tp`` innermost)."""
+        out: dict[str, int] = {}
+        rest = rank
+        for name in reversed(DIMENSIONS):
+            degree = getattr(self, name)
+            out[name] = rest % degree
+            rest //= degree
+        return {name: out[name] for name in DIMENSIONS}
+
+    def dp_rank(self, rank: int) -> int:
+        """The data-parallel rank of ``rank``: which slice of each global batch it reads."""
+        c = self.coordinates(rank)
+        return c["dp_replicate"] * self.dp_shard + c["dp_shard"]
+
+    def describe(self) -> str:
+        """``dp_replicate=2 x dp_shard=2`` (dimensions above 1 only)."""
+        parts = [f"{n}={d}" for n, d in self.degrees().items() if d > 1]
+        return " x ".join(parts) or "one process"
+
+
+def _hybrid_degrees(settings: Any, world: int) -> tuple[int, int]:
+    """(replicate, shard) for HYBRID_SHARD: an explicit size, else one group per machine."""
+    replicate = settings["parallelism_config.parallelism_config_dp_replicate_size"]
+    shard = settings["parallelism_config.parallelism_config_dp_shard_size"]
+    machines = settings["num_machines"] or 1
+    strategy_source = settings.source("fsdp_config.fsdp_sharding_strategy")
+    if replicate is None and shard is None:
+        if machines <= 1:
+            raise ConfigError(
+                f"fsdp_sharding_strategy HYBRID_SHARD ({strategy_source}) shards within a "
+                "group and replicates across groups, but num_machines is 1 and no group size "
+                "is set",
+                key="fsdp_config.fsdp_sharding_strategy",
+                fix="set parallelism_config.parallelism_config_dp_shard_size (processes per shard group, e.g. "
+                f"{max(world // 2, 1)}), or run on several machines, or use FULL_SHARD",
+            )
+        replicate = machines
+    if replicate is None:
+        replicate = world // shard if shard and world % shard == 0 else 0
+    if shard is None:
+        shard = world // replicate if replicate and world % replicate == 0 else 0
+    return replicate, shard
+
+
+def layout_from_settings(settings: Any, world: int) -> ParallelLayout:
+    """The layout the settings ask for on ``world`` processes; an error if it cannot factor."""
+    fsdp = settings["distributed_type"] == "FSDP"
+    hybrid = fsdp and settings["fsdp_config.fsdp_sharding_strategy"] in (
+        "HYBRID_SHARD",
+        "HYBRID_SHARD_ZERO2",
+    )
+    if hybrid:
+        replicate, shard = _hybrid_degrees(settings, world)
+    elif fsdp and settings["fsdp_config.fsdp_sharding_strategy"] == "NO_SHARD":
+        replicate, shard = world, 1
+    elif fsdp:
+        replicate, shard = 1, world
+    else:
+        replicate, shard = world, 1
+    layout = ParallelLayout(dp_replicate=replicate, dp_shard=shard)
+    if replicate < 1 or shard < 1 or layout.world_size != world:
+        sizes = (
+            f"dp_replicate_size={settings['parallelism_config.parallelism_config_dp_replicate_size']} "
+            f"({settings.source('parallelism_config.parallelism_config_dp_replicate_size')}), dp_shard_size="
+            f"{settings['parallelism_config.parallelism_config_dp_shard_size']} "
+            f"({settings.source('parallelism_config.parallelism_config_dp_shard_size')})"
+        )
+        raise ConfigError(
+            f"the parallel layout does not fit {world} processes: {sizes}",
+            key="parallelism_config.parallelism_config_dp_shard_size",
+            fix=f"choose sizes whose product is {world}, or launch that product of processes",
+        )
+    return layout

@@ -1,0 +1,32 @@
+"""A layout becomes one ``DeviceMesh`` in the worker, its dimensions named as in the layout."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from overdrive.parallel.layout import ParallelLayout
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
+
+
+def build_mesh(layout: ParallelLayout, device_type: str) -> DeviceMesh:
+    """The mesh of every dimension above 1 (a 1-D ``dp_shard`` mesh for one process)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    names, sizes = layout.mesh_dims()
+    return init_device_mesh(device_type, sizes, mesh_dim_names=names)
+
+
+def data_parallel_mesh(mesh: DeviceMesh, *, flat: bool = False) -> DeviceMesh:
+    """The sub-mesh FSDP works on: ``(dp_replicate, dp_shard)``, or ``dp_shard`` alone.
+
+    ``flat`` asks for one dimension (FSDP1 outside HYBRID_SHARD): the replicate dimension
+    when nothing is sharded, else the shard dimension.
+    """
+    names = mesh.mesh_dim_names or ()
+    if "dp_replicate" not in names:
+        return mesh["dp_shard"]
+    if flat:
+        return mesh["dp_replicate"] if mesh["dp_shard"].size() == 1 else mesh["dp_shard"]
+    return mesh["dp_replicate", "dp_shard"]

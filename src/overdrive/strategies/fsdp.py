@@ -1,0 +1,279 @@
+"""Fully sharded data parallel: FSDP2 (``fully_shard``) or FSDP1, from ``fsdp_config``.
+
+The strategy is the order in which the ``overdrive.parallel`` pieces are applied (wrap units,
+activation checkpointing, sharding) plus what the loop needs from a sharded model: gradient
+sync control, a global gradient norm, full and sharded state dicts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from overdrive.errors import OverdriveError
+from overdrive.parallel.activation_checkpointing import apply_activation_checkpointing
+from overdrive.parallel.fsdp_policy import FSDPPolicy
+from overdrive.parallel.layout import ParallelLayout
+from overdrive.parallel.mesh import build_mesh, data_parallel_mesh
+from overdrive.parallel.rebind import named_params, rebind, replacement_map
+from overdrive.parallel.wrap import wrap_units
+from overdrive.strategies.base import Params, Strategy, _raw
+
+
+class FSDPStrategy(Strategy):
+    """Shards parameters, gradients and optimizer state over the data-parallel processes."""
+
+    name = "fsdp"
+
+    def __init__(self, device: torch.device, layout: ParallelLayout, policy: FSDPPolicy) -> None:
+        super().__init__(device)
+        self.layout = layout
+        self.policy = policy
+        self._mesh: Any = None
+        self._roots: list[nn.Module] = []
+        self._replaced: dict[int, nn.Parameter] = {}
+        self._optimizers: list[torch.optim.Optimizer] = []
+        self._owner: dict[int, nn.Module] = {}  # id(raw optimizer) -> its sharded model
+        self.units: dict[int, list[str]] = {}  # id(root) -> module paths of its units
+
+    @property
+    def mesh(self) -> Any:
+        if self._mesh is None:
+            self._mesh = build_mesh(self.layout, self.device.type)
+        return self._mesh
+
+    @property
+    def sharded_checkpoints(self) -> bool:
+        return self.policy.sharded_checkpoints
+
+    # --- models and optimizers -------------------------------------------------------
+    def setup_model(self, model: nn.Module, *, device_placement: bool) -> nn.Module:
+        if any(model is root or model is self.unwrap(root) for root in self._roots):
+            return model
+        if not any(p.requires_grad for p in model.parameters()):
+            return super().setup_model(model, device_placement=device_placement)
+        before = named_params(model)
+        if device_placement and not self.policy.offload_params:
+            model = model.to(self.device)
+        if self.policy.sync_module_states:
+            # Done here for both versions: FSDP1's own sync refuses CPU (rehearsal) modules.
+            _broadcast_from_rank0(model, self.device)
+        p = self.policy
+        units = wrap_units(
+            model,
+            p.auto_wrap_policy,
+            layer_names=list(p.layer_names),
+            min_num_params=p.min_num_params,
+            source=p.layer_source,
+        )
+        paths = {id(m): name for name, m in model.named_modules()}
+        unit_paths = sorted(paths[id(u)] for u in units)
+        if p.activation_checkpointing:
+            apply_activation_checkpointing(units or [model])
+        if p.version == 2:
+            from overdrive.parallel.fsdp2 import apply_fsdp2
+
+            wrapped = apply_fsdp2(model, data_parallel_mesh(self.mesh), p, units)
+        else:
+            from overdrive.parallel.fsdp1 import apply_fsdp1
+
+            hybrid = p.sharding_strategy.startswith("HYBRID")
+            dp_mesh = data_parallel_mesh(self.mesh, flat=not hybrid)
+            wrapped = apply_fsdp1(model, dp_mesh, p, units, self.device)
+        self.units[id(wrapped)] = unit_paths
+        self._roots.append(wrapped)
+        mapping = replacement_map(before, named_params(wrapped))
+        self._replaced.update(mapping)
+        for optimizer in self._optimizers:
+            if rebind(optimizer, mapping):
+                self._owner[id(optimizer)] = wrapped
+        return wrapped
+
+    def setup_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        rebind(optimizer, self._replaced)
+        self._optimizers.append(optimizer)
+        owned = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        for root in self._roots:
+            if any(id(p) in owned for p in root.parameters()):
+                self._owner[id(optimizer)] = root
+        return optimizer
+
+    def unwrap(self, model: nn.Module) -> nn.Module:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        if isinstance(model, FullyShardedDataParallel):
+            model = model.module
+        return super().unwrap(model)
+
+    def model_for(self, optimizer: torch.optim.Optimizer) -> nn.Module:
+        """The sharded model whose parameters ``optimizer`` steps."""
+        root = self._owner.get(id(_raw(optimizer)))
+        if root is None:
+            raise OverdriveError(
+                "this optimizer steps no parameters of a model prepared with FSDP\n"
+                "  fix: pass the model and its optimizer to accelerator.prepare()"
+            )
+        return root
+
+    # --- the step ------------------------------------------------------------------
+    def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager[None]:
+        if hasattr(model, "set_requires_gradient_sync"):
+            return _fsdp2_no_sync(model)
+        if hasattr(model, "no_sync"):
+            return model.no_sync()
+        return contextlib.nullcontext()
+
+    def clip_grad_norm_(
+        self, parameters: Params, max_norm: float, norm_type: float = 2.0
+    ) -> torch.Tensor:
+        """Clip by the norm over every shard of every process; return that global norm."""
+        params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+        root = self._fsdp1_root_of(params)
+        if root is not None:
+            return root.clip_grad_norm_(max_norm, norm_type)
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type=norm_type)
+        return _full(norm)
+
+    def _fsdp1_root_of(self, params: list[torch.Tensor]) -> Any:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        wanted = {id(p) for p in params}
+        for root in self._roots:
+            if isinstance(root, FullyShardedDataParallel) and any(
+                id(p) in wanted for p in root.parameters()
+            ):
+                return root
+        return None
+
+    # --- state dicts ------------------------------------------------------------------
+    def model_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        """The full state dict on the main process (an empty dict elsewhere); collective."""
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+        if not self._is_root(model):
+            return super().model_state_dict(model)
+        full = get_model_state_dict(model, options=self._full_options())
+        return full if self._is_main() else {}
+
+    def load_model_state_dict(
+        self, model: nn.Module, state_dict: dict[str, torch.Tensor], strict: bool = True
+    ) -> Any:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        if not self._is_root(model):
+            return super().load_model_state_dict(model, state_dict, strict)
+        options = StateDictOptions(full_state_dict=True, strict=strict)
+        return set_model_state_dict(model, state_dict, options=options)
+
+    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import (
+            get_optimizer_state_dict,
+        )
+
+        model = self.model_for(optimizer)
+        full = get_optimizer_state_dict(model, _raw(optimizer), options=self._full_options())
+        return full if self._is_main() else {}
+
+    def load_optimizer_state_dict(
+        self, optimizer: torch.optim.Optimizer, state: dict[str, Any]
+    ) -> None:
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_optimizer_state_dict,
+        )
+
+        options = StateDictOptions(full_state_dict=True)
+        set_optimizer_state_dict(self.model_for(optimizer), _raw(optimizer), state, options=options)
+
+    def sharded_model_state_dict(self, model: nn.Module) -> dict[str, Any]:
+        """This process's shards of the model, as DTensors keyed by the user's names."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        return get_model_state_dict(model, options=StateDictOptions(full_state_dict=False))
+
+    def sharded_optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_optimizer_state_dict,
+        )
+
+        options = StateDictOptions(full_state_dict=False)
+        return get_optimizer_state_dict(self.model_for(optimizer), _raw(optimizer), options=options)
+
+    def load_sharded_model_state_dict(self, model: nn.Module, state: dict[str, Any]) -> None:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=False))
+
+    def load_sharded_optimizer_state_dict(
+        self, optimizer: torch.optim.Optimizer, state: dict[str, Any]
+    ) -> None:
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_optimizer_state_dict,
+        )
+
+        set_optimizer_state_dict(
+            self.model_for(optimizer),
+            _raw(optimizer),
+            state,
+            options=StateDictOptions(full_state_dict=False),
+        )
+
+    def _full_options(self) -> Any:
+        """Full state dicts gathered to the main process's CPU memory.
+
+        On a CPU device every process assembles them (FSDP1's offload to the CPU frees
+        memory it still reads when the parameters already live there).
+        """
+        from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+        return StateDictOptions(full_state_dict=True, cpu_offload=self.device.type != "cpu")
+
+    @staticmethod
+    def _is_main() -> bool:
+        import torch.distributed as dist
+
+        return not dist.is_initialized() or dist.get_rank() == 0
+
+    def _is_root(self, model: nn.Module) -> bool:
+        return any(model is root for root in self._roots)
+
+    def teardown(self) -> None:
+        self._roots.clear()
+        self._optimizers.clear()
+        self._owner.clear()
+        self._replaced.clear()
+
+
+@contextlib.contextmanager
+def _fsdp2_no_sync(model: Any) -> Iterator[None]:
+    model.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)
+
+
+def _full(tensor: torch.Tensor) -> torch.Tensor:
+    """A DTensor result (FSDP2's norm) as the plain tensor every process agrees on."""
+    full_tensor = getattr(tensor, "full_tensor", None)
+    return full_tensor() if callable(full_tensor) else tensor
+
+
+def _broadcast_from_rank0(model: nn.Module, device: torch.device) -> None:
+    """Give every process rank 0's parameters and buffers (FSDP2 has no sync_module_states)."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return
+    with torch.no_grad():
+        for tensor in [*model.parameters(), *model.buffers()]:
+            on_device = tensor.data.to(device)  # nccl sends device tensors only
+            dist.broadcast(on_device, src=0)
+            if on_device is not tensor.data:
+                tensor.data.copy_(on_device)
