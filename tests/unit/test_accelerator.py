@@ -10,8 +10,8 @@ from torch import nn
 
 from overdrive import (
     DistributedDataParallelKwargs,
-    FullyShardedDataParallelPlugin,
     GradientAccumulationPlugin,
+    MegatronLMPlugin,
     ProjectConfiguration,
 )
 from overdrive.accelerator import Accelerator
@@ -102,10 +102,10 @@ def test_duplicate_kwargs_handlers_are_an_error() -> None:
 
 def test_backend_not_built_names_setting_and_source() -> None:
     with pytest.raises(ConfigError) as info:
-        Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(sharding_strategy="FULL_SHARD"))
+        Accelerator(megatron_lm_plugin=MegatronLMPlugin(tp_degree=2))
     text = str(info.value)
-    assert "FSDP" in text and "not available yet" in text
-    assert "code Accelerator(use_fsdp=...)" in text
+    assert "MEGATRON_LM" in text and "not available yet" in text
+    assert "code Accelerator(" in text
 
 
 def test_backend_from_environment_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:

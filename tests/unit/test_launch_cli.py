@@ -79,11 +79,12 @@ def test_a_backend_not_built_yet_stops_before_any_worker_starts(
 ) -> None:
     script = tmp_path / "t.py"
     script.write_text("")
-    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
     code = main(["launch", "--cpu", "--num_processes", "2", str(script)])
     err = capsys.readouterr().err
     assert code == 2
-    assert "FSDP" in err and "not available yet" in err and "env ACCELERATE_USE_FSDP" in err
+    assert "DEEPSPEED" in err and "not available yet" in err
+    assert "env ACCELERATE_USE_DEEPSPEED" in err
     assert "Traceback" not in err and "RANK" not in err
 
 
@@ -197,3 +198,17 @@ def test_unknown_or_abbreviated_options_are_errors_with_a_suggestion(
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert expected in err and "Traceback" not in err and err.count("error:") == 1
+
+
+def test_a_parallel_layout_that_cannot_factor_stops_before_any_worker_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "t.py"
+    script.write_text("")
+    argv = ["launch", "--cpu", "--num_processes", "3", "--use_fsdp"]
+    argv += ["--fsdp_sharding_strategy", "HYBRID_SHARD"]
+    code = main([*argv, "--parallelism_config_dp_shard_size", "2", str(script)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "does not fit 3 processes" in err and "flag --parallelism_config_dp_shard_size" in err
+    assert "Traceback" not in err

@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from overdrive.backends import check_available
+from overdrive.parallel.layout import layout_from_settings
 from overdrive.cli.flags import add_flag
 from overdrive.config import load_settings, schema
 from overdrive.config.kinds import Bool
@@ -137,6 +138,7 @@ def handle(args: argparse.Namespace) -> int:
         max_restarts=args.max_restarts,
         monitor_interval=args.monitor_interval,
     )
+    layout_from_settings(settings, plan.world_size)  # a layout that cannot factor stops here
     if settings["mixed_precision"] == "fp8" and plan.device == "cpu":
         import torch
 

@@ -35,7 +35,7 @@ def select_strategy(
     for but not built yet is an error naming the setting and where it came from.
     """
     check_available(settings)
-    if state.distributed_type == "FSDP":
+    if settings["distributed_type"] == "FSDP":
         from overdrive.parallel.fsdp_policy import policy_from_settings
         from overdrive.parallel.layout import layout_from_settings
         from overdrive.strategies.fsdp import FSDPStrategy
