@@ -12,11 +12,11 @@ import sys
 from typing import Any
 
 from overdrive.backends import check_available
-from overdrive.parallel.layout import layout_from_settings
 from overdrive.cli.flags import add_flag
 from overdrive.config import load_settings, schema
 from overdrive.config.kinds import Bool
 from overdrive.errors import LaunchError
+from overdrive.parallel.layout import layout_from_settings
 
 # Boolean settings that work as plain switches (``--use_fsdp``); other booleans take a value.
 SWITCHES = ("use_cpu", "use_fsdp", "use_deepspeed", "use_megatron_lm", "debug", "downcast_bf16")
