@@ -1,0 +1,67 @@
+"""FSDP checkpoints for tests/distributed/test_fsdp_checkpoint.py.
+
+full:   train 8 optimizer steps (global batch 6, split between the processes, so any of 1,
+        2, 3 processes trains the same), save_state after step 4, dump the final parameters.
+resume: load_state() from that checkpoint (possibly on another number of processes), train
+        the remaining 4 steps, dump the final parameters.
+Run with FSDP settings (state dict type, version) as launch flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+from torch.nn import functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fsdp_checks import make_model  # noqa: E402
+
+from overdrive import DataLoaderConfiguration  # noqa: E402
+from overdrive.accelerator import Accelerator  # noqa: E402
+
+STEPS, SAVE_AT, GLOBAL_BATCH = 8, 4, 6
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", required=True)
+    p.add_argument("--phase", choices=("full", "resume"), required=True)
+    args = p.parse_args()
+    out = Path(args.out)
+    acc = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(split_batches=True))
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(STEPS * GLOBAL_BATCH, 5, generator=g)
+    ds = TensorDataset(x, x.sum(dim=1, keepdim=True))
+    model = make_model()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
+    loader = DataLoader(ds, batch_size=GLOBAL_BATCH, shuffle=True)
+    model, opt, sched, loader = acc.prepare(model, opt, sched, loader)
+    step = 0
+    if args.phase == "resume":
+        acc.load_state(str(out / "ckpt"))
+        step = SAVE_AT
+    for xb, yb in loader:
+        acc.backward(F.mse_loss(model(xb), yb))
+        acc.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+        step += 1
+        if args.phase == "full" and step == SAVE_AT:
+            acc.save_state(str(out / "ckpt"))
+    assert step == STEPS, step
+    final = acc.get_state_dict(model)
+    if acc.is_main_process:
+        torch.save({k: v.clone() for k, v in final.items()}, out / f"{args.phase}.pt")
+    acc.wait_for_everyone()
+    acc.print(f"PHASE DONE {args.phase} world={acc.num_processes}")
+
+
+if __name__ == "__main__":
+    main()
