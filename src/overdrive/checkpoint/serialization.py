@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -49,12 +50,10 @@ def read_json(path: Path) -> Any:
 
 
 def is_dtensor(obj: Any) -> bool:
-    """A ``torch.distributed.tensor.DTensor`` (False where torch.distributed is missing)."""
-    if not isinstance(obj, torch.Tensor) or not torch.distributed.is_available():
-        return False
-    from torch.distributed.tensor import DTensor
-
-    return isinstance(obj, DTensor)
+    """A ``torch.distributed.tensor.DTensor``."""
+    # Without that module imported no DTensor exists; importing it here would cost seconds.
+    module = sys.modules.get("torch.distributed.tensor")
+    return module is not None and isinstance(obj, module.DTensor)
 
 
 class _Flattener:

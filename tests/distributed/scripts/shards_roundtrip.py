@@ -122,6 +122,19 @@ def load_and_check(directory: Path, layout: Layout, out: list[str]) -> int:
     return checked
 
 
+def single_file_save_refuses(tree: dict[str, Any], directory: Path) -> str:
+    """The error a plain single-file save gives for DTensor leaves ('' if it saved)."""
+    from overdrive.checkpoint.errors import CheckpointError
+    from overdrive.checkpoint.serialization import save_tree
+
+    directory.mkdir()
+    try:
+        save_tree(tree, directory, "model_0", what="model 0")
+    except CheckpointError as exc:
+        return str(exc)
+    return ""
+
+
 def main() -> None:
     import torch.distributed as dist
 
@@ -134,7 +147,7 @@ def main() -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     mismatches: list[str] = []
-    checked, written = 0, []
+    checked, written, refused = 0, [], ""
     if args.save:
         args.save.mkdir(parents=True, exist_ok=True)
         model, optim = build(saving_layout(world), zeros=False)
@@ -143,9 +156,11 @@ def main() -> None:
             written += [p.name for p in paths]
         dist.barrier()
         checked += load_and_check(args.save, saving_layout(world), mismatches)
+        refused = single_file_save_refuses(model, args.save / f"plain_{rank}")
     for directory in args.load:
         checked += load_and_check(directory, loading_layout(world), mismatches)
     result = {"rank": rank, "checked": checked, "mismatches": mismatches, "written": written}
+    result["single_file_error"] = refused
     sys.stdout.write("RESULT " + json.dumps(result) + "\n")
     sys.stdout.flush()
     dist.destroy_process_group()
