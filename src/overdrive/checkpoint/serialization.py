@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,10 @@ from overdrive.checkpoint.errors import CheckpointError, UnsafeCheckpointError
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl")
 _TAGS: tuple[str, ...] = ("__tensor__", "__ndarray__", "__float__", "__tuple__", "__dict__")
-_TAGS += ("__dtype__", "__device__", "__npscalar__")
+_TAGS += ("__dtype__", "__device__", "__npscalar__", "__sharded__")
+
+ShardedHook = Callable[[Any, str], dict[str, Any]]
+"""Called by ``flatten`` for a sharded leaf with its key; returns the JSON entry's fields."""
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -45,18 +49,42 @@ def read_json(path: Path) -> Any:
         ) from exc
 
 
+def is_dtensor(obj: Any) -> bool:
+    """A ``torch.distributed.tensor.DTensor``."""
+    # Without that module imported no DTensor exists; importing it here would cost seconds.
+    module = sys.modules.get("torch.distributed.tensor")
+    return module is not None and isinstance(obj, module.DTensor)
+
+
 class _Flattener:
-    def __init__(self, what: str) -> None:
+    def __init__(
+        self, what: str, sharded: ShardedHook | None = None, sharded_types: tuple[type, ...] = ()
+    ) -> None:
         self.what = what
+        self.sharded = sharded
+        self.sharded_types = sharded_types
         self.tensors: dict[str, torch.Tensor] = {}
+        self._names: set[str] = set()
         self._storages: set[int] = set()
 
     def name_for(self, path: list[Any]) -> str:
+        """The leaf's path joined by '/', made unique; tensors and sharded entries share it."""
         base = "/".join(str(p) for p in path) or "root"
         name, n = base, 1
-        while name in self.tensors:
+        while name in self._names:
             name, n = f"{base}#{n}", n + 1
+        self._names.add(name)
         return name
+
+    def add_sharded(self, t: Any, path: list[Any]) -> dict[str, Any]:
+        if self.sharded is None:
+            raise CheckpointError(
+                f"{self.what} at {_where(path)} is a DTensor (sharded over processes), which "
+                "a single-file save cannot hold\n  fix: save it with "
+                "overdrive.checkpoint.shards.save_shards (or a sharded strategy's save)"
+            )
+        key = self.name_for(path)
+        return {"__sharded__": key, **self.sharded(t, key)}
 
     def add_tensor(self, t: torch.Tensor, path: list[Any]) -> str:
         if t.is_sparse or t.layout != torch.strided:
@@ -84,6 +112,8 @@ class _Flattener:
             return obj
         if isinstance(obj, float):
             return obj if math.isfinite(obj) else {"__float__": repr(obj)}
+        if is_dtensor(obj) or isinstance(obj, self.sharded_types):
+            return self.add_sharded(obj, path)
         if isinstance(obj, torch.Tensor):
             return {"__tensor__": self.add_tensor(obj, path)}
         if isinstance(obj, np.ndarray):
@@ -124,14 +154,31 @@ def _where(path: list[Any]) -> str:
     return "state_dict()" + "".join(f"[{p!r}]" for p in path)
 
 
-def flatten(obj: Any, *, what: str) -> tuple[Any, dict[str, torch.Tensor]]:
-    """(JSON-able structure, tensors by name) for a state tree; ``what`` names it in errors."""
-    f = _Flattener(what)
+def flatten(
+    obj: Any,
+    *,
+    what: str,
+    sharded: ShardedHook | None = None,
+    sharded_types: tuple[type, ...] = (),
+) -> tuple[Any, dict[str, torch.Tensor]]:
+    """(JSON-able structure, tensors by name) for a state tree; ``what`` names it in errors.
+
+    A DTensor leaf (or an instance of ``sharded_types``) becomes ``{"__sharded__": key,
+    **sharded(leaf, key)}`` (an error without ``sharded``); its key is its path, unique
+    among all of the tree's names.
+    """
+    f = _Flattener(what, sharded, sharded_types)
     return f.encode(obj, []), f.tensors
 
 
-def unflatten(structure: Any, tensors: Mapping[str, torch.Tensor], *, what: str) -> Any:
-    """The state tree that ``flatten`` took apart."""
+def unflatten(
+    structure: Any,
+    tensors: Mapping[str, torch.Tensor],
+    *,
+    what: str,
+    sharded: Callable[[dict[str, Any]], Any] | None = None,
+) -> Any:
+    """The state tree that ``flatten`` took apart; ``sharded`` rebuilds sharded entries."""
 
     def tensor(name: str) -> torch.Tensor:
         if name not in tensors:
@@ -163,6 +210,14 @@ def unflatten(structure: Any, tensors: Mapping[str, torch.Tensor], *, what: str)
             return torch.device(obj[tag])
         if tag == "__npscalar__":
             return np.dtype(obj[tag]).type(decode(obj["value"]))
+        if tag == "__sharded__":
+            if sharded is None:
+                raise CheckpointError(
+                    f"{what}: entry {obj[tag]!r} is sharded over several files, which a "
+                    "single-file load cannot read\n  fix: load it with "
+                    "overdrive.checkpoint.shards.load_shards"
+                )
+            return sharded(obj)
         return {k: decode(v) for k, v in obj.items()}
 
     return decode(structure)
