@@ -21,6 +21,11 @@ CASES = {
     "size-wrap": (2, SIZE_WRAP, "blocks.0.fc,blocks.1.fc,blocks.2.fc"),
     "shard-grad-op": (2, ["--fsdp_sharding_strategy", "SHARD_GRAD_OP", *LAYER_WRAP], BLOCKS),
     "no-shard": (2, ["--fsdp_sharding_strategy", "NO_SHARD"], ""),
+    "offload-and-activation-checkpointing": (
+        2,
+        [*LAYER_WRAP, "--fsdp_offload_params", "true", "--fsdp_activation_checkpointing", "true"],
+        BLOCKS,
+    ),
     "hybrid-2x2": (
         4,
         ["--fsdp_sharding_strategy", "HYBRID_SHARD", "--parallelism_config_dp_shard_size", "2"],
@@ -43,3 +48,5 @@ def test_fsdp_trains_like_one_process(version: int, case: str) -> None:
     assert_ok(result)
     assert f"ALL CHECKS PASSED world={nprocs}" in result.stdout
     assert f"UNITS {units or '-'}" in result.stdout
+    if "--fsdp_activation_checkpointing" in flags:
+        assert f"CHECKPOINTED {units}" in result.stdout

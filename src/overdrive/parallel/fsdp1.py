@@ -48,7 +48,9 @@ def apply_fsdp1(
     }
     if units:
         kwargs["auto_wrap_policy"] = CustomPolicy(lambda module: id(module) in wanted)
-    if policy.offload_params:
+    if policy.offload_params and device.type != "cpu":
+        # On a CPU rehearsal the parameters already live on the CPU; FSDP1's offload would
+        # only add pinning, which needs a GPU.
         kwargs["cpu_offload"] = CPUOffload(offload_params=True)
     dtypes = param_dtypes(policy.mixed_precision)
     if dtypes is not None:

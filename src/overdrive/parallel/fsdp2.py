@@ -27,7 +27,9 @@ def apply_fsdp2(
     if dtypes is not None:
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=dtypes[0], reduce_dtype=dtypes[1])
     if policy.offload_params:
-        kwargs["offload_policy"] = CPUOffloadPolicy()
+        # Pinned host memory speeds copies to a GPU; a CPU rehearsal has no GPU to pin for.
+        pin = mesh.device_type == "cuda"
+        kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=pin)
     ordered = _innermost_first(model, units)
     for unit in ordered:
         fully_shard(unit, reshard_after_forward=policy.reshard_after_forward, **kwargs)

@@ -111,6 +111,19 @@ def check_units(acc: Accelerator, model: nn.Module, expected: str) -> None:
         wrapped = [m for m in model.modules() if isinstance(m, FullyShardedDataParallel)]
         assert len(wrapped) == len(units) + 1, (len(wrapped), len(units))
     assert ",".join(names) == expected, (names, expected)
+    if acc.strategy.policy.activation_checkpointing:
+        from torch.distributed._composable.contract import _get_registry
+
+        # (FSDP1's wrapper forwards attribute reads to the module it wraps: one name each)
+        checkpointed = sorted(
+            {
+                name.replace("_fsdp_wrapped_module.", "").removesuffix("._fsdp_wrapped_module")
+                for name, m in acc.unwrap_model(model).named_modules()
+                if "checkpoint" in (_get_registry(m) or {})
+            }
+        )
+        assert checkpointed == names, (checkpointed, names)
+        acc.print(f"CHECKPOINTED {','.join(checkpointed)}")
     acc.print(f"UNITS {','.join(names) or '-'}")
 
 
