@@ -133,13 +133,14 @@ def test_missing_part_in_checkpoint_is_named(saved: dict, tmp_path: Path) -> Non
         fresh["acc"].load_state(saved["path"])
 
 
-def test_other_world_size_and_missing_file_are_named(saved: dict, tmp_path: Path) -> None:
+def test_other_world_size_is_said_and_missing_file_named(saved: dict, tmp_path: Path) -> None:
     copy = tmp_path / "copy"
     shutil.copytree(saved["path"], copy)
     manifest = json.loads((copy / MANIFEST).read_text())
     (copy / MANIFEST).write_text(json.dumps({**manifest, "world_size": 2}))
     fresh = _setup(tmp_path / "other")
-    with pytest.raises(CheckpointMismatchError, match=r"saved by 2 process\(es\)"):
+    # Full model and optimizer state fit any world size; what cannot follow is said.
+    with pytest.warns(UserWarning, match=r"saved by 2 process\(es\) and is resumed by 1"):
         fresh["acc"].load_state(copy)
     (copy / MANIFEST).write_text(json.dumps(manifest))
     (copy / "optimizer_0.safetensors").unlink()

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import traceback
+import warnings
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from overdrive.checkpoint import layout
 from overdrive.checkpoint.errors import CheckpointError, CheckpointMismatchError
@@ -86,8 +89,66 @@ def _restore_rank(accelerator: Any, state: dict[str, Any]) -> None:
     for model, grads in zip(accelerator._models, state.get("grads", [])):
         for name, p in accelerator.unwrap_model(model).named_parameters():
             if name in grads:
-                p.grad = grads[name].to(device=p.device, dtype=p.dtype)
+                p.grad = _like_param(grads[name], p)
     restore_rng_state(state["rng"])
+
+
+def _like_param(grad: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
+    """A saved gradient placed like ``param`` (this process's shard of a DTensor)."""
+    if hasattr(param, "device_mesh"):
+        from torch.distributed.tensor import DTensor
+
+        local = grad.to(device=param.to_local().device, dtype=param.dtype)
+        return DTensor.from_local(
+            local, param.device_mesh, param.placements, shape=param.shape, stride=param.stride()
+        )
+    return grad.to(device=param.device, dtype=param.dtype)
+
+
+def _load_sharded(accelerator: Any, path: Path, part: Part) -> Any:
+    """This process's shards of a sharded part, laid out as this run shards it."""
+    from overdrive.checkpoint.shards import load_shards, place_like
+
+    strategy = accelerator.strategy
+    if part.kind == "model":
+        template = strategy.sharded_model_state_dict(accelerator._models[part.index])
+    else:
+        template = strategy.sharded_optimizer_state_dict(accelerator._optimizers[part.index])
+    return load_shards(
+        path, part.stem, what=part.label, place=place_like(template, what=part.label)
+    )
+
+
+def _restore_sharded(accelerator: Any, part: Part, state: Any) -> None:
+    strategy = accelerator.strategy
+    try:
+        if part.kind == "model":
+            strategy.load_sharded_model_state_dict(accelerator._models[part.index], state)
+        else:
+            strategy.load_sharded_optimizer_state_dict(accelerator._optimizers[part.index], state)
+    except (RuntimeError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(
+            f"load_state: {part.label} does not fit the saved shards: {exc}\n"
+            f"  fix: build the {part.kind} exactly as in the run that saved the checkpoint"
+        ) from exc
+
+
+def _rank_dir(accelerator: Any, path: Path, manifest: dict[str, Any]) -> Path:
+    """This process's saved state; on another world size, process 0's (said once)."""
+    rank, world = accelerator.state.process_index, accelerator.state.num_processes
+    saved = manifest.get("world_size")
+    if saved == world:
+        return path / f"rank_{rank}"
+    if rank == 0:
+        warnings.warn(
+            f"load_state: {path} was saved by {saved} process(es) and is resumed by {world}; "
+            "model and optimizer state reshard exactly, every process continues from process "
+            "0's data position and RNG state, so dropout and random augmentation draw "
+            "differently from an uninterrupted run",
+            UserWarning,
+            stacklevel=4,
+        )
+    return path / "rank_0"
 
 
 def _load_all(accelerator: Any, path: Path, allow_unsafe_pickle: bool) -> None:
@@ -102,10 +163,12 @@ def _load_all(accelerator: Any, path: Path, allow_unsafe_pickle: bool) -> None:
             "and with the same number of processes, as the run that saved it",
         )
     rank = accelerator.state.process_index
-    rank_dir = path / f"rank_{rank}"
+    rank_dir = _rank_dir(accelerator, path, manifest)
     # Read everything before changing anything: a damaged file leaves the run untouched.
     states = {
-        p.stem: load_tree(path, p.stem, what=p.label, allow_unsafe_pickle=allow_unsafe_pickle)
+        p.stem: _load_sharded(accelerator, path, p)
+        if p.sharded
+        else load_tree(path, p.stem, what=p.label, allow_unsafe_pickle=allow_unsafe_pickle)
         for p in parts
     }
     precision_state = load_tree(
@@ -114,8 +177,19 @@ def _load_all(accelerator: Any, path: Path, allow_unsafe_pickle: bool) -> None:
     rank_state = load_tree(
         rank_dir, "state", what=f"process {rank} state", allow_unsafe_pickle=allow_unsafe_pickle
     )
+    if rank_dir.name != f"rank_{rank}" and rank_state.get("grads"):
+        raise CheckpointError(
+            f"load_state: {path} was saved inside an accumulation window by "
+            f"{manifest.get('world_size')} process(es); their partial gradients cannot be "
+            f"split over {accelerator.state.num_processes}\n"
+            "  fix: resume with the same number of processes, or from a checkpoint saved "
+            "when a window closed (accelerator.sync_gradients is True)"
+        )
     for part in parts:
-        _restore_part(accelerator, part, states[part.stem])
+        if part.sharded:
+            _restore_sharded(accelerator, part, states[part.stem])
+        else:
+            _restore_part(accelerator, part, states[part.stem])
     if precision_state:
         accelerator.precision.load_state_dict(precision_state)
     _restore_rank(accelerator, rank_state)

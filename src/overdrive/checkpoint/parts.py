@@ -19,6 +19,7 @@ class Part:
     kind: str
     index: int
     obj: Any
+    sharded: bool = False  # each process writes its own shards (SHARDED_STATE_DICT)
 
     @property
     def stem(self) -> str:
@@ -43,10 +44,15 @@ def raw_scheduler(sched: Any) -> Any:
 
 def main_parts(accelerator: Any) -> list[Part]:
     """Models, optimizers, schedulers and custom objects: written once, by the main process."""
+    sharded = bool(getattr(accelerator.strategy, "sharded_checkpoints", False))
     parts = [
-        Part("model", i, accelerator.unwrap_model(m)) for i, m in enumerate(accelerator._models)
+        Part("model", i, accelerator.unwrap_model(m), sharded)
+        for i, m in enumerate(accelerator._models)
     ]
-    parts += [Part("optimizer", i, raw_optimizer(o)) for i, o in enumerate(accelerator._optimizers)]
+    parts += [
+        Part("optimizer", i, raw_optimizer(o), sharded)
+        for i, o in enumerate(accelerator._optimizers)
+    ]
     parts += [Part("scheduler", i, raw_scheduler(s)) for i, s in enumerate(accelerator._schedulers)]
     parts += [Part("custom_object", i, obj) for i, obj in enumerate(accelerator._custom_objects)]
     return parts
@@ -55,7 +61,9 @@ def main_parts(accelerator: Any) -> list[Part]:
 def describe(parts: list[Part]) -> list[dict[str, Any]]:
     """The manifest's list of parts."""
     return [
-        {"kind": p.kind, "index": p.index, "file": p.stem, "class": p.class_name} for p in parts
+        {"kind": p.kind, "index": p.index, "file": p.stem, "class": p.class_name}
+        | ({"sharded": True} if p.sharded else {})
+        for p in parts
     ]
 
 
@@ -101,12 +109,13 @@ def compare(manifest: dict[str, Any], parts: list[Part], accelerator: Any) -> li
             f"the checkpoint holds the position of {manifest.get('dataloaders', 0)} prepared "
             f"dataloader(s), but this run prepared {n_loaders}"
         )
-    world = accelerator.state.num_processes
-    if manifest.get("world_size") != world:
-        problems.append(
-            f"the checkpoint was saved by {manifest.get('world_size')} process(es) (each with "
-            f"its own RNG and data position), but this run has {world}"
-        )
+    for key in sorted(here.keys() & saved.keys()):
+        if bool(saved[key].get("sharded")) != here[key].sharded:
+            how = "sharded" if saved[key].get("sharded") else "full"
+            problems.append(
+                f"{here[key].label} was saved as a {how} state dict, but this run's strategy "
+                f"{'shards' if here[key].sharded else 'does not shard'} it (state_dict_type)"
+            )
     saved_precision = manifest.get("precision", {})
     name = getattr(accelerator.precision, "name", "no")
     if saved_precision.get("has_state") and saved_precision.get("name") != name:

@@ -50,7 +50,7 @@ def rank_state(accelerator: Any) -> dict[str, Any]:
             # Mid-window: the summed gradients are part of the training state.
             state["grads"] = [
                 {
-                    name: p.grad
+                    name: _local(p.grad)
                     for name, p in accelerator.unwrap_model(m).named_parameters()
                     if p.grad is not None
                 }
@@ -59,8 +59,16 @@ def rank_state(accelerator: Any) -> dict[str, Any]:
     return state
 
 
+def _local(tensor: Any) -> Any:
+    """This process's part of a sharded (DTensor) gradient; a plain tensor as it is."""
+    to_local = getattr(tensor, "to_local", None)
+    return to_local() if callable(to_local) else tensor
+
+
 def _write_main_parts(accelerator: Any, temp: Path, gathered: dict[str, Any]) -> None:
     for part in main_parts(accelerator):
+        if part.sharded:
+            continue  # every process wrote its own shards
         save_tree(gathered[part.stem], temp, part.stem, what=part.label)
         _fault_point(f"wrote {part.stem}")
     save_tree(accelerator.precision.state_dict(), temp, "precision", what="precision state")
@@ -71,6 +79,8 @@ def _gather(accelerator: Any) -> dict[str, Any]:
     strategy = accelerator.strategy
     out: dict[str, Any] = {}
     for part in main_parts(accelerator):
+        if part.sharded:
+            continue
         if part.kind == "model":
             out[part.stem] = strategy.model_state_dict(accelerator._models[part.index])
         elif part.kind == "optimizer":
@@ -78,6 +88,21 @@ def _gather(accelerator: Any) -> dict[str, Any]:
         else:
             out[part.stem] = part.obj.state_dict()
     return out
+
+
+def _write_shards(accelerator: Any, temp: Path) -> None:
+    """This process's shards of every sharded part (all processes write in parallel)."""
+    from overdrive.checkpoint.shards import save_shards
+
+    strategy, rank = accelerator.strategy, accelerator.state.process_index
+    for part in main_parts(accelerator):
+        if not part.sharded:
+            continue
+        if part.kind == "model":
+            tree = strategy.sharded_model_state_dict(accelerator._models[part.index])
+        else:
+            tree = strategy.sharded_optimizer_state_dict(accelerator._optimizers[part.index])
+        save_shards(tree, temp, part.stem, rank=rank, what=part.label)
 
 
 def _manifest(accelerator: Any, final: Path) -> dict[str, Any]:
@@ -126,6 +151,7 @@ def save_state(
     error: str | None = None
     try:
         gathered = _gather(accelerator)
+        _write_shards(accelerator, temp)
         if rank == 0:
             _write_main_parts(accelerator, temp, gathered)
         _fault_point("writing rank files")

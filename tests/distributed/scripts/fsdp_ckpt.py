@@ -55,6 +55,9 @@ def main() -> None:
         step += 1
         if args.phase == "full" and step == SAVE_AT:
             acc.save_state(str(out / "ckpt"))
+            at_save = acc.get_state_dict(model)
+            if acc.is_main_process:
+                torch.save({k: v.clone() for k, v in at_save.items()}, out / "at_save.pt")
     assert step == STEPS, step
     final = acc.get_state_dict(model)
     if acc.is_main_process:
