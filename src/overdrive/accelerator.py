@@ -16,7 +16,12 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from overdrive.accelerator_setup import code_settings, project_configuration, sort_handlers
+from overdrive.accelerator_setup import (
+    code_settings,
+    export_for_transformers,
+    project_configuration,
+    sort_handlers,
+)
 from overdrive.accumulation import GradientState
 from overdrive.config import Settings, load_settings
 from overdrive.errors import ConfigError, OverdriveError
@@ -128,6 +133,7 @@ class Accelerator:
             ddp_kwargs=handlers.get(DistributedDataParallelKwargs),
             fsdp_wrap=_callable_wrap_policy(fsdp_plugin),
         )
+        export_for_transformers(self.settings, self.state.distributed_type)
         self.precision = make_precision(
             self.settings["mixed_precision"],
             self.state.device,
@@ -330,6 +336,19 @@ class Accelerator:
         )
         self._dataloaders.append(prepared)
         return prepared
+
+    def cpu_ram_efficient_init(self) -> contextlib.AbstractContextManager[None]:
+        """Build a model inside: with FSDP's ``cpu_ram_efficient_loading`` on, processes other
+        than the main one create it empty (meta device) and ``prepare`` fills their shards
+        from the main process; otherwise nothing changes."""
+        from overdrive.parallel.meta_init import init_empty_weights
+
+        efficient = (
+            self.distributed_type == "FSDP"
+            and self.settings["fsdp_config.fsdp_cpu_ram_efficient_loading"]
+            and not self.is_main_process
+        )
+        return init_empty_weights() if efficient else contextlib.nullcontext()
 
     def unwrap_model(self, model: nn.Module, keep_fp32_wrapper: bool = True) -> nn.Module:
         """The user's module, under DDP and torch.compile wrappers."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -95,3 +96,11 @@ def project_configuration(
         iteration=given.iteration if given else 0,
         save_on_each_node=given.save_on_each_node if given else False,
     )
+
+
+def export_for_transformers(settings: Settings, distributed_type: Any) -> None:
+    """Tell transformers' ``from_pretrained`` to build empty models on processes other than
+    the main one when FSDP loads CPU-RAM-efficiently (the variables it reads; we only write)."""
+    if distributed_type == "FSDP" and settings["fsdp_config.fsdp_cpu_ram_efficient_loading"]:
+        os.environ["ACCELERATE_USE_FSDP"] = "true"
+        os.environ["FSDP_CPU_RAM_EFFICIENT_LOADING"] = "true"

@@ -8,6 +8,7 @@ sync control, a global gradient norm, full and sharded state dicts.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +20,7 @@ from overdrive.parallel.activation_checkpointing import apply_activation_checkpo
 from overdrive.parallel.fsdp_policy import FSDPPolicy
 from overdrive.parallel.layout import ParallelLayout
 from overdrive.parallel.mesh import build_mesh, data_parallel_mesh
+from overdrive.parallel.meta_init import broadcast_buffers, empty_ranks, is_empty
 from overdrive.parallel.rebind import named_params, rebind, replacement_map
 from overdrive.parallel.wrap import wrap_units
 from overdrive.strategies.base import Params, Strategy, _raw
@@ -57,12 +59,20 @@ class FSDPStrategy(Strategy):
         if not any(p.requires_grad for p in model.parameters()):
             return super().setup_model(model, device_placement=device_placement)
         before = named_params(model)
-        if device_placement and not self.policy.offload_params:
+        p = self.policy
+        empty = empty_ranks(model)  # processes that built the model on the meta device
+        self._say_if_loading_is_not_efficient(empty)
+        full_state = model.state_dict() if empty and self._is_main() else {}
+        if empty and is_empty(model) and p.version == 1:
+            # FSDP1 cannot fill empty shards from the main process on every device; the
+            # weights pass through this process once (docs/fsdp.md).
+            model = model.to_empty(device=self.device)
+        elif device_placement and not p.offload_params and not is_empty(model):
             model = model.to(self.device)
-        if self.policy.sync_module_states:
+        fill_after_sharding = bool(empty) and p.version == 2
+        if (p.sync_module_states or empty) and not fill_after_sharding:
             # Done here for both versions: FSDP1's own sync refuses CPU (rehearsal) modules.
             _broadcast_from_rank0(model, self.device)
-        p = self.policy
         units = wrap_units(
             model,
             p.auto_wrap_policy,
@@ -85,6 +95,8 @@ class FSDPStrategy(Strategy):
             dp_mesh = data_parallel_mesh(self.mesh, flat=not hybrid)
             wrapped = apply_fsdp1(model, dp_mesh, p, units, self.device)
         self.units[id(wrapped)] = unit_paths
+        if fill_after_sharding:
+            self._fill_from_main(wrapped, full_state)
         self._roots.append(wrapped)
         mapping = replacement_map(before, named_params(wrapped))
         self._replaced.update(mapping)
@@ -92,6 +104,47 @@ class FSDPStrategy(Strategy):
             if rebind(optimizer, mapping):
                 self._owner[id(optimizer)] = wrapped
         return wrapped
+
+    def _fill_from_main(self, model: nn.Module, full_state: dict[str, Any]) -> None:
+        """Allocate this process's shards of an empty model and copy the main one's weights.
+
+        One tensor at a time: a process other than the main one holds its shards plus, for
+        a moment, one full tensor (PyTorch's own broadcast_from_rank0 keeps them all).
+        """
+        from torch.distributed.tensor import DTensor, distribute_tensor
+
+        if is_empty(model):
+            model.to_empty(device=self.device)  # sharded by now: only this process's shards
+        main = self._is_main()
+        with torch.no_grad():
+            for name, param in named_params(model).items():
+                local = param.to_local() if isinstance(param, DTensor) else param
+                full = full_state[name] if main else None
+                if full is None:
+                    full = torch.empty(param.shape, dtype=param.dtype, device=local.device)
+                full = full.to(device=local.device, dtype=param.dtype)
+                if isinstance(param, DTensor):
+                    part = distribute_tensor(full, param.device_mesh, param.placements)
+                    local.copy_(part.to_local())
+                else:
+                    torch.distributed.broadcast(full, src=0)
+                    local.copy_(full)
+                del full
+        broadcast_buffers(model, self.device)
+
+    def _say_if_loading_is_not_efficient(self, empty: list[int]) -> None:
+        import torch.distributed as dist
+
+        world = dist.get_world_size() if dist.is_initialized() else 1
+        if self.policy.cpu_ram_efficient_loading and world > 1 and not empty and self._is_main():
+            warnings.warn(
+                "fsdp_cpu_ram_efficient_loading is on, but every process built the whole "
+                "model, so none saved memory; build it inside "
+                "`with accelerator.cpu_ram_efficient_init():` (transformers' from_pretrained "
+                "does this by itself) so only the main process holds the weights",
+                UserWarning,
+                stacklevel=4,
+            )
 
     def setup_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         rebind(optimizer, self._replaced)
