@@ -105,7 +105,7 @@ def test_backend_not_built_names_setting_and_source() -> None:
         Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(sharding_strategy="FULL_SHARD"))
     text = str(info.value)
     assert "FSDP" in text and "not available yet" in text
-    assert "code Accelerator(use_fsdp=...)" in text
+    assert "code Accelerator(fsdp_plugin=...)" in text
 
 
 def test_backend_from_environment_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,7 +16,7 @@ import yaml
 
 from overdrive.config import schema
 from overdrive.config.kinds import brief, brief_repr
-from overdrive.config.provenance import RawValue, Source
+from overdrive.config.provenance import Labelled, RawValue, Source
 from overdrive.errors import ConfigError
 
 DEFAULT_CONFIG_NAME = "default_config.yaml"
@@ -299,10 +299,11 @@ def from_mapping(values: Mapping[str, Any], kind: str, describe: str) -> list[Ra
     """Raw values from code keyword arguments or launch flags; None means "not given".
 
     ``describe`` formats the source detail from the key, e.g. ``"--{}"`` for flags or
-    ``"Accelerator({}=...)"`` for code.
+    ``"Accelerator({}=...)"`` for code; a ``Labelled`` mapping's own labels come first.
     """
+    labels = values.labels if isinstance(values, Labelled) else {}
     return [
-        RawValue(key, key, value, Source(kind, describe.format(key)))  # type: ignore[arg-type]
+        RawValue(key, key, value, Source(kind, labels.get(key) or describe.format(key)))  # type: ignore[arg-type]
         for key, value in values.items()
         if value is not None
     ]
