@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import tomllib
 
 from tests.helpers.dist import REPO
 
@@ -25,6 +24,7 @@ TEST_ONLY = ("pytest", "ruff", "mypy", "hypothesis", "tensorboard", "wandb", "ml
 DEMO_STAMP, TEST_STAMP = ".installed-demo", ".installed-test"
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+ reads pyproject.toml itself
 
 
 def _make(*args: str, venv: Path) -> list[str]:
