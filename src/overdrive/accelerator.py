@@ -16,6 +16,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from overdrive import effective_settings
 from overdrive.accelerator_setup import (
     code_settings,
     export_for_transformers,
@@ -164,6 +165,7 @@ class Accelerator:
         self._schedulers: list[AcceleratedScheduler] = []
         self._dataloaders: list[Any] = []
         self._custom_objects: list[Any] = []
+        effective_settings.report(self)  # rank 0: what is in force, code included
 
     # --- who and where ------------------------------------------------------------------
     @property

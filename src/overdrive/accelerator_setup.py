@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from overdrive.config import Settings
+from overdrive.config.provenance import Labelled
 from overdrive.errors import ConfigError
 from overdrive.kwargs_handlers import (
     AutocastKwargs,
@@ -26,36 +27,65 @@ _HANDLER_TYPES = (
 )
 
 
-def code_settings(args: dict[str, Any], plugins: Iterable[Any]) -> dict[str, Any]:
-    """Canonical setting key -> value for everything given in code (None = not given)."""
-    code = {
-        "mixed_precision": args["mixed_precision"],
-        "gradient_accumulation_steps": args["gradient_accumulation_steps"],
-        "use_cpu": args["cpu"],
-        "split_batches": args["split_batches"],
-        "project_dir": args["project_dir"],
-        "logging_dir": args["logging_dir"],
-        "dynamo_config.dynamo_backend": args["dynamo_backend"],
-        "num_processes": args["num_processes"],
-        "debug": args["debug"],
+# Accelerator argument -> the setting it sets (the rest come from plugins and log_with).
+_ARGUMENTS = {
+    "mixed_precision": "mixed_precision",
+    "gradient_accumulation_steps": "gradient_accumulation_steps",
+    "cpu": "use_cpu",
+    "split_batches": "split_batches",
+    "project_dir": "project_dir",
+    "logging_dir": "logging_dir",
+    "dynamo_backend": "dynamo_config.dynamo_backend",
+    "num_processes": "num_processes",
+    "debug": "debug",
+}
+
+
+def _plugin_labels(argument: str, plugin: Any, keys: Iterable[str]) -> dict[str, str]:
+    """``Accelerator(fsdp_plugin=...)`` for the switch, ``...Plugin(field=...)`` for fields."""
+    fields = {key: name for name, key in plugin.KEYS.items()}
+    fields.setdefault("deepspeed_config.deepspeed_config_file", "hf_ds_config")
+    cls = type(plugin).__name__
+    return {
+        key: f"Accelerator({argument}={cls}({fields[key]}=...))"
+        if key in fields
+        else f"Accelerator({argument}=...)"
+        for key in keys
     }
+
+
+def code_settings(args: dict[str, Any], plugins: Iterable[Any]) -> Labelled:
+    """Canonical setting key -> value for everything given in code (None = not given).
+
+    Each value is labelled with the argument that set it, as the user wrote it:
+    ``Accelerator(cpu=...)``, ``Accelerator(fsdp_plugin=...)``.
+    """
+    code = {key: args[name] for name, key in _ARGUMENTS.items()}
+    labels = {key: f"Accelerator({name}=...)" for name, key in _ARGUMENTS.items()}
     log_with = args["log_with"]
     names = [log_with] if isinstance(log_with, str) else list(log_with or [])
     if names and all(isinstance(n, str) for n in names):
         code["log_with"] = names
+        labels["log_with"] = "Accelerator(log_with=...)"
     for plugin in plugins:
         if plugin is None:
             continue
-        for key, value in plugin.to_settings().items():
-            if code.get(key) is not None and code[key] != value:
-                raise ConfigError(
-                    f"`{key}` is given twice in code with different values: {code[key]!r} and "
-                    f"{value!r} (from {type(plugin).__name__})",
-                    key=key,
-                    fix=f"pass {key} in one place only",
-                )
+        argument = next((k for k, v in args.items() if v is plugin), type(plugin).__name__)
+        given = plugin.to_settings()
+        plugin_labels = _plugin_labels(argument, plugin, given)
+        for key, value in given.items():
+            if code.get(key) is not None:
+                if code[key] != value:
+                    raise ConfigError(
+                        f"`{key}` is given twice in code with different values: "
+                        f"{code[key]!r} ({labels[key]}) and {value!r} ({plugin_labels[key]})",
+                        key=key,
+                        fix=f"pass {key} in one place only",
+                    )
+                continue  # the same value twice: the first place that gave it is named
             code[key] = value
-    return {k: v for k, v in code.items() if v is not None}
+            labels[key] = plugin_labels[key]
+    return Labelled({k: v for k, v in code.items() if v is not None}, labels)
 
 
 def sort_handlers(handlers: Iterable[Any] | None) -> dict[type, Any]:

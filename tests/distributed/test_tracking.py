@@ -45,6 +45,8 @@ def test_jsonl_holds_the_values_at_their_steps(run: dict[str, Any]) -> None:
     records = [json.loads(line) for line in lines]
     assert [(r["step"], r["values"]["loss"]) for r in records] == LOSS
     config = json.loads((run["logs"] / "demo" / "config.json").read_text())
+    effective = config.pop("overdrive_settings")  # the settings in force, with their sources
+    assert effective["num_processes"] == {"value": 2, "source": "flag --num_processes"}
     assert config == {"lr": 0.01, "layers": [4, 2], "optimizer": {"name": "adamw"}}
 
 
@@ -72,6 +74,8 @@ def test_mlflow_store_holds_the_metrics_and_params(run: dict[str, Any]) -> None:
         ).fetchall()
         assert rows == LOSS
         params = dict(db.execute("SELECT key, value FROM params").fetchall())
+        assert params.pop("overdrive_settings.num_processes.source") == "flag --num_processes"
+        params = {k: v for k, v in params.items() if not k.startswith("overdrive_settings.")}
         assert params == {"lr": "0.01", "layers": "[4, 2]", "optimizer.name": "adamw"}
     finally:
         db.close()

@@ -77,6 +77,8 @@ def test_jsonl_through_the_accelerator(tmp_path: Path) -> None:
         (4, {"loss": 0.125}),
     ]
     config = json.loads((run.path.parent / "config.json").read_text())
+    recorded = config.pop("overdrive_settings")  # the effective settings come along
+    assert recorded["use_cpu"] == {"value": True, "source": "code Accelerator(cpu=...)"}
     assert config == {"lr": 0.1, "betas": [0.9, 0.99]}
 
 

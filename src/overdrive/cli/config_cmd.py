@@ -15,7 +15,7 @@ from overdrive.cli.flags import add_flag
 from overdrive.config import load_settings, resolve
 from overdrive.config.schema import MIXED_PRECISIONS
 from overdrive.config.settings import Settings, display_value
-from overdrive.config.sources import default_config_path, parse_config_text, read_file
+from overdrive.config.sources import default_config_path, parse_config_text
 from overdrive.errors import ConfigError
 
 
@@ -27,13 +27,17 @@ def register(commands: Any) -> None:
         description="Without a subcommand: answer questions and write a config file.",
     )
     add_flag(parser, "config_file", help="where to write (default: the user's default file)")
+    add_flag(parser, "force", action="store_true", help="overwrite an existing file")
     parser.set_defaults(handler=_wizard)
     sub = parser.add_subparsers(dest="config_command", metavar="SUBCOMMAND")
 
     default = sub.add_parser("default", help="write a config with defaults for this machine")
     add_flag(default, "config_file", help="where to write (default: the user's default file)")
     add_flag(default, "mixed_precision", choices=MIXED_PRECISIONS, default="no")
-    add_flag(default, "force", action="store_true", help="overwrite an existing file")
+    add_flag(  # `config --force default` and `config default --force` both count
+        default, "force", action="store_true", default=argparse.SUPPRESS,
+        help="overwrite an existing file",
+    )  # fmt: skip
     default.set_defaults(handler=_default)
 
     show = sub.add_parser("show", help="show every resolved setting and where it came from")
@@ -42,7 +46,12 @@ def register(commands: Any) -> None:
     add_flag(show, "changed", action="store_true", help="only settings not at their default")
     show.set_defaults(handler=_show)
 
-    validate = sub.add_parser("validate", help="check a config file and exit 0 if it is valid")
+    validate = sub.add_parser(
+        "validate",
+        help="check a config file as `overdrive launch` would here; exit 0 if it is valid",
+        description="Resolve the file with the environment (as `overdrive launch --config_file "
+        "FILE` does) and run every check the launcher runs before it starts a worker.",
+    )
     validate.add_argument("file", help="the config file to check")
     validate.set_defaults(handler=_validate)
 
@@ -68,14 +77,24 @@ def _gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def _refuse_overwrite(path: Path, force: bool) -> None:
+    if path.exists() and not force:
+        raise ConfigError(
+            f"config file {path} already exists",
+            key="config_file",
+            fix="pass --force to overwrite it, or --config_file to write elsewhere",
+        )
+
+
 def _wizard(args: argparse.Namespace) -> int:
     from overdrive.config.prompts import MenuPrompter, StreamPrompter
     from overdrive.config.wizard import run_wizard
 
+    path = _target(args)
+    _refuse_overwrite(path, args.force)  # before any question: no answers are wasted
     interactive = sys.stdin.isatty() and sys.stdout.isatty()
     prompter = MenuPrompter() if interactive else StreamPrompter(sys.stdin, sys.stdout)
     answers = run_wizard(prompter, gpu_count=_gpu_count())
-    path = _target(args)
     _write(path, answers)
     print(f"config written to {path}")
     return 0
@@ -97,12 +116,7 @@ def default_answers(gpu_count: int, mixed_precision: str) -> dict[str, Any]:
 
 def _default(args: argparse.Namespace) -> int:
     path = _target(args)
-    if path.exists() and not args.force:
-        raise ConfigError(
-            f"config file {path} already exists",
-            key="config_file",
-            fix="pass --force to overwrite it, or --config_file to write elsewhere",
-        )
+    _refuse_overwrite(path, args.force)
     _write(path, default_answers(_gpu_count(), args.mixed_precision))
     print(f"config written to {path}")
     return 0
@@ -138,8 +152,19 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
+VALIDATE_TARGET = "train.py"
+"""Stands in for the script: no check of a launch depends on which script it runs."""
+
+
 def _validate(args: argparse.Namespace) -> int:
-    settings = resolve(file=read_file(args.file, explicit=True))
+    from overdrive.launch import cluster
+    from overdrive.preflight import plan_launch
+
+    settings = load_settings(config_file=args.file, flags={})
+    plan_launch(settings, VALIDATE_TARGET, gpu_count=cluster.gpu_count(settings))
     changed = sum(1 for _, _, source in settings.rows() if source != "default")
-    print(f"{args.file}: valid ({changed} settings set, the rest at their defaults)")
+    print(
+        f"{args.file}: valid ({changed} settings set, the rest at their defaults; checked as "
+        f"`overdrive launch --config_file {args.file}` would use it on this machine)"
+    )
     return 0

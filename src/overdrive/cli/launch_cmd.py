@@ -11,12 +11,10 @@ import os
 import sys
 from typing import Any
 
-from overdrive.backends import check_available
-from overdrive.cli.flags import add_flag
+from overdrive.cli.flags import TypedStore, add_flag, typed_name
 from overdrive.config import load_settings, schema
 from overdrive.config.kinds import Bool
 from overdrive.errors import LaunchError
-from overdrive.parallel.layout import layout_from_settings
 
 # Boolean settings that work as plain switches (``--use_fsdp``); other booleans take a value.
 SWITCHES = ("use_cpu", "use_fsdp", "use_deepspeed", "use_megatron_lm", "debug", "downcast_bf16")
@@ -48,15 +46,18 @@ def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
         if setting.key in SWITCHES:
             extra = ["--use_cpu", "--use-cpu"] if setting.key == "use_cpu" else []
             add_flag(
-                group, name, *extra, dest=dest, action="store_const", const=True, default=None,
+                group, name, *extra, dest=dest, action=TypedStore, const=True, default=None,
                 help=setting.help,
             )  # fmt: skip
         else:
             metavar = "BOOL" if isinstance(setting.kind, Bool) else setting.name.upper()
-            add_flag(group, name, dest=dest, default=None, metavar=metavar, help=setting.help)
+            add_flag(
+                group, name, dest=dest, action=TypedStore, default=None, metavar=metavar,
+                help=setting.help,
+            )  # fmt: skip
         if setting.key == "distributed_type":
             add_flag(
-                group, "multi_gpu", dest=dest, action="store_const", const="MULTI_GPU",
+                group, "multi_gpu", dest=dest, action=TypedStore, const="MULTI_GPU",
                 help="several GPU processes (same as --distributed_type MULTI_GPU)",
             )  # fmt: skip
 
@@ -106,8 +107,9 @@ def _say(text: str) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     """Resolve settings, plan, then dry-run or run."""
-    from overdrive.launch import build_plan, cluster, ports
+    from overdrive.launch import cluster, ports
     from overdrive.launch.describe import banner, dry_run_text
+    from overdrive.preflight import plan_launch
 
     command = list(args.command)
     if command and command[0] == "--":
@@ -125,11 +127,11 @@ def handle(args: argparse.Namespace) -> int:
         )
     settings = load_settings(
         flags={s.key: getattr(args, _dest(s.key)) for _, s in flag_settings()},
-        flag_names={s.key: name for name, s in flag_settings()},
+        flag_names={s.key: typed_name(args, _dest(s.key), n) for n, s in flag_settings()},
         config_file=args.config_file,
     )
-    check_available(settings)  # an unavailable backend fails here, before any worker starts
-    plan = build_plan(
+    # Every check `config validate` runs too; a refusal comes before any worker starts.
+    plan = plan_launch(
         settings,
         target,
         script_args,
@@ -138,14 +140,6 @@ def handle(args: argparse.Namespace) -> int:
         max_restarts=args.max_restarts,
         monitor_interval=args.monitor_interval,
     )
-    layout_from_settings(settings, plan.world_size)  # a layout that cannot factor stops here
-    if settings["mixed_precision"] == "fp8" and plan.device == "cpu":
-        import torch
-
-        from overdrive.precision.fp8 import check_fp8_available
-
-        # Refuse here rather than in every worker: fp8 needs a recent GPU.
-        check_fp8_available(torch.device("cpu"), str(settings.source("mixed_precision")))
     plan = ports.settle_port(plan)
     if args.dry_run:
         print(dry_run_text(plan, show_all=args.verbose))

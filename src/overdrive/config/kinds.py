@@ -9,6 +9,7 @@ and the wizard); ``samples`` yields a few distinct valid canonical values (for t
 from __future__ import annotations
 
 import math
+import reprlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,8 +34,28 @@ class Kind:
         return None
 
 
-def _text(raw: Any) -> str:
-    return raw if isinstance(raw, str) else repr(raw)
+_BRIEF = reprlib.Repr()
+_BRIEF.maxlevel, _BRIEF.maxstring, _BRIEF.maxother, _BRIEF.maxlong = 2, 60, 60, 40
+_BRIEF.maxlist = _BRIEF.maxtuple = _BRIEF.maxdict = _BRIEF.maxset = 4
+BRIEF_LIMIT = 80
+
+
+def brief_repr(value: Any) -> str:
+    """``repr(value)`` cut to a few dozen characters: a message never echoes a huge value."""
+    try:
+        text = _BRIEF.repr(value)
+    except (ValueError, RecursionError):  # e.g. an int too long to print
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= BRIEF_LIMIT else text[: BRIEF_LIMIT - 3] + "..."
+
+
+def brief(value: Any) -> str:
+    """A value as a message shows it: strings as written, the rest as ``brief_repr``."""
+    if not isinstance(value, str):
+        return brief_repr(value)
+    if len(value) <= BRIEF_LIMIT:
+        return value
+    return f"{value[: BRIEF_LIMIT - 3]}... ({len(value)} characters)"
 
 
 @dataclass(frozen=True)
@@ -50,7 +71,7 @@ class Bool(Kind):
                 return True
             if word in FALSE_WORDS:
                 return False
-        raise ValueError(f"expected a boolean (true/false, yes/no, 1/0), got {_text(raw)}")
+        raise ValueError(f"expected a boolean (true/false, yes/no, 1/0), got {brief(raw)}")
 
     def describe(self) -> str:
         return "true/false (also yes/no, 1/0)"
@@ -67,7 +88,7 @@ class Int(Kind):
     def coerce(self, raw: Any) -> int:
         value: int
         if isinstance(raw, bool):
-            raise ValueError(f"expected an integer, got {_text(raw)}")
+            raise ValueError(f"expected an integer, got {brief(raw)}")
         if isinstance(raw, int):
             value = raw
         elif isinstance(raw, float) and math.isfinite(raw) and raw.is_integer():
@@ -75,7 +96,7 @@ class Int(Kind):
         elif isinstance(raw, str) and raw.strip().lstrip("+-").isdigit():
             value = int(raw.strip())
         else:
-            raise ValueError(f"expected an integer, got {_text(raw)}")
+            raise ValueError(f"expected an integer, got {brief(raw)}")
         if self.minimum is not None and value < self.minimum:
             raise ValueError(f"must be >= {self.minimum}, got {value}")
         if self.maximum is not None and value > self.maximum:
@@ -103,13 +124,13 @@ class Float(Kind):
 
     def coerce(self, raw: Any) -> float:
         if isinstance(raw, bool):
-            raise ValueError(f"expected a number, got {_text(raw)}")
+            raise ValueError(f"expected a number, got {brief(raw)}")
         try:
             value = float(raw) if isinstance(raw, int | float | str) else math.nan
         except ValueError:
             value = math.nan
         if not math.isfinite(value):
-            raise ValueError(f"expected a finite number, got {_text(raw)}")
+            raise ValueError(f"expected a finite number, got {brief(raw)}")
         if self.minimum is not None and value < self.minimum:
             raise ValueError(f"must be >= {self.minimum}, got {value}")
         return value
@@ -128,7 +149,7 @@ class Str(Kind):
             return raw.strip()
         if isinstance(raw, int | float) and not isinstance(raw, bool):
             return str(raw)
-        raise ValueError(f"expected a non-empty string, got {_text(raw)}")
+        raise ValueError(f"expected a non-empty string, got {brief(raw)}")
 
     def describe(self) -> str:
         return "a string"
@@ -169,7 +190,7 @@ class Choice(Kind):
             for alias, word in self.aliases.items():
                 if alias.lower() == folded:
                     return word
-        raise ValueError(f"{_text(raw)} is not one of: {', '.join(self.allowed)}")
+        raise ValueError(f"{brief(raw)} is not one of: {', '.join(self.allowed)}")
 
     def describe(self) -> str:
         return "one of: " + ", ".join(self.allowed)
@@ -188,7 +209,7 @@ class GpuIds(Kind):
     def coerce(self, raw: Any) -> str:
         items: Sequence[Any]
         if isinstance(raw, bool):
-            raise ValueError(f"expected 'all' or GPU indices like 0,1,3, got {_text(raw)}")
+            raise ValueError(f"expected 'all' or GPU indices like 0,1,3, got {brief(raw)}")
         if isinstance(raw, int):
             items = [raw]
         elif isinstance(raw, str):
@@ -198,17 +219,17 @@ class GpuIds(Kind):
         elif isinstance(raw, list | tuple):
             items = raw
         else:
-            raise ValueError(f"expected 'all' or GPU indices like 0,1,3, got {_text(raw)}")
+            raise ValueError(f"expected 'all' or GPU indices like 0,1,3, got {brief(raw)}")
         indices: list[int] = []
         for item in items:
             text = str(item).strip()
             if isinstance(item, bool) or not text.isdigit():
-                raise ValueError(f"expected 'all' or GPU indices like 0,1,3, got {_text(raw)}")
+                raise ValueError(f"expected 'all' or GPU indices like 0,1,3, got {brief(raw)}")
             indices.append(int(text))
         if not indices:
             raise ValueError("expected 'all' or at least one GPU index")
         if len(set(indices)) != len(indices):
-            raise ValueError(f"GPU indices repeat: {_text(raw)}")
+            raise ValueError(f"GPU indices repeat: {brief(raw)}")
         return ",".join(str(i) for i in indices)
 
     def describe(self) -> str:
@@ -230,14 +251,14 @@ class Words(Kind):
         elif isinstance(raw, list | tuple):
             items = list(raw)
         else:
-            raise ValueError(f"expected a list of names, got {_text(raw)}")
+            raise ValueError(f"expected a list of names, got {brief(raw)}")
         out: list[str] = []
         for item in items:
             if not isinstance(item, str):
-                raise ValueError(f"expected names, got {_text(item)}")
+                raise ValueError(f"expected names, got {brief(item)}")
             word = item.strip().lower()
             if word not in self.allowed:
-                raise ValueError(f"{item!r} is not one of: {', '.join(self.allowed)}")
+                raise ValueError(f"{brief_repr(item)} is not one of: {', '.join(self.allowed)}")
             if word not in out:
                 out.append(word)
         if not out:
@@ -264,9 +285,9 @@ class Names(Kind):
         elif isinstance(raw, list | tuple):
             items = list(raw)
         else:
-            raise ValueError(f"expected a class name or a list of them, got {_text(raw)}")
+            raise ValueError(f"expected a class name or a list of them, got {brief(raw)}")
         if not items or not all(isinstance(i, str) and i.strip() for i in items):
-            raise ValueError(f"expected a class name or a list of them, got {_text(raw)}")
+            raise ValueError(f"expected a class name or a list of them, got {brief(raw)}")
         return [i.strip() for i in items]
 
     def describe(self) -> str:
@@ -283,7 +304,7 @@ class Table(Kind):
     def coerce(self, raw: Any) -> dict[str, Any]:
         if isinstance(raw, Mapping) and all(isinstance(k, str) for k in raw):
             return dict(raw)
-        raise ValueError(f"expected a mapping, got {_text(raw)}")
+        raise ValueError(f"expected a mapping, got {brief(raw)}")
 
     def describe(self) -> str:
         return "a mapping of keys to values"

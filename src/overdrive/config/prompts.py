@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, TextIO
 
+from overdrive.config.kinds import brief_repr
 from overdrive.errors import ConfigError
 
 Option = tuple[str, Any]  # (label shown, value stored)
@@ -60,7 +61,7 @@ class StreamPrompter:
             return options[int(answer) - 1][1]
         allowed = ", ".join(f"{i} ({label})" for i, (label, _) in enumerate(options, 1))
         raise ConfigError(
-            f"{answer!r} is not an answer to {question!r}",
+            f"{brief_repr(answer)} is not an answer to {question!r}",
             fix=f"answer with one of: {allowed}",
         )
 
@@ -70,7 +71,7 @@ class StreamPrompter:
             return default
         if not answer.lstrip("-").isdigit() or int(answer) < minimum:
             raise ConfigError(
-                f"{answer!r} is not an answer to {question!r}",
+                f"{brief_repr(answer)} is not an answer to {question!r}",
                 fix=f"answer with a whole number >= {minimum}",
             )
         return int(answer)
@@ -87,7 +88,9 @@ class StreamPrompter:
             return True
         if answer in ("n", "no", "false", "0"):
             return False
-        raise ConfigError(f"{answer!r} is not an answer to {question!r}", fix="answer yes or no")
+        raise ConfigError(
+            f"{brief_repr(answer)} is not an answer to {question!r}", fix="answer yes or no"
+        )
 
 
 class MenuPrompter:

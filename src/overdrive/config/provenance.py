@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -49,3 +50,15 @@ class RawValue:
     written_key: str
     raw: Any
     source: Source
+
+
+class Labelled(dict[str, Any]):
+    """Values keyed by setting, each with the words that set it (its source detail).
+
+    Code values come from arguments and plugin fields whose names differ from the setting
+    keys: ``use_fsdp`` set by ``Accelerator(fsdp_plugin=...)`` reads as exactly that.
+    """
+
+    def __init__(self, values: Mapping[str, Any], labels: Mapping[str, str]) -> None:
+        super().__init__(values)
+        self.labels = dict(labels)

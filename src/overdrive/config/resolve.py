@@ -10,6 +10,7 @@ import difflib
 from collections.abc import Iterable, Sequence
 
 from overdrive.config import rules, schema
+from overdrive.config.kinds import brief_repr
 from overdrive.config.provenance import DEFAULT, RawValue, Resolved, Source
 from overdrive.config.settings import Settings
 from overdrive.errors import ConfigError
@@ -73,8 +74,8 @@ def _layer(values: Iterable[RawValue]) -> dict[str, Resolved]:
         earlier = layer.get(key)
         if earlier is not None and earlier.value != resolved.value:
             raise ConfigError(
-                f"`{key}` is set twice with different values: {earlier.value!r} "
-                f"({earlier.source}) and {resolved.value!r} ({resolved.source})",
+                f"`{key}` is set twice with different values: {brief_repr(earlier.value)} "
+                f"({earlier.source}) and {brief_repr(resolved.value)} ({resolved.source})",
                 key=key,
                 fix="keep one of the two spellings",
             )

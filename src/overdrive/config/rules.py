@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from overdrive.config.kinds import brief_repr
 from overdrive.config.provenance import Resolved
 from overdrive.errors import ConfigError
 
@@ -27,7 +28,7 @@ def _explicit(values: Values, key: str) -> bool:
 
 def _describe(values: Values, key: str) -> str:
     res = values[key]
-    return f"`{key}` = {res.value!r} ({res.source})"
+    return f"`{key}` = {brief_repr(res.value)} ({res.source})"
 
 
 def _backends(values: Values) -> None:

@@ -56,9 +56,11 @@ def banner(plan: LaunchPlan) -> str:
     layout = f"{plan.world_size} process(es)" + (
         f" ({per})" if plan.num_machines > 1 else " on 1 machine"
     )
+    # The script's code may still change mixed precision: its source says this is before code.
+    precision = f"{plan.settings['mixed_precision']} ({plan.settings.source('mixed_precision')})"
     return (
         f"overdrive launch: {layout}, {plan.backend} on {plan.device}, mixed precision "
-        f"{plan.settings['mixed_precision']}, rendezvous {plan.rdzv_backend} at "
+        f"{precision} unless the script sets it, rendezvous {plan.rdzv_backend} at "
         f"{plan.main_addr}:{plan.main_port}; settings from {settings_origin(plan.settings)}"
     )
 

@@ -12,6 +12,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
+from overdrive.effective_settings import tracker_config
 from overdrive.tracking.base import NoOpTracker, Tracker, TrackerError
 
 __all__ = [
@@ -131,6 +132,7 @@ def start_trackers(
         previous.finish()  # init_trackers again: the earlier runs end, none is left open
     if not accelerator.state.is_main_process:
         return [NoOpTracker(i if isinstance(i, str) else i.name) for i in items]
+    config = tracker_config(settings, config)  # the effective settings, with their sources
     trackers: list[Tracker] = []
     for item in items:
         if isinstance(item, Tracker):

@@ -1,0 +1,92 @@
+"""The settings in force once the Accelerator exists, said once by rank 0, given to trackers.
+
+The launcher's banner can only know the config file, the environment and the flags; the
+script's code may change any of them (``Accelerator(mixed_precision="bf16")``). At the end of
+``Accelerator.__init__`` the main process reports, in one line, every setting that differs
+from its default or was set in code, each with its source; nothing when nothing is set.
+
+The line is an INFO record of the ``overdrive.settings`` logger. Silence it with
+``logging.getLogger("overdrive").setLevel(logging.WARNING)`` (or
+``overdrive.logging.get_logger("overdrive", "WARNING")``). Where the application's logging
+handles INFO records of that logger, they go there; otherwise overdrive writes the line to
+standard error itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+from overdrive.config import HANDOVER_VARIABLE, Settings, schema
+from overdrive.config.inert import inert_sections
+from overdrive.config.provenance import Source
+from overdrive.config.settings import display_value
+
+LOGGER = "overdrive.settings"
+TRACKER_KEY = "overdrive_settings"
+
+
+def effective(settings: Settings) -> list[tuple[str, Any, Source]]:
+    """(key, value, source) of every setting that differs from its default or came from code."""
+    rows = []
+    for setting in schema.SETTINGS:
+        resolved = settings.resolved(setting.key)
+        if resolved.source.kind == "default":
+            continue
+        if resolved.source.kind == "code" or resolved.value != setting.default:
+            rows.append((setting.key, resolved.value, resolved.source))
+    return rows
+
+
+def summary(settings: Settings, world_size: int = 1) -> str | None:
+    """``effective settings (rank 0 of 2): key=value (source), ...``, or None if none is set."""
+    rows = effective(settings)
+    if not rows:
+        return None
+    items = ", ".join(f"{key}={display_value(value)} ({source})" for key, value, source in rows)
+    return f"effective settings (rank 0 of {world_size}): {items}"
+
+
+def tracker_config(settings: Settings | None, config: dict[str, Any] | None) -> Any:
+    """The run configuration a tracker stores: the user's, plus the effective settings."""
+    rows = effective(settings) if isinstance(settings, Settings) else []
+    if not rows:
+        return config
+    recorded = {key: {"value": value, "source": str(source)} for key, value, source in rows}
+    merged = dict(config or {})
+    merged.setdefault(TRACKER_KEY, recorded)  # a user's own key of that name is kept
+    return merged
+
+
+def _threshold() -> int:
+    """The level set on ``overdrive.settings`` or ``overdrive``; INFO when neither is set."""
+    for name in (LOGGER, "overdrive"):
+        level = logging.getLogger(name).level
+        if level != logging.NOTSET:
+            return level
+    return logging.INFO
+
+
+def _emit(level: int, text: str) -> None:
+    logger = logging.getLogger(LOGGER)
+    if logger.hasHandlers() and logger.isEnabledFor(level):
+        logger.log(level, text)  # the application's logging takes it
+    elif level >= _threshold():
+        prefix = "overdrive: warning: " if level >= logging.WARNING else "overdrive: "
+        sys.stderr.write(prefix + text + "\n")
+        sys.stderr.flush()
+
+
+def report(accelerator: Any) -> None:
+    """On the main process: the effective settings, and sections that cannot take effect."""
+    if not accelerator.is_main_process:
+        return
+    settings: Settings = accelerator.settings
+    text = summary(settings, accelerator.num_processes)
+    if text is not None:
+        _emit(logging.INFO, text)
+    launched = HANDOVER_VARIABLE in os.environ  # the launcher already warned about the rest
+    for note in inert_sections(settings, from_code_only=launched):
+        _emit(logging.WARNING, note)

@@ -1,0 +1,79 @@
+"""Every check a launch makes before any worker starts, in one function.
+
+``overdrive launch`` plans through ``plan_launch``, and ``overdrive config validate`` runs the
+same function on the same resolved settings, so a file that validates is a file the launcher
+accepts on this machine (and a refusal reads the same in both).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping, Sequence
+
+from overdrive.backends import check_available
+from overdrive.config import Settings
+from overdrive.config.inert import inert_sections
+from overdrive.launch.plan import LaunchPlan, build_plan
+from overdrive.parallel.layout import layout_from_settings
+
+
+def _stderr_warning(text: str) -> None:
+    sys.stderr.write(f"overdrive: warning: {text}\n")
+    sys.stderr.flush()
+
+
+def _check_compile(settings: Settings) -> None:
+    """The dynamo backend exists and the dynamo options fit it (each worker checks again)."""
+    if settings["dynamo_config.dynamo_backend"] == "no":
+        return
+    from overdrive.compile import compile_kwargs  # imports torch: only when compiling
+
+    compile_kwargs(settings)
+
+
+def _check_precision(settings: Settings, device: str) -> None:
+    if settings["mixed_precision"] != "fp8" or device != "cpu":
+        return
+    import torch
+
+    from overdrive.precision.fp8 import check_fp8_available
+
+    # Refuse here rather than in every worker: fp8 needs a recent GPU.
+    check_fp8_available(torch.device("cpu"), str(settings.source("mixed_precision")))
+
+
+def plan_launch(
+    settings: Settings,
+    target: str,
+    script_args: Sequence[str] = (),
+    *,
+    is_module: bool = False,
+    gpu_count: int = 0,
+    max_restarts: int = 0,
+    monitor_interval: float = 0.1,
+    environ: Mapping[str, str] | None = None,
+    warn: Callable[[str], None] = _stderr_warning,
+) -> LaunchPlan:
+    """Check the settings as a launch on this machine would, and plan it.
+
+    Raises the first refusal (backend not available, machines or processes that do not fit,
+    a precision or compile option this machine cannot run); settings that are valid but
+    cannot take effect go to ``warn`` (stderr by default), one message each.
+    """
+    check_available(settings)
+    plan = build_plan(
+        settings,
+        target,
+        script_args,
+        is_module=is_module,
+        gpu_count=gpu_count,
+        max_restarts=max_restarts,
+        monitor_interval=monitor_interval,
+        environ=environ,
+    )
+    layout_from_settings(settings, plan.world_size)  # a layout that cannot factor stops here
+    _check_precision(settings, plan.device)
+    _check_compile(settings)
+    for note in inert_sections(settings):
+        warn(note)
+    return plan
