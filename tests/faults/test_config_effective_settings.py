@@ -40,6 +40,12 @@ def _effective_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if "effective settings" in line]
 
 
+def _said(capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> list[str]:
+    """What reached the user: stderr, or the application's logging when an earlier test left
+    the ``overdrive`` loggers enabled (then the report goes through logging instead)."""
+    return _effective_lines(capfd.readouterr().err + "\n" + "\n".join(caplog.messages))
+
+
 @pytest.mark.distributed
 def test_rank_0_prints_the_settings_the_code_set(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
@@ -58,15 +64,19 @@ def test_rank_0_prints_the_settings_the_code_set(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("no_launcher")
-def test_nothing_is_printed_when_nothing_is_set(capfd: pytest.CaptureFixture[str]) -> None:
+def test_nothing_is_printed_when_nothing_is_set(
+    capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
     Accelerator()
-    assert _effective_lines(capfd.readouterr().err) == []
+    assert _said(capfd, caplog) == []
 
 
 @pytest.mark.usefixtures("no_launcher")
-def test_one_process_prints_code_settings(capfd: pytest.CaptureFixture[str]) -> None:
+def test_one_process_prints_code_settings(
+    capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
     Accelerator(cpu=True, gradient_accumulation_steps=2)
-    lines = _effective_lines(capfd.readouterr().err)
+    lines = _said(capfd, caplog)
     assert len(lines) == 1
     assert "use_cpu=true (code Accelerator(cpu=...))" in lines[0]
     assert (
@@ -76,7 +86,9 @@ def test_one_process_prints_code_settings(capfd: pytest.CaptureFixture[str]) -> 
 
 
 @pytest.mark.usefixtures("no_launcher")
-def test_the_print_is_quiet_above_info(capfd: pytest.CaptureFixture[str]) -> None:
+def test_the_print_is_quiet_above_info(
+    capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
     logger = logging.getLogger("overdrive")
     previous = logger.level
     logger.setLevel(logging.WARNING)
@@ -84,7 +96,7 @@ def test_the_print_is_quiet_above_info(capfd: pytest.CaptureFixture[str]) -> Non
         Accelerator(cpu=True, gradient_accumulation_steps=2)
     finally:
         logger.setLevel(previous)
-    assert _effective_lines(capfd.readouterr().err) == []
+    assert _said(capfd, caplog) == []
 
 
 @pytest.mark.usefixtures("no_launcher")
