@@ -42,14 +42,13 @@ def _check_all_lines(stdout: str, stderr: str, *, prefixed: bool) -> None:
 
 @pytest.mark.parametrize("prefixed", [True, False], ids=["rank-prefix", "no-prefix"])
 def test_unbuffered_ranks_printing_at_once_give_whole_lines(prefixed: bool) -> None:
-    flags = [] if prefixed else ["--no_rank_prefix"]
     done = run_launch(
         SCRIPTS / "launch_many_lines.py",
         nprocs=RANKS,
         args=[str(LINES)],
-        launch_args=flags,
         env={"PYTHONUNBUFFERED": "1"},
         timeout=120,
+        rank_prefix=prefixed,  # the default for several processes; else --no_rank_prefix
     )
     assert done.returncode == 0, done.stderr[-3000:]
     _check_all_lines(done.stdout, done.stderr, prefixed=prefixed)
@@ -64,6 +63,7 @@ def test_tee_writes_one_whole_log_per_rank(tmp_path: Path) -> None:
         launch_args=["--log_dir", str(logs)],
         env={"PYTHONUNBUFFERED": "1"},
         timeout=120,
+        rank_prefix=True,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     _check_all_lines(done.stdout, done.stderr, prefixed=True)  # the console still gets them

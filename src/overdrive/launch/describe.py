@@ -19,7 +19,10 @@ LAUNCH_KEYS = (
     "gpu_ids",
     "use_cpu",
     "mixed_precision",
+    "hang_timeout",
 )
+# torch's default collective timeouts (``init_process_group(timeout=None)``).
+DEFAULT_COLLECTIVE_TIMEOUT_S = {"gloo": 1800, "nccl": 600}
 
 
 def settings_origin(settings: Settings) -> str:
@@ -50,6 +53,19 @@ def settings_origin(settings: Settings) -> str:
     return ", ".join(parts) if parts else "defaults only"
 
 
+def timeouts(plan: LaunchPlan) -> str:
+    """``hang_timeout 300s, collective timeout 1800s (gloo default)``: the timeouts in force."""
+    hang = f"hang_timeout {plan.hang_timeout}s" if plan.hang_timeout else "hang_timeout off"
+    default = DEFAULT_COLLECTIVE_TIMEOUT_S.get(plan.backend)
+    collective = (
+        f"collective timeout {default}s ({plan.backend} default, unless "
+        "InitProcessGroupKwargs(timeout=...) sets one)"
+        if default
+        else "collective timeout: the backend's default"
+    )
+    return f"{hang}, {collective}"
+
+
 def banner(plan: LaunchPlan) -> str:
     """One short line for the main machine's launcher."""
     per = f"{plan.num_machines} machines x {plan.nproc_per_node}"
@@ -59,7 +75,8 @@ def banner(plan: LaunchPlan) -> str:
     return (
         f"overdrive launch: {layout}, {plan.backend} on {plan.device}, mixed precision "
         f"{plan.settings['mixed_precision']}, rendezvous {plan.rdzv_backend} at "
-        f"{plan.main_addr}:{plan.main_port}; settings from {settings_origin(plan.settings)}"
+        f"{plan.main_addr}:{plan.main_port}; {timeouts(plan)}; "
+        f"settings from {settings_origin(plan.settings)}"
     )
 
 
