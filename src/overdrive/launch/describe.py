@@ -80,6 +80,13 @@ def banner(plan: LaunchPlan) -> str:
     )
 
 
+def output_line(plan: LaunchPlan) -> str:
+    """How the workers' output reaches the console (and the per-rank logs)."""
+    how = "behind '[rank N] '" if plan.rank_prefix else "without a rank prefix"
+    logs = f"; each rank's lines also go to {plan.log_dir}/rank_N.log" if plan.log_dir else ""
+    return f"output: the workers' stdout and stderr in whole lines, {how}{logs}"
+
+
 def dry_run_text(plan: LaunchPlan, *, show_all: bool = False) -> str:
     """Resolved settings with sources, then the exact per-process commands and environment."""
     settings = plan.settings
@@ -91,7 +98,9 @@ def dry_run_text(plan: LaunchPlan, *, show_all: bool = False) -> str:
         f"  {k:<{width}}  {display_value(settings[k]):<{vwidth}}  {settings.source(k)}"
         for k in keys
     ]
-    lines += ["", banner(plan)]
+    lines += ["", banner(plan), output_line(plan)]
+    if plan.load_note:
+        lines.append(f"note: {plan.load_note}")
     if plan.port_note:
         lines.append(f"note: {plan.port_note}")
     if plan.rdzv_backend == "c10d":

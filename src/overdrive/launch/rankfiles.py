@@ -1,7 +1,7 @@
 """The files a launched worker shares with its launcher's watchdog, and the worker's side.
 
 In the folder named by ``OVERDRIVE_LAUNCH_DIR`` each rank writes ``rank_<R>.pid`` (its pid,
-main thread and local rank) once it can print its stack on request: ``STACK_SIGNAL`` makes
+main thread, local rank and restart count) once it can print its stack on request: ``STACK_SIGNAL`` makes
 ``faulthandler`` append every thread's Python stack to ``rank_<R>.stack``, from a C signal
 handler, so it answers while blocked inside a collective. A rank whose collective timed out
 writes ``timeout_<R>_<pid>`` and waits (a few seconds at most) for ``<that name>.done``, so
@@ -68,7 +68,9 @@ def register_worker(environ: Mapping[str, str]) -> None:
         faulthandler.register(STACK_SIGNAL, file=_stack_file, all_threads=True, chain=False)
         main = threading.main_thread().ident or 0
         local = environ.get("LOCAL_RANK", "-1")
-        _write_atomically(pid_file(launch_dir, int(rank)), f"{os.getpid()} {main} {local}\n")
+        attempt = environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        line = f"{os.getpid()} {main} {local} {attempt}\n"
+        _write_atomically(pid_file(launch_dir, int(rank)), line)
     except (OSError, RuntimeError, ValueError):
         return  # the launcher then reports this rank without a stack
 

@@ -140,7 +140,12 @@ class HangReport:
     def headline(self) -> str:
         """The closing report's first line; the verdict follows it."""
         culprits = self.culprits
-        who = f"{_ranks(culprits)} hung" if culprits else "the job hung"
+        if not culprits:
+            who = "the job hung"
+        elif all(r.ended for r in self.ranks if r.rank in culprits):
+            who = f"{_ranks(culprits)} ended early"
+        else:
+            who = f"{_ranks(culprits)} hung"
         return f"{_PREFIX}{who}; the launcher stopped the job after {self.reason}."
 
     def tag(self, rank: int) -> str:

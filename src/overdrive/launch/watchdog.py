@@ -77,8 +77,13 @@ class Watchdog:
         self.hang_label = hang_label
         self.say = say
         self.hang: HangReport | None = None
-        self.tick = min(1.0, max(0.1, hang_timeout / 10)) if hang_timeout > 0 else 0.5
+        # New workers and timeout requests are looked for every tick; /proc is read less often.
+        self.sample_every = min(1.0, max(0.1, hang_timeout / 10)) if hang_timeout > 0 else 1.0
+        self.tick = min(0.2, self.sample_every)
+        self._sampled = 0.0
+        self._attempt = -1
         self._ranks: dict[int, _Rank] = {}
+        self._exit_threads: list[threading.Thread] = []
         self._lock = threading.RLock()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="overdrive-watchdog", daemon=True)
@@ -89,9 +94,13 @@ class Watchdog:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop watching; the workers have ended, so their exit times are all in (or soon)."""
         self._done.set()
         if self._thread.is_alive():
             self._thread.join(timeout=STACK_WAIT_S + 2)
+        deadline = time.monotonic() + 1.0
+        for thread in list(self._exit_threads):
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
     # ------------------------------------------------------------------ what the report needs
     def exit_ns(self, pid: int) -> int | None:
@@ -114,7 +123,9 @@ class Watchdog:
             try:
                 self._discover()
                 self._answer_timeouts()
-                self._check_progress()
+                if time.monotonic() - self._sampled >= self.sample_every:
+                    self._sampled = time.monotonic()
+                    self._check_progress()
                 self._finish_stopping()
             except Exception as error:  # noqa: BLE001 - the watchdog must never end the launch
                 self.say(f"overdrive: note: the hang watchdog stopped: {error!r}")
@@ -125,35 +136,41 @@ class Watchdog:
             name = entry.name
             if not (name.startswith("rank_") and name.endswith(".pid")):
                 continue
-            rank = int(name[len("rank_") : -len(".pid")])
             try:
+                rank = int(name[len("rank_") : -len(".pid")])
                 with open(entry.path, encoding="ascii") as handle:
-                    pid, ident, local = (int(word) for word in handle.read().split())
+                    pid, ident, local, attempt = (int(word) for word in handle.read().split())
             except (OSError, ValueError):
                 continue
             known = self._ranks.get(rank)
-            if known is not None and known.pid == pid:
+            if attempt < self._attempt or (known is not None and known.pid == pid):
                 continue
-            if known is not None:  # a restarted group: start over
-                self.hang, self._stopped_at = None, None
+            if attempt > self._attempt:  # the first group, or a restarted one: start over
+                with self._lock:
+                    self._ranks = {}
+                self._attempt, self.hang, self._stopped_at = attempt, None, None
             now = time.monotonic()
             record = _Rank(rank, pid, ident, local, last_progress=now, ref_time=now)
             with self._lock:
                 self._ranks[rank] = record
             if hasattr(os, "waitid"):
-                threading.Thread(target=self._await_exit, args=(record,), daemon=True).start()
+                thread = threading.Thread(target=self._await_exit, args=(record,), daemon=True)
+                self._exit_threads.append(thread)
+                thread.start()
 
     def _await_exit(self, record: _Rank) -> None:
         """Block until the worker ends; note when and how, leaving it for the agent to reap."""
         code: int | None = None
+        seen: int | None = None
         try:
             info = os.waitid(os.P_PID, record.pid, os.WEXITED | os.WNOWAIT)
+            seen = time.time_ns()
             if info is not None:
                 code = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
         except (ChildProcessError, OSError):
-            pass  # already reaped by the agent: only the time is less exact
+            pass  # the agent reaped it first: when it ended is unknown
         with self._lock:
-            record.exit_ns, record.exitcode, record.ended = time.time_ns(), code, True
+            record.exit_ns, record.exitcode, record.ended = seen, code, True
             record.last_progress = time.monotonic()
         if code != 0:
             self._kill_stopped()
@@ -209,11 +226,13 @@ class Watchdog:
                 pass
 
     def _timeout_requests(self) -> dict[str, tuple[int, dict]]:
-        """``{path: (rank, request)}`` of the ranks whose collective timed out."""
+        """``{path: (rank, request)}`` of the current ranks whose collective timed out."""
         found: dict[str, tuple[int, dict]] = {}
+        with self._lock:
+            current = {(str(r.rank), str(r.pid)) for r in self._ranks.values()}
         for entry in os.scandir(self.launch_dir):
             parts = entry.name.split("_")
-            if len(parts) != 3 or parts[0] != "timeout" or not parts[2].isdigit():
+            if len(parts) != 3 or parts[0] != "timeout" or (parts[1], parts[2]) not in current:
                 continue
             try:
                 with open(entry.path, encoding="utf-8") as handle:
