@@ -118,3 +118,20 @@ def test_hang_verdict_names_absent_and_stopped_ranks() -> None:
     assert report.headline().startswith("overdrive: ranks 1, 2 hung; the launcher stopped")
     everyone = HangReport("x", [waiting, RankState(1, stack=[], waiting=True)])
     assert everyone.culprits == [] and "every rank waits" in everyone.verdict()[0]
+
+
+def test_several_machines_watch_for_no_progress_only_when_asked(tmp_path: Path) -> None:
+    """A launcher sees only its own ranks; they may all wait while another machine works."""
+    from overdrive.config import load_settings
+    from overdrive.launch import build_plan
+    from overdrive.launch.describe import banner
+
+    def plan(**flags: object):
+        base = {"use_cpu": True, "num_processes": 4, "main_process_ip": "10.0.0.1", **flags}
+        settings = load_settings(flags=base, environ={"XDG_CACHE_HOME": str(tmp_path)})
+        return build_plan(settings, "t.py", environ={}, cpu_count=4)
+
+    assert plan().hang_timeout == 300
+    assert plan(num_machines=2).hang_timeout == 0
+    assert "hang_timeout off (several machines" in banner(plan(num_machines=2))
+    assert plan(num_machines=2, hang_timeout=900).hang_timeout == 900

@@ -56,6 +56,8 @@ def settings_origin(settings: Settings) -> str:
 def timeouts(plan: LaunchPlan) -> str:
     """``hang_timeout 300s, collective timeout 1800s (gloo default)``: the timeouts in force."""
     hang = f"hang_timeout {plan.hang_timeout}s" if plan.hang_timeout else "hang_timeout off"
+    if not plan.hang_timeout and plan.settings["hang_timeout"]:
+        hang += " (several machines: set it to turn it on)"
     default = DEFAULT_COLLECTIVE_TIMEOUT_S.get(plan.backend)
     collective = (
         f"collective timeout {default}s ({plan.backend} default, unless "

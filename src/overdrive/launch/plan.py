@@ -72,7 +72,13 @@ class LaunchPlan:
 
     @property
     def hang_timeout(self) -> int:
-        """Seconds without progress on any rank before the launcher reports a hang (0: off)."""
+        """Seconds without progress on any rank before the launcher reports a hang (0: off).
+
+        A launcher sees only its own machine's ranks, which may all wait while another
+        machine works; so with several machines the check runs only when set explicitly.
+        """
+        if self.num_machines > 1 and self.settings.source("hang_timeout").kind == "default":
+            return 0
         return int(self.settings["hang_timeout"])
 
     def worker_command(self) -> list[str]:
