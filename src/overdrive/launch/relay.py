@@ -22,6 +22,11 @@ _LINE = re.compile(rb"[^\r\n]*(?:\r\n|\n|\r)")
 _CHUNK = 1 << 16
 
 
+def supported() -> bool:
+    """Named pipes and poll() exist here (not on Windows: workers then print directly)."""
+    return hasattr(os, "mkfifo") and hasattr(select, "poll")
+
+
 @dataclass
 class _Source:
     """One worker stream: its pipe, the unfinished line so far, where its lines go."""
@@ -65,14 +70,15 @@ class Relay:
         self.prefix = prefix
         self.log_dir = log_dir
         self.lock = threading.Lock()  # held for every write to the launcher's streams
-        self._out = out if out is not None else sys.stdout.buffer
-        self._err = err if err is not None else sys.stderr.buffer
+        self._out = out if out is not None else _binary(sys.stdout)
+        self._err = err if err is not None else _binary(sys.stderr)
         self._sources: dict[int, _Source] = {}
         self._logs: dict[int, BinaryIO] = {}
-        self._poller = select.poll()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
-        self._poller.register(self._wake_r, select.POLLIN)
+        self._poller = select.poll() if supported() else None
+        if self._poller is not None:
+            self._poller.register(self._wake_r, select.POLLIN)
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="overdrive-relay", daemon=True)
         self._broken = False
@@ -90,6 +96,7 @@ class Relay:
         source = _Source(fd=fd, rank=rank, to_err=to_err, log=self._log(rank))
         with self.lock:
             self._sources[fd] = source
+        assert self._poller is not None
         self._poller.register(fd, select.POLLIN)
         self._wake()
 
@@ -102,7 +109,8 @@ class Relay:
         return self._logs[rank]
 
     def start(self) -> None:
-        self._thread.start()
+        if self._poller is not None:
+            self._thread.start()
 
     def say(self, text: str, *, to_err: bool = True) -> None:
         """Write the launcher's own text between whole worker lines."""
@@ -133,6 +141,7 @@ class Relay:
             os.write(self._wake_w, b"x")
 
     def _run(self) -> None:
+        assert self._poller is not None
         while not self._stopping.is_set():
             try:
                 events = self._poller.poll(1000)
@@ -211,10 +220,28 @@ class Relay:
 
     def _close(self, source: _Source) -> None:
         source.closed = True
-        with contextlib.suppress(KeyError, ValueError):
-            self._poller.unregister(source.fd)
+        with contextlib.suppress(KeyError, ValueError, AttributeError):
+            self._poller.unregister(source.fd)  # type: ignore[union-attr]
         with contextlib.suppress(OSError):
             os.close(source.fd)
+
+
+class _TextSink:
+    """Bytes written to a text stream that has no binary buffer (a test's StringIO)."""
+
+    def __init__(self, text: Any) -> None:
+        self.text = text
+
+    def write(self, data: bytes) -> int:
+        return int(self.text.write(data.decode("utf-8", "replace")))
+
+    def flush(self) -> None:
+        self.text.flush()
+
+
+def _binary(text: Any) -> BinaryIO:
+    buffer = getattr(text, "buffer", None)
+    return buffer if buffer is not None else _TextSink(text)  # type: ignore[return-value]
 
 
 def _flush_text_layer(stream: BinaryIO) -> None:
@@ -231,7 +258,10 @@ def relay_logs_specs(log_dir: str, relay: Relay) -> Any:
     """
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
 
-    class _RelayLogsSpecs(DefaultLogsSpecs):  # type: ignore[misc]
+    if not supported():
+        return DefaultLogsSpecs(log_dir=log_dir, redirects=Std.NONE, tee=Std.NONE)
+
+    class _RelayLogsSpecs(DefaultLogsSpecs):
         def reify(self, envs: dict[int, dict[str, str]]) -> Any:
             dest = super().reify(envs)
             for local_rank, env in envs.items():

@@ -48,7 +48,7 @@ def main_stack(dump: str, main_ident: int | None) -> list[str] | None:
 
 def _plumbing(line: str) -> bool:
     match = _FILE.match(line)
-    return bool(match) and skipped_frame(match.group(1))
+    return match is not None and skipped_frame(match.group(1))
 
 
 def in_collective(stack: list[str]) -> bool:
