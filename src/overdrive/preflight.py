@@ -52,6 +52,9 @@ def plan_launch(
     max_restarts: int = 0,
     monitor_interval: float = 0.1,
     environ: Mapping[str, str] | None = None,
+    oversubscribe: bool = False,
+    rank_prefix: bool | None = None,
+    log_dir: str | None = None,
     warn: Callable[[str], None] = _stderr_warning,
 ) -> LaunchPlan:
     """Check the settings as a launch on this machine would, and plan it.
@@ -70,6 +73,9 @@ def plan_launch(
         max_restarts=max_restarts,
         monitor_interval=monitor_interval,
         environ=environ,
+        oversubscribe=oversubscribe,
+        rank_prefix=rank_prefix,
+        log_dir=log_dir,
     )
     layout_from_settings(settings, plan.world_size)  # a layout that cannot factor stops here
     _check_precision(settings, plan.device)

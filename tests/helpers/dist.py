@@ -46,12 +46,21 @@ def run_launch(
     env: Mapping[str, str] | None = None,
     timeout: float = 180,
     module: bool = False,
+    rank_prefix: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """`overdrive launch --num_processes N script args` on CPU; returns the finished process.
 
     With ``module=True``, ``script`` is a module name run as ``-m script`` from the repo root.
+    Workers' lines come without the launcher's ``[rank N] `` prefix unless ``rank_prefix``.
     """
-    cmd = launch_command(script, nprocs=nprocs, args=args, launch_args=launch_args, module=module)
+    cmd = launch_command(
+        script,
+        nprocs=nprocs,
+        args=args,
+        launch_args=launch_args,
+        module=module,
+        rank_prefix=rank_prefix,
+    )
     return subprocess.run(
         cmd, env=clean_env(env), capture_output=True, text=True, timeout=timeout, cwd=REPO
     )
@@ -64,6 +73,7 @@ def launch_command(
     args: Sequence[str] = (),
     launch_args: Sequence[str] = (),
     module: bool = False,
+    rank_prefix: bool = False,
 ) -> list[str]:
     """The command line `run_launch` runs (for tests that need to start it themselves)."""
     if module:
@@ -81,6 +91,7 @@ def launch_command(
         "--cpu",
         "--num_processes",
         str(nprocs),
+        *([] if rank_prefix else ["--no_rank_prefix"]),
         *launch_args,
         *target,
         *args,

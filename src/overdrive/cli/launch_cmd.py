@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
+import time
 from typing import Any
 
 from overdrive.cli.flags import TypedStore, add_flag, typed_name
@@ -71,6 +73,23 @@ def add_launch_options(parser: argparse.ArgumentParser) -> None:
         help="seconds between checks of the workers",
     )  # fmt: skip
     add_flag(parser, "dry_run", action="store_true", help="print the plan, start nothing")
+    add_flag(
+        parser, "oversubscribe", action="store_true",
+        help="start more CPU processes than the machine is allowed by default (4 per core, "
+        "at least 64)",
+    )  # fmt: skip
+    add_flag(
+        parser, "no_rank_prefix", action="store_true",
+        help="relay the workers' lines without the '[rank N] ' prefix",
+    )  # fmt: skip
+    add_flag(
+        parser, "tee", action="store_true",
+        help="also write each rank's output to <project_dir or .>/logs/launch-<time>/rank_N.log",
+    )  # fmt: skip
+    add_flag(
+        parser, "log_dir", default=None, metavar="DIR",
+        help="also write each rank's output to DIR/rank_N.log",
+    )  # fmt: skip
     noise = parser.add_mutually_exclusive_group()
     noise.add_argument("-q", "--quiet", action="store_true", help="no banner")
     noise.add_argument("-v", "--verbose", action="store_true", help="show the agent's logs")
@@ -105,6 +124,47 @@ def _say(text: str) -> None:
     sys.stderr.flush()
 
 
+_FILE_KINDS = (
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def check_script(target: str) -> None:
+    """Refuse a script path Python could not run, saying what the path is."""
+    fix = "  fix: give the path of a Python file (or add -m to run a module)"
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        raise LaunchError(
+            f"script {target!r} does not exist\n  fix: check the path, or add -m to run a "
+            "module; options for overdrive launch go before the script"
+        ) from None
+    except OSError as error:
+        raise LaunchError(f"script {target!r} cannot be read: {error.strerror}\n{fix}") from None
+    if stat.S_ISDIR(mode):
+        if os.path.isfile(os.path.join(target, "__main__.py")):
+            return  # `python dir` runs dir/__main__.py, and so do the workers
+        raise LaunchError(f"script {target!r} is a directory (with no __main__.py)\n{fix}")
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _FILE_KINDS if test(mode)), "an unusual file")
+        raise LaunchError(f"script {target!r} is not a regular file ({kind})\n{fix}")
+    if not os.access(target, os.R_OK):
+        raise LaunchError(f"script {target!r} cannot be read (permission denied)\n{fix}")
+
+
+def _log_dir(args: argparse.Namespace, project_dir: str | None) -> str | None:
+    """Where per-rank logs go: --log_dir, or a fresh folder under the project for --tee."""
+    if args.log_dir:
+        return str(args.log_dir)
+    if args.tee:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        return os.path.join(project_dir or ".", "logs", f"launch-{stamp}")
+    return None
+
+
 def handle(args: argparse.Namespace) -> int:
     """Resolve settings, plan, then dry-run or run."""
     from overdrive.launch import cluster, ports
@@ -120,11 +180,8 @@ def handle(args: argparse.Namespace) -> int:
             "overdrive launch [options] -m package.module [args]"
         )
     target, script_args = command[0], command[1:]
-    if not args.module and not os.path.isfile(target):
-        raise LaunchError(
-            f"script {target!r} does not exist\n  fix: check the path, or add -m to run a "
-            "module; options for overdrive launch go before the script"
-        )
+    if not args.module:
+        check_script(target)
     settings = load_settings(
         flags={s.key: getattr(args, _dest(s.key)) for _, s in flag_settings()},
         flag_names={s.key: typed_name(args, _dest(s.key), n) for n, s in flag_settings()},
@@ -139,6 +196,9 @@ def handle(args: argparse.Namespace) -> int:
         gpu_count=cluster.gpu_count(settings),
         max_restarts=args.max_restarts,
         monitor_interval=args.monitor_interval,
+        oversubscribe=args.oversubscribe,
+        rank_prefix=False if args.no_rank_prefix else None,
+        log_dir=_log_dir(args, settings["project_dir"]),
     )
     plan = ports.settle_port(plan)
     if args.dry_run:
@@ -150,6 +210,10 @@ def handle(args: argparse.Namespace) -> int:
             _say(f"overdrive: note: {hint}")
         if plan.is_main_machine:
             _say(banner(plan))
+        if plan.load_note:
+            _say(f"overdrive: note: {plan.load_note}")
+        if plan.log_dir:
+            _say(f"overdrive: note: each rank's output also goes to {plan.log_dir}/rank_N.log")
     if plan.port_note:
         _say(f"overdrive: note: {plan.port_note}")
     from overdrive.launch.runner import run

@@ -29,6 +29,7 @@ def handle(args: argparse.Namespace) -> int:
     """Run the sanity check through the launch path; say whether it passed."""
     args.module = True
     args.command = [SANITY_MODULE]
+    args.no_rank_prefix = True  # rank 0 prints the one verdict line; a prefix adds nothing
     code = launch_cmd.handle(args)
     if not args.dry_run:
         verdict = "passed" if code == 0 else f"FAILED (exit code {code})"

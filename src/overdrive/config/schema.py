@@ -159,6 +159,15 @@ SETTINGS: tuple[Setting, ...] = (
         flag=True,
     ),
     setting(
+        "hang_timeout",
+        Int(minimum=0),
+        300,
+        "seconds without progress on any rank before `overdrive launch` prints every rank's "
+        "stack and stops the job (0: never)",
+        env=("OVERDRIVE_HANG_TIMEOUT",),
+        flag=True,
+    ),
+    setting(
         "main_training_function",
         Str(),
         "main",

@@ -1,8 +1,9 @@
 """Worker entry point: ``python -m overdrive.launch.bootstrap [-m] target [args...]``.
 
 Runs the user's script or module exactly as ``python script.py`` / ``python -m module`` would
-(``__main__``, ``sys.argv``, ``sys.path[0]``), dies with the launcher, and on an uncaught
-exception records the traceback for the launcher's failure report.
+(``__main__``, ``sys.argv``, ``sys.path[0]``), dies with the launcher, answers the launcher's
+request for its stack, and on an uncaught exception records the traceback for the launcher's
+failure report (after a collective timeout, once the launcher has read every rank's stack).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import traceback
 from types import TracebackType
 
 from overdrive.launch.failure import write_error_file
+from overdrive.launch.rankfiles import register_worker, report_collective_timeout
 
 _PR_SET_PDEATHSIG = 1
 
@@ -59,6 +61,7 @@ def _record(exc: BaseException) -> None:
     sys.stderr.write(text)
     sys.stderr.flush()
     write_error_file(summary, text, os.environ)
+    report_collective_timeout(exc, summary, os.environ)
 
 
 def _exit_code(exc: SystemExit) -> int:
@@ -88,7 +91,9 @@ def run(argv: list[str]) -> int:
             runpy.run_module(target, run_name="__main__", alter_sys=True)
         else:
             sys.argv = [target, *args]
-            sys.path[0] = os.path.dirname(os.path.abspath(target))
+            # `python dir` puts the directory itself first (it runs dir/__main__.py).
+            path = os.path.abspath(target)
+            sys.path[0] = path if os.path.isdir(path) else os.path.dirname(path)
             runpy.run_path(target, run_name="__main__")
     except SystemExit as exc:
         return _exit_code(exc)
@@ -120,6 +125,7 @@ def _release_process_group() -> None:
 
 def main() -> None:
     _die_with_parent()
+    register_worker(os.environ)
     code = run(sys.argv[1:])
     _release_process_group()
     sys.stdout.flush()

@@ -19,7 +19,10 @@ LAUNCH_KEYS = (
     "gpu_ids",
     "use_cpu",
     "mixed_precision",
+    "hang_timeout",
 )
+# torch's default collective timeouts (``init_process_group(timeout=None)``).
+DEFAULT_COLLECTIVE_TIMEOUT_S = {"gloo": 1800, "nccl": 600}
 
 
 def settings_origin(settings: Settings) -> str:
@@ -50,6 +53,21 @@ def settings_origin(settings: Settings) -> str:
     return ", ".join(parts) if parts else "defaults only"
 
 
+def timeouts(plan: LaunchPlan) -> str:
+    """``hang_timeout 300s, collective timeout 1800s (gloo default)``: the timeouts in force."""
+    hang = f"hang_timeout {plan.hang_timeout}s" if plan.hang_timeout else "hang_timeout off"
+    if not plan.hang_timeout and plan.settings["hang_timeout"]:
+        hang += " (several machines: set it to turn it on)"
+    default = DEFAULT_COLLECTIVE_TIMEOUT_S.get(plan.backend)
+    collective = (
+        f"collective timeout {default}s ({plan.backend} default, unless "
+        "InitProcessGroupKwargs(timeout=...) sets one)"
+        if default
+        else "collective timeout: the backend's default"
+    )
+    return f"{hang}, {collective}"
+
+
 def banner(plan: LaunchPlan) -> str:
     """One short line for the main machine's launcher."""
     per = f"{plan.num_machines} machines x {plan.nproc_per_node}"
@@ -61,8 +79,16 @@ def banner(plan: LaunchPlan) -> str:
     return (
         f"overdrive launch: {layout}, {plan.backend} on {plan.device}, mixed precision "
         f"{precision} unless the script sets it, rendezvous {plan.rdzv_backend} at "
-        f"{plan.main_addr}:{plan.main_port}; settings from {settings_origin(plan.settings)}"
+        f"{plan.main_addr}:{plan.main_port}; {timeouts(plan)}; "
+        f"settings from {settings_origin(plan.settings)}"
     )
+
+
+def output_line(plan: LaunchPlan) -> str:
+    """How the workers' output reaches the console (and the per-rank logs)."""
+    how = "behind '[rank N] '" if plan.rank_prefix else "without a rank prefix"
+    logs = f"; each rank's lines also go to {plan.log_dir}/rank_N.log" if plan.log_dir else ""
+    return f"output: the workers' stdout and stderr in whole lines, {how}{logs}"
 
 
 def dry_run_text(plan: LaunchPlan, *, show_all: bool = False) -> str:
@@ -76,7 +102,9 @@ def dry_run_text(plan: LaunchPlan, *, show_all: bool = False) -> str:
         f"  {k:<{width}}  {display_value(settings[k]):<{vwidth}}  {settings.source(k)}"
         for k in keys
     ]
-    lines += ["", banner(plan)]
+    lines += ["", banner(plan), output_line(plan)]
+    if plan.load_note:
+        lines.append(f"note: {plan.load_note}")
     if plan.port_note:
         lines.append(f"note: {plan.port_note}")
     if plan.rdzv_backend == "c10d":

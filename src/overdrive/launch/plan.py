@@ -17,6 +17,23 @@ from overdrive.errors import LaunchError
 
 DEFAULT_PORT = 29500
 BOOTSTRAP_MODULE = "overdrive.launch.bootstrap"
+# Refused above this many CPU processes per core (without --oversubscribe), and never below
+# this floor, so the suite's 2-4 process runs on a 2-core CI box keep working.
+PROCESSES_PER_CORE = 4
+PROCESS_FLOOR = 64
+
+
+def process_limit(cores: int) -> int:
+    """The most CPU processes one machine with ``cores`` cores starts without --oversubscribe."""
+    return max(PROCESSES_PER_CORE * cores, PROCESS_FLOOR)
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask, else the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 @dataclass(frozen=True)
@@ -40,6 +57,9 @@ class LaunchPlan:
     max_restarts: int = 0
     monitor_interval: float = 0.1
     port_note: str | None = None
+    load_note: str | None = None  # more CPU processes than cores: allowed, said once
+    rank_prefix: bool = False  # relayed output lines start with "[rank N] "
+    log_dir: str | None = None  # one log file per rank is written here too
     python: str = field(default_factory=lambda: sys.executable)
 
     @property
@@ -49,6 +69,17 @@ class LaunchPlan:
     @property
     def is_main_machine(self) -> bool:
         return self.machine_rank == 0
+
+    @property
+    def hang_timeout(self) -> int:
+        """Seconds without progress on any rank before the launcher reports a hang (0: off).
+
+        A launcher sees only its own machine's ranks, which may all wait while another
+        machine works; so with several machines the check runs only when set explicitly.
+        """
+        if self.num_machines > 1 and self.settings.source("hang_timeout").kind == "default":
+            return 0
+        return int(self.settings["hang_timeout"])
 
     def worker_command(self) -> list[str]:
         """The command line every worker process runs (the same for all ranks)."""
@@ -106,12 +137,24 @@ def _gpu_list(gpu_ids: str, source: str, gpu_count: int, visible: str | None) ->
     return chosen
 
 
-def _count_processes(settings: Settings, device: str, gpus: int) -> int:
+def _count_processes(
+    settings: Settings, device: str, gpus: int, cores: int, oversubscribe: bool
+) -> int:
     machines = settings["num_machines"]
     total = settings["num_processes"]
     if total is None:
         return gpus if device == "cuda" else 1
     per_machine = total // machines
+    limit = process_limit(cores)
+    if device == "cpu" and per_machine > limit and not oversubscribe:
+        each = f" ({per_machine} on each of {machines} machines)" if machines > 1 else ""
+        raise LaunchError(
+            f"num_processes = {total} ({settings.source('num_processes')}){each} is far more "
+            f"than this machine's {cores} CPU core(s) can run; overdrive starts at most {limit} "
+            "CPU processes per machine without --oversubscribe\n"
+            f"  fix: start at most {cores} process(es) per machine (one per core runs fastest), "
+            "or add --oversubscribe to start them all anyway"
+        )
     if device == "cuda" and per_machine > gpus:
         raise LaunchError(
             f"num_processes = {total} ({settings.source('num_processes')}) needs {per_machine} "
@@ -148,6 +191,9 @@ def build_plan(
     monitor_interval: float = 0.1,
     environ: Mapping[str, str] | None = None,
     cpu_count: int | None = None,
+    oversubscribe: bool = False,
+    rank_prefix: bool | None = None,
+    log_dir: str | None = None,
 ) -> LaunchPlan:
     """Decide processes, device, rendezvous and environment for this machine."""
     env = os.environ if environ is None else environ
@@ -178,11 +224,17 @@ def build_plan(
         if settings["gpu_ids"] != "all":
             visible = ",".join(gpus)
     device = _pick_device(settings, len(gpus))
-    nproc = _count_processes(settings, device, len(gpus))
+    cores = cpu_count if cpu_count is not None else usable_cores()
+    nproc = _count_processes(settings, device, len(gpus), cores, oversubscribe)
+    load_note = None
+    if device == "cpu" and nproc > cores:
+        load_note = (
+            f"{nproc} processes on {cores} CPU cores: they share the cores (correct, but "
+            "slower than one process per core)"
+        )
     omp = None
     if "OMP_NUM_THREADS" not in env and nproc > 1:
         # One thread pool per process would oversubscribe the cores; split them instead.
-        cores = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
         omp = max(1, cores // nproc) if device == "cpu" else 1
     machines = settings["num_machines"]
     return LaunchPlan(
@@ -202,4 +254,7 @@ def build_plan(
         omp_num_threads=omp,
         max_restarts=max_restarts,
         monitor_interval=monitor_interval,
+        load_note=load_note,
+        rank_prefix=(nproc * machines > 1) if rank_prefix is None else rank_prefix,
+        log_dir=log_dir,
     )

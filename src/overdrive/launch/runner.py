@@ -1,8 +1,9 @@
 """Run a LaunchPlan with PyTorch's elastic agent: start, watch, restart and stop the workers.
 
 Rendezvous (static or c10d), the standard variables and worker supervision are torch's; this
-module configures them, keeps the agent quiet, and turns the outcome into an exit code and a
-failure report that ends with the failing rank's traceback.
+module configures them, keeps the agent quiet, relays the workers' output in whole lines,
+watches for hangs, and turns the outcome into an exit code and a failure report that names
+the first rank to fail, lists every rank's exit status and ends with the cause's traceback.
 """
 
 from __future__ import annotations
@@ -20,9 +21,18 @@ from contextlib import contextmanager
 from typing import Any
 
 from overdrive.errors import LaunchError
-from overdrive.launch.failure import Failure, failure_from_parts, format_report, root_cause
+from overdrive.launch import watchdog
+from overdrive.launch.failure import (
+    Failure,
+    exit_status_lines,
+    failure_from_parts,
+    format_report,
+    root_cause,
+)
 from overdrive.launch.plan import LaunchPlan
 from overdrive.launch.ports import free_port
+from overdrive.launch.rankfiles import LAUNCH_DIR_VARIABLE
+from overdrive.launch.relay import Relay, relay_logs_specs
 from overdrive.launch.rendezvous import rdzv_backend_name, restart_environment
 
 RUN_ID = "overdrive"
@@ -41,10 +51,11 @@ def _say(text: str) -> None:
 class _RestartNotes(logging.Handler):
     """Turns the agent's "will restart" log record into one line naming the failed rank."""
 
-    def __init__(self, log_dir: str) -> None:
+    def __init__(self, log_dir: str, say: Any = _say) -> None:
         super().__init__(level=logging.INFO)
         self.log_dir = log_dir
         self.restarts = 0
+        self.say = say
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -57,7 +68,7 @@ class _RestartNotes(logging.Handler):
         self.restarts += 1
         cause = _attempt_cause(self.log_dir, attempt)
         why = f"rank {cause.rank} failed ({cause.summary})" if cause else "a worker failed"
-        _say(f"overdrive: {why}; restarting the group (restart {self.restarts}).")
+        self.say(f"overdrive: {why}; restarting the group (restart {self.restarts}).")
 
 
 def _attempt_cause(log_dir: str, attempt: int) -> Failure | None:
@@ -95,9 +106,13 @@ def _agent_logging(verbose: bool, notes: logging.Handler) -> Iterator[None]:
 
 
 @contextmanager
-def _worker_environment(plan: LaunchPlan) -> Iterator[None]:
+def _worker_environment(plan: LaunchPlan, extra: dict[str, str]) -> Iterator[None]:
     """Put the plan's variables in this process's environment, which every worker inherits."""
-    added = {**plan.shared_env(), **restart_environment(plan.rdzv_backend, plan.max_restarts)}
+    added = {
+        **plan.shared_env(),
+        **restart_environment(plan.rdzv_backend, plan.max_restarts),
+        **extra,
+    }
     saved = {k: os.environ.get(k) for k in added}
     os.environ.update(added)
     try:
@@ -110,8 +125,7 @@ def _worker_environment(plan: LaunchPlan) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def _launch_config(plan: LaunchPlan, log_dir: str) -> Any:
-    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+def _launch_config(plan: LaunchPlan, log_dir: str, relay: Relay) -> Any:
     from torch.distributed.launcher.api import LaunchConfig
 
     if plan.rdzv_backend == "static":
@@ -130,17 +144,42 @@ def _launch_config(plan: LaunchPlan, log_dir: str) -> Any:
         rdzv_configs=rdzv_configs,
         max_restarts=plan.max_restarts,
         monitor_interval=plan.monitor_interval,
-        logs_specs=DefaultLogsSpecs(log_dir=log_dir, redirects=Std.NONE, tee=Std.NONE),
+        logs_specs=relay_logs_specs(log_dir, relay),
         local_addr=plan.main_addr if plan.is_main_machine else None,
         shutdown_timeout=SHUTDOWN_GRACE_S,
     )
 
 
-def _failures(error: Any) -> list[Failure]:
+def _failures(error: Any, watch: watchdog.Watchdog | None) -> list[Failure]:
     return [
-        failure_from_parts(rank, f.local_rank, f.pid, f.exitcode, f.error_file)
+        failure_from_parts(
+            rank,
+            f.local_rank,
+            f.pid,
+            f.exitcode,
+            f.error_file,
+            exit_ns=watch.exit_ns(f.pid) if watch else None,
+        )
         for rank, f in error.failures.items()
     ]
+
+
+def _failure_text(
+    plan: LaunchPlan, error: Any, watch: watchdog.Watchdog | None, restarts: int
+) -> str:
+    """The closing report: a hang's verdict when the watchdog saw one, else the first failure."""
+    failures = _failures(error, watch)
+    exits = watch.exits() if watch else []
+    hang = watch.hang if watch else None
+    if hang is None:
+        return format_report(failures, nproc=plan.nproc_per_node, restarts=restarts, exits=exits)
+    lines = exit_status_lines(failures, exits, cause=None, hang_tag=hang.tag)
+    return "\n".join([hang.headline(), *hang.verdict(), *lines])
+
+
+def _hang_label(plan: LaunchPlan) -> str:
+    """``hang_timeout 3s, flag --hang_timeout``: the timeout in force and where it came from."""
+    return f"hang_timeout {plan.hang_timeout}s, {plan.settings.source('hang_timeout')}"
 
 
 def _causes(error: BaseException) -> list[BaseException]:
@@ -201,19 +240,38 @@ def _run_once(plan: LaunchPlan, *, verbose: bool) -> int:
     from torch.distributed.launcher.api import launch_agent
 
     log_dir = tempfile.mkdtemp(prefix="overdrive-launch-")
-    notes = _RestartNotes(log_dir)
+    relay = Relay(prefix=plan.rank_prefix, log_dir=plan.log_dir)
+    notes = _RestartNotes(log_dir, relay.say)
     command = plan.worker_command()
     endpoint = f"{plan.main_addr}:{plan.main_port} ({plan.rdzv_backend} rendezvous)"
+    watch, extra_env = None, {}
+    if watchdog.available():
+        ranks_dir = os.path.join(log_dir, "ranks")
+        os.mkdir(ranks_dir)
+        extra_env[LAUNCH_DIR_VARIABLE] = ranks_dir
+        watch = watchdog.Watchdog(
+            ranks_dir,
+            nproc=plan.nproc_per_node,
+            hang_timeout=plan.hang_timeout,
+            hang_label=_hang_label(plan),
+            say=relay.say,
+        )
+    closing: str | None = None  # said once the workers' last lines are out
+    relay.start()
+    if watch:
+        watch.start()
     try:
-        with _agent_logging(verbose, notes), _worker_environment(plan):
-            config = _launch_config(plan, log_dir)
+        with _agent_logging(verbose, notes), _worker_environment(plan, extra_env):
+            config = _launch_config(plan, log_dir, relay)
             launch_agent(config, command[0], command[1:])
         return 0
     except ChildFailedError as error:
-        _say(format_report(_failures(error), nproc=plan.nproc_per_node, restarts=notes.restarts))
+        if watch:
+            watch.stop()
+        closing = _failure_text(plan, error, watch, notes.restarts)
         return 1
     except SignalException as error:
-        _say(f"overdrive: stopped by {error.sigval.name}; all workers on this machine ended.")
+        closing = f"overdrive: stopped by {error.sigval.name}; all workers on this machine ended."
         return 128 + int(error.sigval)
     except (RendezvousError, DistNetworkError) as error:
         if plan.num_machines == 1 and plan.is_main_machine and _address_in_use(error):
@@ -225,6 +283,11 @@ def _run_once(plan: LaunchPlan, *, verbose: bool) -> int:
             "port, and that every machine uses the same num_machines"
         ) from None
     finally:
+        if watch:
+            watch.stop()
+        relay.stop()
+        if closing:
+            _say(closing)
         shutil.rmtree(log_dir, ignore_errors=True)
         # A second signal during shutdown must not leave a traceback on the way out.
         signal.signal(signal.SIGINT, signal.default_int_handler)

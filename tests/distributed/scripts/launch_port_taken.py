@@ -16,7 +16,7 @@ with socket.socket() as busy:
     busy.listen()
     port = busy.getsockname()[1]
     flags = {"use_cpu": True, "num_processes": 2, "main_process_port": port}
-    plan = build_plan(load_settings(flags=flags), sys.argv[1], sys.argv[2:])
+    plan = build_plan(load_settings(flags=flags), sys.argv[1], sys.argv[2:], rank_prefix=False)
     print(f"BUSY {port}", flush=True)
     code = run(plan)
 sys.exit(code)
