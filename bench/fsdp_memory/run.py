@@ -1,0 +1,69 @@
+"""Per-process memory of parameters + gradients + optimizer state: DDP vs FSDP sharding.
+
+For each world size (2 and 4 CPU processes) and backend (DDP, FSDP SHARD_GRAD_OP, FSDP
+FULL_SHARD; FSDP2 by default), launches ``worker.py`` through ``overdrive launch`` and
+reports the largest per-process total with its ratio to DDP and to DDP/N.
+
+    .venv/bin/python bench/fsdp_memory/run.py [--fsdp_version 2] [--layers 12 --width 2048]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+BACKENDS = {
+    "DDP": [],
+    "SHARD_GRAD_OP": ["--use_fsdp", "--fsdp_sharding_strategy", "SHARD_GRAD_OP"],
+    "FULL_SHARD": ["--use_fsdp", "--fsdp_sharding_strategy", "FULL_SHARD"],
+}
+
+
+def run(nprocs: int, flags: list[str], args: argparse.Namespace) -> dict:
+    cmd = [sys.executable, "-m", "overdrive", "launch", "--cpu", "--num_processes", str(nprocs)]
+    cmd += ["--no_rank_prefix", "-q", *flags]
+    if "--use_fsdp" in flags:
+        cmd += ["--fsdp_version", str(args.fsdp_version)]
+    cmd += [str(HERE / "worker.py"), "--layers", str(args.layers), "--width", str(args.width)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELERATE_", "OVERDRIVE_"))}
+    env.update(OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    lines = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
+    if done.returncode or not lines:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stdout}\n{done.stderr}")
+    return json.loads(lines[-1][len("RESULT ") :])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--fsdp_version", type=int, default=2)
+    p.add_argument("--layers", type=int, default=12)
+    p.add_argument("--width", type=int, default=2048)
+    p.add_argument("--worlds", default="2,4")
+    args = p.parse_args()
+    head = "| processes | backend | params MB | grads MB | optimizer MB | total MB | vs DDP "
+    print(head + "| vs DDP/N | peak growth MB |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for world in [int(w) for w in args.worlds.split(",")]:
+        ddp_total = None
+        for name, flags in BACKENDS.items():
+            out = run(world, flags, args)
+            worst = max(out["per_rank"], key=lambda r: sum(r[:3]))
+            total = sum(worst[:3])
+            ddp_total = ddp_total or total
+            mb = [v / 2**20 for v in worst]
+            print(
+                f"| {world} | {name} | {mb[0]:.1f} | {mb[1]:.1f} | {mb[2]:.1f} | "
+                f"{total / 2**20:.1f} | {total / ddp_total:.3f} | "
+                f"{total / (ddp_total / world):.3f} | {mb[3]:.0f} |",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
