@@ -200,6 +200,33 @@ def check_state_dict_names(acc: Accelerator) -> None:
         assert sd == {}, "the full state dict is assembled on the main process only"
 
 
+def check_save_model(acc: Accelerator) -> None:
+    """save_model writes the full model, sharded with an index when large; plain loadable."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    model = acc.prepare(make_model())
+    expected = make_model().state_dict()
+    from overdrive import ops
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(ops.broadcast_object_list([tmp])[0])  # the main process's directory
+        acc.save_model(model, path, max_shard_size="1KB")
+        if acc.is_main_process:
+            index = json.loads((path / "model.safetensors.index.json").read_text())
+            files = sorted(set(index["weight_map"].values()))
+            assert len(files) > 1, files  # 1 KB shards: several files
+            loaded = {}
+            for name in files:
+                loaded.update(load_file(path / name))
+            assert sorted(loaded) == sorted(expected)
+            assert all(torch.equal(loaded[k], v) for k, v in expected.items())
+        acc.wait_for_everyone()
+
+
 def main() -> None:
     import sys
 
@@ -208,6 +235,7 @@ def main() -> None:
     check_data_parallel(acc, expected_units)
     check_accumulation(3)
     check_state_dict_names(acc)
+    check_save_model(acc)
     acc.wait_for_everyone()
     acc.print(f"ALL CHECKS PASSED world={acc.num_processes}")
 
