@@ -1,5 +1,4 @@
-"""One training step, then this process's parameter, gradient and optimizer-state bytes,
-and how much its peak memory grew from building the model to the end of the step.
+"""One training step, then this process's parameter, gradient and optimizer-state bytes.
 
 Run under ``overdrive launch`` with the backend as flags (see run.py). Bytes are read off the
 tensors each process actually holds after the step (a DTensor counts its local shard, FSDP1
@@ -10,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 
 import torch
 from torch import nn
@@ -31,7 +29,6 @@ def main() -> None:
     p.add_argument("--width", type=int, default=2048)
     args = p.parse_args()
     acc = Accelerator(cpu=True)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     torch.manual_seed(0)
     model = nn.Sequential(*[nn.Linear(args.width, args.width) for _ in range(args.layers)])
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -47,8 +44,7 @@ def main() -> None:
         for v in s.values()
         if isinstance(v, torch.Tensor) and v.dim() > 0
     )
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
-    row = torch.tensor([params, grads, state, peak], dtype=torch.float64)
+    row = torch.tensor([params, grads, state], dtype=torch.float64)
     rows = acc.gather(row.unsqueeze(0))
     if acc.is_main_process:
         total = args.layers * (args.width * args.width + args.width) * 4
