@@ -93,7 +93,7 @@ def _restore_rank(accelerator: Any, state: dict[str, Any]) -> None:
     restore_rng_state(state["rng"])
 
 
-def _like_param(grad: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
+def _like_param(grad: torch.Tensor, param: Any) -> torch.Tensor:
     """A saved gradient placed like ``param`` (this process's shard of a DTensor)."""
     if hasattr(param, "device_mesh"):
         from torch.distributed.tensor import DTensor

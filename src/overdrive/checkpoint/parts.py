@@ -44,7 +44,7 @@ def raw_scheduler(sched: Any) -> Any:
 
 def main_parts(accelerator: Any) -> list[Part]:
     """Models, optimizers, schedulers and custom objects: written once, by the main process."""
-    sharded = bool(getattr(accelerator.strategy, "sharded_checkpoints", False))
+    sharded = accelerator.strategy.sharded_checkpoints
     parts = [
         Part("model", i, accelerator.unwrap_model(m), sharded)
         for i, m in enumerate(accelerator._models)

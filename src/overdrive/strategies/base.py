@@ -80,6 +80,27 @@ class Strategy:
     ) -> None:
         _raw(optimizer).load_state_dict(state)
 
+    # --- sharded state (backends whose processes each hold part of the model) ----------
+    @property
+    def sharded_checkpoints(self) -> bool:
+        """True when ``save_state`` should have every process write its own shards."""
+        return False
+
+    def sharded_model_state_dict(self, model: nn.Module) -> dict[str, Any]:
+        """This process's shards of ``model`` (DTensors keyed by the user's names)."""
+        raise NotImplementedError(f"{type(self).__name__} does not shard models")
+
+    def sharded_optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        raise NotImplementedError(f"{type(self).__name__} does not shard optimizer state")
+
+    def load_sharded_model_state_dict(self, model: nn.Module, state: dict[str, Any]) -> None:
+        raise NotImplementedError(f"{type(self).__name__} does not shard models")
+
+    def load_sharded_optimizer_state_dict(
+        self, optimizer: torch.optim.Optimizer, state: dict[str, Any]
+    ) -> None:
+        raise NotImplementedError(f"{type(self).__name__} does not shard optimizer state")
+
     def teardown(self) -> None:
         """Release backend resources; the process group belongs to the process state."""
         return None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -176,9 +176,8 @@ class FSDPStrategy(Strategy):
     def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager[None]:
         if hasattr(model, "set_requires_gradient_sync"):
             return _fsdp2_no_sync(model)
-        if hasattr(model, "no_sync"):
-            return model.no_sync()
-        return contextlib.nullcontext()
+        no_sync = getattr(model, "no_sync", None)
+        return no_sync() if callable(no_sync) else contextlib.nullcontext()
 
     def clip_grad_norm_(
         self, parameters: Params, max_norm: float, norm_type: float = 2.0
@@ -210,7 +209,7 @@ class FSDPStrategy(Strategy):
         if not self._is_root(model):
             return super().model_state_dict(model)
         full = get_model_state_dict(model, options=self._full_options())
-        return full if self._is_main() else {}
+        return cast(dict[str, torch.Tensor], full) if self._is_main() else {}
 
     def load_model_state_dict(
         self, model: nn.Module, state_dict: dict[str, torch.Tensor], strict: bool = True
@@ -220,7 +219,7 @@ class FSDPStrategy(Strategy):
         if not self._is_root(model):
             return super().load_model_state_dict(model, state_dict, strict)
         options = StateDictOptions(full_state_dict=True, strict=strict)
-        return set_model_state_dict(model, state_dict, options=options)
+        return set_model_state_dict(model, cast(dict[str, Any], state_dict), options=options)
 
     def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         from torch.distributed.checkpoint.state_dict import (
