@@ -82,6 +82,9 @@ class ShardedBatchSampler:
         # Set while producing the epoch's last round; read when its batch is yielded.
         self.final_real = -1
         self.final_empty = False
+        # Whether the round just produced is the epoch's final one (read by a loader
+        # without workers, which fetches each batch right after its indices).
+        self.yielded_final = False
 
     def __len__(self) -> int:
         batches = len(self.batch_sampler)  # type: ignore[arg-type]
@@ -98,14 +101,14 @@ class ShardedBatchSampler:
         ops.broadcast_object_list(box, from_process=0)
         return iter(box[0])
 
-    def __iter__(self) -> Iterator[list[int]]:
-        self.final_real, self.final_empty = -1, False
+    def _rounds(self) -> Iterator[tuple[list[int], int, bool]]:
+        """(this rank's share, the round's real samples if it is the epoch's last else -1,
+        is the share empty) for every round of the epoch, skipped ones included."""
         group = 1 if self.split else self.world
         it = self._batches()
         pending = next(it, None)
         per_rank = self.per_rank
         first: list[int] = []  # the epoch's first indices, the source of even_batches padding
-        index = 0
         while pending is not None:
             batches: list[list[int]] = []
             while pending is not None and len(batches) < group:
@@ -131,11 +134,24 @@ class ShardedBatchSampler:
             padded = flat + [first[i % len(first)] for i in range(lay.padding)]
             start, stop = lay.slice_for(self.rank)
             mine = padded[start:stop]
-            if is_last:
-                self.final_real = lay.real
-                self.final_empty = not mine
+            # An empty share still loads one sample (collate needs one); the loader turns
+            # it into an empty batch.
+            yield mine or flat[:1], lay.real if is_last else -1, is_last and not mine
+
+    def __iter__(self) -> Iterator[list[int]]:
+        self.final_real, self.final_empty, self.yielded_final = -1, False, False
+        rounds = self._rounds()
+        current = next(rounds, None)
+        index = 0
+        while current is not None:
+            # One round of indices ahead (no data is read) tells whether this one is the
+            # epoch's final round, even when a short last round is dropped.
+            upcoming = next(rounds, None)
+            share, real, empty = current
+            if real >= 0:
+                self.final_real, self.final_empty = real, empty
             if index >= self.skip_rounds:
-                # An empty share still loads one sample (collate needs one); the loader
-                # turns it into an empty batch.
-                yield mine or flat[:1]
+                self.yielded_final = upcoming is None
+                yield share
             index += 1
+            current = upcoming
