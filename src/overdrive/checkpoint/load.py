@@ -6,7 +6,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from overdrive.checkpoint import layout
+from overdrive.checkpoint import integrity, layout
+from overdrive.checkpoint.dtypes import dtype_problems
 from overdrive.checkpoint.errors import CheckpointError, CheckpointMismatchError
 from overdrive.checkpoint.legacy import looks_legacy, refuse_or_load_legacy
 from overdrive.checkpoint.parts import FORMAT, Part, compare, main_parts, require_prepared
@@ -21,9 +22,10 @@ def find_checkpoint(accelerator: Any, input_dir: str | Path | None) -> Path:
         if not path.is_dir():
             what = "is not a directory" if path.exists() else "does not exist"
             fix = "pass the directory save_state() returned"
-            old = layout.old_dir_for(path)
-            if layout.is_complete(old):  # a save over it was killed between two renames
-                fix = f"the previous checkpoint of that name is intact in {old}; rename it back"
+            # A save over it killed between its two renames leaves the old one aside.
+            for old in layout.old_dirs_for(path):
+                if layout.is_complete(old):
+                    fix = f"the previous checkpoint of that name is intact in {old}; rename it back"
             raise CheckpointError(f"load_state: {path} {what}\n  fix: {fix}")
         return path
     pc = accelerator.project_configuration
@@ -55,6 +57,12 @@ def read_manifest(path: Path) -> dict[str, Any]:
     manifest = read_json(marker)
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise CheckpointError(f"load_state: {marker} is not an overdrive checkpoint manifest")
+    files = manifest.get("files")
+    if manifest.get("version", 1) >= 2 and not isinstance(files, dict):
+        raise CheckpointError(
+            f"load_state: {marker} lists no file checksums, which every checkpoint of its "
+            f"version records\n  fix: the manifest is damaged; load another checkpoint"
+        )
     return manifest
 
 
@@ -86,8 +94,18 @@ def _restore_rank(accelerator: Any, state: dict[str, Any]) -> None:
     for model, grads in zip(accelerator._models, state.get("grads", [])):
         for name, p in accelerator.unwrap_model(model).named_parameters():
             if name in grads:
-                p.grad = grads[name].to(device=p.device, dtype=p.dtype)
+                p.grad = grads[name].to(device=p.device)  # same dtype: checked before
     restore_rng_state(state["rng"])
+
+
+def _labels(parts: list[Part], rank: int) -> dict[str, str]:
+    """What each file this process reads holds, for error messages."""
+    stems = {p.stem: p.label for p in parts}
+    stems["precision"] = "precision state"
+    stems[f"rank_{rank}/state"] = f"process {rank} state"
+    return {
+        f"{stem}{ext}": label for stem, label in stems.items() for ext in (".json", ".safetensors")
+    }
 
 
 def _load_all(accelerator: Any, path: Path, allow_unsafe_pickle: bool) -> None:
@@ -104,6 +122,15 @@ def _load_all(accelerator: Any, path: Path, allow_unsafe_pickle: bool) -> None:
     rank = accelerator.state.process_index
     rank_dir = path / f"rank_{rank}"
     # Read everything before changing anything: a damaged file leaves the run untouched.
+    # This process reads the shared files and its own rank's: it verifies exactly those.
+    if "files" in manifest:  # checkpoints of version 1 carry no checksums
+        mine = f"rank_{rank}/"
+        integrity.verify(
+            path,
+            manifest["files"],
+            only=lambda name: "/" not in name or name.startswith(mine),
+            labels=_labels(parts, rank),
+        )
     states = {
         p.stem: load_tree(path, p.stem, what=p.label, allow_unsafe_pickle=allow_unsafe_pickle)
         for p in parts
@@ -114,6 +141,14 @@ def _load_all(accelerator: Any, path: Path, allow_unsafe_pickle: bool) -> None:
     rank_state = load_tree(
         rank_dir, "state", what=f"process {rank} state", allow_unsafe_pickle=allow_unsafe_pickle
     )
+    problems = dtype_problems(accelerator, parts, states, rank_state)
+    if problems:
+        raise CheckpointMismatchError(
+            str(path),
+            problems,
+            "build the model (and so the optimizer) in the dtypes of the run that saved it, "
+            "e.g. the same .half()/.to(torch.bfloat16) before prepare(); loading does not cast",
+        )
     for part in parts:
         _restore_part(accelerator, part, states[part.stem])
     if precision_state:

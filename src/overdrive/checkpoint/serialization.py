@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +28,29 @@ _TAGS: tuple[str, ...] = ("__tensor__", "__ndarray__", "__float__", "__tuple__",
 _TAGS += ("__dtype__", "__device__", "__npscalar__")
 
 
-def write_json(path: Path, data: Any) -> None:
+@contextmanager
+def writing(path: Path, what: str) -> Iterator[None]:
+    """Turn a failed write (disk full, file too large, no permission...) into a
+    CheckpointError that names ``path``, whatever layer raised it."""
+    try:
+        yield
+    except CheckpointError:
+        raise
+    except (OSError, SafetensorError) as exc:
+        reason: object = exc
+        if isinstance(exc, OSError) and exc.strerror:  # without the path: it is named below
+            reason = f"[Errno {exc.errno}] {exc.strerror}"
+        raise CheckpointError(
+            f"{what}: could not write {path}: {reason}\n  fix: make room on that filesystem "
+            "(or raise the quota or file size limit) and check that this process may write "
+            "there, then save again"
+        ) from exc
+
+
+def write_json(path: Path, data: Any, *, what: str = "checkpoint") -> None:
     """Strict JSON (no NaN literals), flushed to disk."""
     text = json.dumps(data, indent=1, sort_keys=False, allow_nan=False)
-    with open(path, "w", encoding="utf-8") as f:
+    with writing(path, what), open(path, "w", encoding="utf-8") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
@@ -177,9 +197,13 @@ def save_tree(obj: Any, directory: Path, stem: str, *, what: str) -> list[str]:
     structure, tensors = flatten(obj, what=what)
     written = [f"{stem}.json"]
     if tensors:
-        save_file(tensors, str(directory / f"{stem}.safetensors"), metadata={"format": "pt"})
+        path = directory / f"{stem}.safetensors"
+        with writing(path, what):
+            save_file(tensors, str(path), metadata={"format": "pt"})
         written.append(f"{stem}.safetensors")
-    write_json(directory / f"{stem}.json", {"tensors": bool(tensors), "state": structure})
+    write_json(
+        directory / f"{stem}.json", {"tensors": bool(tensors), "state": structure}, what=what
+    )
     return written
 
 
