@@ -4,8 +4,9 @@ The manifest lists every file a checkpoint holds (except itself) by its path rel
 the checkpoint directory, with its size and CRC-32. A flipped bit, a truncated or a
 replaced file is then an error naming the file, instead of a tensor that loads with other
 numbers in it. CRC-32 (zlib) detects damage, not tampering: whoever can rewrite a file can
-rewrite the manifest too. It was chosen for speed (bench/checkpoint_verify): verifying reads
-each file once at 3-4 GB/s, which also brings it into the page cache for the load after it.
+rewrite the manifest too. It was chosen for speed (bench/checkpoint_verify: 3-7 GB/s here,
+against 1-2 GB/s for blake2b or sha256): verifying a file reads it once, sequentially,
+which also brings it into the page cache for the load after it.
 
 ``record`` and ``verify`` know nothing about what the files hold, so any layout (per-rank
 files, shards) is covered by listing its files.
@@ -13,32 +14,58 @@ files, shards) is covered by listing its files.
 
 from __future__ import annotations
 
+import mmap
 import os
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from overdrive.checkpoint.errors import CheckpointError
 from overdrive.checkpoint.layout import MANIFEST
 
 ALGORITHM = "crc32"
-_CHUNK = 8 << 20
+_CHUNK = 64 << 20
 
 FileRecord = dict[str, Any]
 """``{"size": bytes, "crc32": "8 hex digits"}``."""
 
 
 def checksum(path: Path) -> FileRecord:
-    """Size and CRC-32 of one file, read in chunks (zlib releases the GIL while hashing)."""
-    crc, size = 0, 0
-    buffer = bytearray(_CHUNK)
-    view = memoryview(buffer)
-    with open(path, "rb", buffering=0) as f:
-        while n := f.readinto(buffer):
-            crc = zlib.crc32(view[:n], crc)
-            size += n
+    """Size and CRC-32 of one file. Hashed through a read-only map of the file, in chunks
+    (zlib releases the GIL while hashing): no copy into a buffer, and a sequential pass
+    that also brings the file into the page cache for the load that follows."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        try:
+            crc = _crc_mapped(f.fileno(), size)
+        except (OSError, ValueError):  # a filesystem that cannot map files
+            crc = _crc_read(f)
     return {"size": size, ALGORITHM: f"{crc:08x}"}
+
+
+def _crc_mapped(fd: int, size: int) -> int:
+    crc = 0
+    if not size:
+        return crc
+    with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mapped:
+        if hasattr(mmap, "MADV_SEQUENTIAL"):
+            mapped.madvise(mmap.MADV_SEQUENTIAL)
+        view = memoryview(mapped)
+        try:
+            for start in range(0, size, _CHUNK):
+                crc = zlib.crc32(view[start : start + _CHUNK], crc)
+        finally:
+            view.release()
+    return crc
+
+
+def _crc_read(f: BinaryIO) -> int:
+    crc = 0
+    f.seek(0)
+    while chunk := f.read(_CHUNK):
+        crc = zlib.crc32(chunk, crc)
+    return crc
 
 
 def _all_files(directory: Path) -> list[str]:

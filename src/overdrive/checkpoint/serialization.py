@@ -152,25 +152,34 @@ def flatten(obj: Any, *, what: str) -> tuple[Any, dict[str, torch.Tensor]]:
 
 def unflatten(structure: Any, tensors: Mapping[str, torch.Tensor], *, what: str) -> Any:
     """The state tree that ``flatten`` took apart."""
+    return _Decoder(tensors, what).decode(structure)
 
-    def tensor(name: str) -> torch.Tensor:
-        if name not in tensors:
+
+class _Decoder:
+    # A class, not a nested recursive function: that would be a reference cycle holding
+    # every loaded tensor (a whole checkpoint) in memory until the garbage collector ran.
+    def __init__(self, tensors: Mapping[str, torch.Tensor], what: str) -> None:
+        self.tensors, self.what = tensors, what
+
+    def tensor(self, name: str) -> torch.Tensor:
+        if name not in self.tensors:
             raise CheckpointError(
-                f"{what}: tensor {name!r} is named in the structure but missing from the "
-                "tensor file\n  fix: the checkpoint is damaged; load another one"
+                f"{self.what}: tensor {name!r} is named in the structure but missing from "
+                "the tensor file\n  fix: the checkpoint is damaged; load another one"
             )
-        return tensors[name]
+        return self.tensors[name]
 
-    def decode(obj: Any) -> Any:
+    def decode(self, obj: Any) -> Any:
+        decode = self.decode
         if isinstance(obj, list):
             return [decode(v) for v in obj]
         if not isinstance(obj, dict):
             return obj
         tag = next((t for t in _TAGS if t in obj), None)
         if tag == "__tensor__":
-            return tensor(obj[tag])
+            return self.tensor(obj[tag])
         if tag == "__ndarray__":
-            return tensor(obj[tag]).numpy()
+            return self.tensor(obj[tag]).numpy()
         if tag == "__float__":
             return float(obj[tag])
         if tag == "__tuple__":
@@ -184,8 +193,6 @@ def unflatten(structure: Any, tensors: Mapping[str, torch.Tensor], *, what: str)
         if tag == "__npscalar__":
             return np.dtype(obj[tag]).type(decode(obj["value"]))
         return {k: decode(v) for k, v in obj.items()}
-
-    return decode(structure)
 
 
 def _hashable(key: Any) -> Any:
