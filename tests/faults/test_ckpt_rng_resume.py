@@ -1,7 +1,8 @@
 """A run interrupted after a save and resumed in fresh processes ends bitwise where the
 uninterrupted run ends, with every RNG stream in use: Dropout (torch, per rank), a dataset
 that adds random noise as it is read (in the main process, or in DataLoader workers), python
-and numpy draws in the step, the DataLoader's own generator, and rng_types copies.
+and numpy draws in the step, the DataLoader's own generator, rng_types copies, and a sampler
+that draws each epoch's order from torch's RNG (the resumed epoch must keep its order).
 
 Each case launches scripts/ckpt_rng_resume.py twice (see its docstring): "full" saves after
 batch 9 (mid-epoch, inside an accumulation window) and goes on to 15; "resume" loads that
@@ -24,8 +25,9 @@ pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 SCRIPT = Path(__file__).parent / "scripts" / "ckpt_rng_resume.py"
 
 CASES = {
-    # The main process reads the data: the noise comes from each rank's own torch/numpy RNG.
-    "2 processes": (2, []),
+    # The main process reads the data: the noise comes from each rank's own torch/numpy RNG;
+    # a WeightedRandomSampler draws each epoch's order from rank 0's torch RNG.
+    "2 processes": (2, ["--weighted"]),
     # Workers read the data; the loader has its own generator; rng_types copies rank 0's
     # torch RNG and generator at each epoch start (never again at the resumed start).
     "3 processes, 2 workers": (

@@ -17,7 +17,7 @@ from torch.utils.data import (
 from overdrive import ops
 from overdrive.data.batches import take_rows, to_device
 from overdrive.data.rounds import dispatched_shares, global_rounds, local_shares
-from overdrive.data.samplers import SeedableRandomSampler, ShardedBatchSampler
+from overdrive.data.samplers import RecordedOrder, SeedableRandomSampler, ShardedBatchSampler
 from overdrive.errors import ConfigError
 from overdrive.loop_state import LoaderProgress, LoopState
 from overdrive.random_state import synchronize_rng_states
@@ -131,17 +131,22 @@ class PreparedDataLoader:
         # iteration can reuse the saved epoch's seed without drawing from the user's RNG.
         self._seed_gen = torch.Generator()
         kwargs = _loader_kwargs(base, pin_memory, generator=self._seed_gen)
+        # An order drawn from random streams is recorded, so a resume can draw it again.
+        self._order: RecordedOrder | None = None
+        ordered = batch_sampler
+        if batch_sampler is not None and _needs_index_sync(batch_sampler):
+            self._order = ordered = RecordedOrder(batch_sampler)
         self._inner: DataLoader | None = None
         if mode == "shard":
             self._sharded = ShardedBatchSampler(
-                batch_sampler,
+                ordered,
                 world=self._world,
                 rank=self._rank,
                 per_rank=per_rank,
                 split=split,
                 even=even,
                 drop_last=self._drop_last,
-                sync_indices=_needs_index_sync(batch_sampler) and self._world > 1,
+                sync_indices=self._order is not None and self._world > 1,
             )
             self._inner = DataLoader(base.dataset, batch_sampler=self._sharded, **kwargs)
         elif mode == "iterable" or self._rank == 0:
@@ -150,7 +155,7 @@ class PreparedDataLoader:
                     base.dataset, batch_size=base.batch_size, drop_last=base.drop_last, **kwargs
                 )
             else:
-                self._inner = DataLoader(base.dataset, batch_sampler=batch_sampler, **kwargs)
+                self._inner = DataLoader(base.dataset, batch_sampler=ordered, **kwargs)
 
     # ------------------------------------------------------------------ facts
     @property
@@ -213,7 +218,14 @@ class PreparedDataLoader:
             "worker_seed": (p.worker_seed if p.in_epoch else p.resume_seed) if yielded else None,
             # The DataLoader's own generator, drawn from at every epoch start.
             "generator": None if generator is None else generator.get_state().tolist(),
+            # Mid-epoch, for a sampler that draws its order: the streams it drew it from.
+            "order_rng": self._order_record() if yielded else None,
         }
+
+    def _order_record(self) -> dict[str, Any] | None:
+        if self._order is None:
+            return None
+        return self._order.recorded if self._progress.in_epoch else self._order.replay
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue at the saved position: the next iteration resumes mid-epoch."""
@@ -237,6 +249,8 @@ class PreparedDataLoader:
         p.epoch, p.resume_skip, p.yielded, p.in_epoch = int(state["epoch"]), yielded, 0, False
         seed = state.get("worker_seed")
         p.resume_seed = None if seed is None or not yielded else int(seed)
+        if self._order is not None:
+            self._order.replay = state.get("order_rng") if yielded else None
 
     def skipping(self, num_batches: int) -> PreparedDataLoader:
         """A view whose next iteration starts ``num_batches`` into the current epoch."""
@@ -265,6 +279,8 @@ class PreparedDataLoader:
         # rank-0 copy nor the seed draw of an epoch start may happen again.
         if not resumed and self.rng_types and self._world > 1:
             synchronize_rng_states(self.rng_types, self.base_dataloader.generator)
+        if not resumed and self._order is not None:
+            self._order.replay = None
         if self._inner is not None:
             if seed is None:
                 # What a plain DataLoader draws at each iteration: one value of its

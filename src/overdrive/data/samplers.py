@@ -9,6 +9,7 @@ import torch
 
 from overdrive import ops
 from overdrive.data.layout import layout_round
+from overdrive.random_state import snapshot_streams, streams_at
 
 
 class SeedableRandomSampler(torch.utils.data.Sampler[int]):
@@ -51,6 +52,39 @@ class SeedableRandomSampler(torch.utils.data.Sampler[int]):
             take = perm[: want - produced]
             produced += len(take)
             yield from take
+
+
+class RecordedOrder:
+    """A user's batch sampler whose order is drawn from random streams when it is iterated
+    (``WeightedRandomSampler``, ``SubsetRandomSampler``, a custom one). Records the streams
+    just before an epoch's order is drawn; ``replay`` set to such a record makes the next
+    iteration draw that same order again, without moving the streams (a resumed epoch)."""
+
+    def __init__(self, batch_sampler: Any) -> None:
+        self.batch_sampler = batch_sampler
+        self.recorded: dict[str, Any] | None = None
+        self.replay: dict[str, Any] | None = None
+
+    def _generator(self) -> torch.Generator | None:
+        for obj in (self.batch_sampler, getattr(self.batch_sampler, "sampler", None)):
+            gen = getattr(obj, "generator", None)
+            if isinstance(gen, torch.Generator):
+                return gen
+        return None
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        gen = self._generator()
+        if self.replay is not None:
+            self.recorded, self.replay = self.replay, None
+            with streams_at(self.recorded, gen):
+                order = [list(b) for b in self.batch_sampler]
+            yield from order
+            return
+        self.recorded = snapshot_streams(gen)
+        yield from self.batch_sampler
 
 
 class ShardedBatchSampler:

@@ -3,7 +3,8 @@
 The model has Dropout (global torch RNG per rank, seeded differently on each rank), the
 dataset adds random noise to every sample it returns (drawn in the DataLoader workers when
 ``--workers`` > 0, else from the main process's torch RNG), and the training step draws from
-python's and numpy's RNGs too. Gradient accumulation 2; the save happens after batch 9,
+python's and numpy's RNGs too. The order is shuffled, or (``--weighted``) drawn by a
+WeightedRandomSampler from torch's RNG whenever an epoch starts. Gradient accumulation 2; the save happens after batch 9,
 mid-epoch and inside an accumulation window.
 
 full:   train 15 batches uninterrupted, save after batch 9.
@@ -25,7 +26,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, WeightedRandomSampler
 
 from overdrive.accelerator import Accelerator
 from overdrive.kwargs_handlers import DistributedDataParallelKwargs
@@ -85,6 +86,9 @@ def main() -> None:
     p.add_argument("--phase", choices=("full", "resume"), required=True)
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--generator", action="store_true", help="give the DataLoader a generator")
+    p.add_argument(
+        "--weighted", action="store_true", help="a WeightedRandomSampler instead of shuffle"
+    )
     p.add_argument("--rng_types", default="")
     p.add_argument("--find_unused", action="store_true", help="DDP find_unused_parameters")
     args = p.parse_args()
@@ -109,13 +113,12 @@ def main() -> None:
     )
     opt = torch.optim.AdamW(model.parameters(), lr=0.05)
     gen = torch.Generator().manual_seed(77) if args.generator else None
-    loader = DataLoader(
-        NoisyData(12 * world),
-        batch_size=2,
-        shuffle=True,
-        num_workers=args.workers,
-        generator=gen,
-    )
+    data = NoisyData(12 * world)
+    if args.weighted:  # draws each epoch's order from torch's RNG as it is iterated
+        order: dict[str, Any] = {"sampler": WeightedRandomSampler(torch.ones(len(data)), len(data))}
+    else:
+        order = {"shuffle": True}
+    loader = DataLoader(data, batch_size=2, num_workers=args.workers, generator=gen, **order)
     model, opt, loader = acc.prepare(model, opt, loader)
     steps = Steps()
     acc.register_for_checkpointing(steps)
