@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -142,3 +143,36 @@ def synchronize_rng_states(
             random.setstate(value)
         elif name == "numpy":
             np.random.set_state(value)
+
+
+def snapshot_streams(generator: torch.Generator | None = None) -> dict[str, Any]:
+    """The CPU streams an object might draw from (torch, python, numpy, and ``generator``),
+    JSON-able; see ``streams_at``."""
+    state = capture_rng_state()
+    state.pop("cuda", None)
+    if generator is not None:
+        state["generator"] = _bytes_state(generator.get_state())
+    return state
+
+
+@contextmanager
+def streams_at(
+    snapshot: dict[str, Any], generator: torch.Generator | None = None
+) -> Iterator[None]:
+    """Run the block with the streams as ``snapshot`` recorded them, then put back the
+    states they had before: what the block draws leaves no trace on them."""
+    import numpy as np
+
+    before = (torch.get_rng_state(), random.getstate(), np.random.get_state())
+    gen_before = generator.get_state() if generator is not None else None
+    try:
+        restore_rng_state(snapshot)
+        if generator is not None and "generator" in snapshot:
+            generator.set_state(torch.tensor(snapshot["generator"], dtype=torch.uint8))
+        yield
+    finally:
+        torch.set_rng_state(before[0])
+        random.setstate(before[1])
+        np.random.set_state(before[2])
+        if generator is not None and gen_before is not None:
+            generator.set_state(gen_before)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from overdrive.checkpoint import CheckpointError
-from overdrive.checkpoint.atomic import commit, prepare_temp
+from overdrive.checkpoint.atomic import commit, stage
 from overdrive.checkpoint.layout import (
     MANIFEST,
     newest_complete,
@@ -60,23 +60,49 @@ def test_rotation_removes_the_oldest_by_number(tmp_path: Path) -> None:
 def test_commit_marks_and_renames_and_replaces_an_old_checkpoint(tmp_path: Path) -> None:
     final = _make(tmp_path, 0)
     (final / "stale.json").write_text("{}")
-    temp = prepare_temp(final)
-    assert temp == temp_dir_for(final) and temp.name.startswith(".")
+    staging = stage(final, automatic=False)
+    temp = staging.path
+    assert temp.name.startswith(".checkpoint_0.") and temp.name.endswith(".partial")
     (temp / "model_0.json").write_text('{"new": 1}')
     assert not (temp / MANIFEST).exists()
-    commit(temp, final, {"format": "x"})
+    assert commit(staging, final, {"format": "x"}, replace=True) == final
+    staging.release()
     assert (final / MANIFEST).exists() and not temp.exists()
     assert not (final / "stale.json").exists()
     assert (final / "model_0.json").read_text() == '{"new": 1}'
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_0"]
 
 
-def test_stale_temp_dir_from_a_killed_save_is_cleared(tmp_path: Path) -> None:
+def test_stale_temp_dirs_from_killed_saves_are_cleared(tmp_path: Path) -> None:
     final = tmp_path / "checkpoint_1"
-    temp_dir_for(final).mkdir()
-    (temp_dir_for(final) / "half_written").write_text("x")
-    temp = prepare_temp(final)
-    assert list(temp.iterdir()) == []
+    for stale in (tmp_path / ".checkpoint_1.partial", temp_dir_for(final, "dead")):
+        stale.mkdir()
+        (stale / "half_written").write_text("x")
+    staging = stage(final, automatic=True)
+    assert list(staging.path.iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir()] == [staging.path.name]
+    staging.remove()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_live_save_keeps_its_temp_dir_and_its_number(tmp_path: Path) -> None:
+    """Another job saving into the same directory: its temp dir is locked, so it stays;
+    both commits succeed, under two numbers, and neither replaces the other."""
+    final = tmp_path / "checkpoint_0"
+    first = stage(final, automatic=True)
+    second = stage(final, automatic=True)  # the same number, chosen before either commits
+    assert first.path.is_dir() and second.path != first.path
+    (first.path / "model_0.json").write_text('"first"')
+    (second.path / "model_0.json").write_text('"second"')
+    assert commit(first, final, {"name": final.name}, replace=False) == final
+    moved = commit(second, final, {"name": final.name}, replace=False)
+    first.release()
+    second.release()
+    assert moved == tmp_path / "checkpoint_1"
+    assert (final / "model_0.json").read_text() == '"first"'
+    assert (moved / "model_0.json").read_text() == '"second"'
+    assert '"checkpoint_1"' in (moved / MANIFEST).read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_0", "checkpoint_1"]
 
 
 def test_refuses_to_replace_a_directory_of_other_files(tmp_path: Path) -> None:
@@ -84,5 +110,5 @@ def test_refuses_to_replace_a_directory_of_other_files(tmp_path: Path) -> None:
     target.mkdir()
     (target / "notes.txt").write_text("mine")
     with pytest.raises(CheckpointError, match="not an overdrive checkpoint"):
-        prepare_temp(target)
+        stage(target, automatic=False)
     assert (target / "notes.txt").exists()

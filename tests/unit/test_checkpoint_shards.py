@@ -324,3 +324,29 @@ def test_the_installed_command_reports_without_a_traceback(tmp_path: Path) -> No
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith(f"overdrive: error: merge-weights: {tmp_path / 'x'} does not")
     assert "Traceback" not in done.stderr
+
+
+def test_a_stored_dtype_that_differs_from_the_target_is_refused(tmp_path: Path) -> None:
+    import torch.distributed as dist
+    from torch.distributed.tensor import distribute_tensor, init_device_mesh
+
+    from overdrive.checkpoint.shards import dtensor_like, save_shards
+
+    owned = not dist.is_initialized()
+    if owned:
+        store = dist.FileStore(str(tmp_path / "store"), 1)
+        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        saved = distribute_tensor(torch.ones(4, 2), mesh)
+        save_shards({"w": saved}, tmp_path, "model_0", rank=0, what="model 0")
+        template = distribute_tensor(torch.zeros(4, 2, dtype=torch.bfloat16), mesh)
+
+        def place(key: str, shape: torch.Size, dtype: torch.dtype, reader: Any) -> Any:
+            return dtensor_like(template, reader)
+
+        with pytest.raises(CheckpointError, match="stored as torch.float32.*does not cast"):
+            load_shards(tmp_path, "model_0", what="model 0", place=place)
+    finally:
+        if owned:
+            dist.destroy_process_group()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import glob
 import re
+import secrets
 import shutil
 from pathlib import Path
 
@@ -22,14 +24,36 @@ def checkpoint_name(index: int) -> str:
     return f"checkpoint_{index}"
 
 
-def temp_dir_for(final: Path) -> Path:
-    """The hidden sibling a checkpoint is written into before it is renamed into place."""
-    return final.parent / f".{final.name}.partial"
+def index_of(path: Path) -> int | None:
+    """``n`` for a ``checkpoint_<n>`` directory, else None."""
+    match = _NUMBERED.match(Path(path).name)
+    return int(match.group(1)) if match else None
 
 
-def old_dir_for(final: Path) -> Path:
+def new_token() -> str:
+    """A name part no other save (of this job or another) uses."""
+    return secrets.token_hex(4)
+
+
+def temp_dir_for(final: Path, token: str) -> Path:
+    """The hidden sibling one save writes into before renaming it into place; ``token``
+    makes it this save's own, so concurrent jobs never write into each other's."""
+    return final.parent / f".{final.name}.{token}.partial"
+
+
+def old_dir_for(final: Path, token: str) -> Path:
     """Where the checkpoint a save replaces waits, hidden, until the new one is in place."""
-    return final.parent / f".{final.name}.old"
+    return final.parent / f".{final.name}.{token}.old"
+
+
+def old_dirs_for(final: Path) -> list[Path]:
+    """Every such waiting checkpoint of ``final`` (``.<name>.old`` from older versions too)."""
+    parent, name = final.parent, final.name
+    if not parent.is_dir():
+        return []
+    found = [p for p in parent.iterdir() if p.name == f".{name}.old"]
+    found += [p for p in parent.glob(f".{glob.escape(name)}.*.old") if p.is_dir()]
+    return sorted(found)
 
 
 def is_complete(path: Path) -> bool:
@@ -72,7 +96,20 @@ def rotate(root: Path, total_limit: int | None, keep: Path) -> list[Path]:
             break
         if path.resolve() == keep.resolve():
             continue
-        shutil.rmtree(path)
-        removed.append(path)
+        if retire(path):
+            removed.append(path)
         excess -= 1
     return removed
+
+
+def retire(path: Path) -> bool:
+    """Remove a checkpoint: first renamed away (one atomic step, so no reader ever sees it
+    half deleted, and of two jobs rotating the same directory only one removes it), then
+    deleted. False if it was already gone."""
+    hidden = path.parent / f".{path.name}.{new_token()}.deleting"
+    try:
+        path.rename(hidden)
+    except FileNotFoundError:
+        return False
+    shutil.rmtree(hidden, ignore_errors=True)
+    return True

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import re
 import traceback
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from overdrive.checkpoint import layout
+from overdrive.checkpoint import integrity, layout
+from overdrive.checkpoint.dtypes import dtype_problems
 from overdrive.checkpoint.errors import CheckpointError, CheckpointMismatchError
 from overdrive.checkpoint.legacy import looks_legacy, refuse_or_load_legacy
 from overdrive.checkpoint.parts import FORMAT, Part, compare, main_parts, require_prepared
@@ -24,9 +27,10 @@ def find_checkpoint(accelerator: Any, input_dir: str | Path | None) -> Path:
         if not path.is_dir():
             what = "is not a directory" if path.exists() else "does not exist"
             fix = "pass the directory save_state() returned"
-            old = layout.old_dir_for(path)
-            if layout.is_complete(old):  # a save over it was killed between two renames
-                fix = f"the previous checkpoint of that name is intact in {old}; rename it back"
+            # A save over it killed between its two renames leaves the old one aside.
+            for old in layout.old_dirs_for(path):
+                if layout.is_complete(old):
+                    fix = f"the previous checkpoint of that name is intact in {old}; rename it back"
             raise CheckpointError(f"load_state: {path} {what}\n  fix: {fix}")
         return path
     pc = accelerator.project_configuration
@@ -58,6 +62,12 @@ def read_manifest(path: Path) -> dict[str, Any]:
     manifest = read_json(marker)
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise CheckpointError(f"load_state: {marker} is not an overdrive checkpoint manifest")
+    files = manifest.get("files")
+    if manifest.get("version", 1) >= 2 and not isinstance(files, dict):
+        raise CheckpointError(
+            f"load_state: {marker} lists no file checksums, which every checkpoint of its "
+            f"version records\n  fix: the manifest is damaged; load another checkpoint"
+        )
     return manifest
 
 
@@ -151,6 +161,33 @@ def _rank_dir(accelerator: Any, path: Path, manifest: dict[str, Any]) -> Path:
     return path / "rank_0"
 
 
+def _labels(parts: list[Part], rank: int) -> dict[str, str]:
+    """What each file this process reads holds, for error messages."""
+    stems = {p.stem: p.label for p in parts}
+    stems["precision"] = "precision state"
+    stems[f"rank_{rank}/state"] = f"process {rank} state"
+    return {
+        f"{stem}{ext}": label for stem, label in stems.items() for ext in (".json", ".safetensors")
+    }
+
+
+_SHARD_FILE = re.compile(r"\.rank(\d+)\.(json|safetensors)$")
+
+
+def _verified_here(rank_dir: str, rank: int, world: int) -> Callable[[str], bool]:
+    """The files this process checks: the shared ones, the rank directory it reads, and every
+    ``world``-th process's shard files (each shard file is checked by exactly one process,
+    and any failure fails the load everywhere)."""
+
+    def wanted(name: str) -> bool:
+        if "/" in name:
+            return name.startswith(rank_dir + "/")
+        shard = _SHARD_FILE.search(name)
+        return shard is None or int(shard.group(1)) % world == rank
+
+    return wanted
+
+
 def _load_all(accelerator: Any, path: Path, allow_unsafe_pickle: bool) -> None:
     manifest = read_manifest(path)
     parts = main_parts(accelerator)
@@ -165,6 +202,14 @@ def _load_all(accelerator: Any, path: Path, allow_unsafe_pickle: bool) -> None:
     rank = accelerator.state.process_index
     rank_dir = _rank_dir(accelerator, path, manifest)
     # Read everything before changing anything: a damaged file leaves the run untouched.
+    # This process reads the shared files and its own rank's: it verifies exactly those.
+    if "files" in manifest:  # checkpoints of version 1 carry no checksums
+        integrity.verify(
+            path,
+            manifest["files"],
+            only=_verified_here(rank_dir.name, rank, accelerator.state.num_processes),
+            labels=_labels(parts, rank),
+        )
     states = {
         p.stem: _load_sharded(accelerator, path, p)
         if p.sharded
@@ -177,6 +222,14 @@ def _load_all(accelerator: Any, path: Path, allow_unsafe_pickle: bool) -> None:
     rank_state = load_tree(
         rank_dir, "state", what=f"process {rank} state", allow_unsafe_pickle=allow_unsafe_pickle
     )
+    problems = dtype_problems(accelerator, parts, states, rank_state)
+    if problems:
+        raise CheckpointMismatchError(
+            str(path),
+            problems,
+            "build the model (and so the optimizer) in the dtypes of the run that saved it, "
+            "e.g. the same .half()/.to(torch.bfloat16) before prepare(); loading does not cast",
+        )
     if rank_dir.name != f"rank_{rank}" and rank_state.get("grads"):
         raise CheckpointError(
             f"load_state: {path} was saved inside an accumulation window by "

@@ -18,6 +18,7 @@ import torch
 from safetensors.torch import save_file
 
 from overdrive.checkpoint.errors import CheckpointError
+from overdrive.checkpoint.serialization import writing
 
 _UNITS = {
     "": 1,
@@ -88,8 +89,13 @@ def shard(tensors: dict[str, torch.Tensor], max_bytes: int) -> list[dict[str, to
 
 def _replace_into(path: Path, write: Any) -> None:
     temp = path.with_name(f".{path.name}.tmp")
-    write(temp)
-    os.replace(temp, path)
+    try:
+        with writing(path, "save_model"):
+            write(temp)
+            os.replace(temp, path)
+    except CheckpointError:
+        temp.unlink(missing_ok=True)  # a half-written file is not left behind
+        raise
 
 
 def write_model_files(

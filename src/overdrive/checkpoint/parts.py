@@ -9,7 +9,8 @@ from typing import Any
 from overdrive.checkpoint.errors import CheckpointError
 
 FORMAT = "overdrive-checkpoint"
-VERSION = 1
+VERSION = 2
+"""2: the manifest lists every file with its size and checksum."""
 
 
 @dataclass(frozen=True)

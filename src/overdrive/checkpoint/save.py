@@ -3,15 +3,16 @@ renames it once all ranks are done, then rotates old automatic checkpoints."""
 
 from __future__ import annotations
 
+import json
 import time
 import traceback
 from pathlib import Path
 from typing import Any
 
-from overdrive.checkpoint import atomic, layout
+from overdrive.checkpoint import atomic, integrity, layout
 from overdrive.checkpoint.errors import CheckpointError
 from overdrive.checkpoint.parts import FORMAT, VERSION, describe, main_parts, require_prepared
-from overdrive.checkpoint.serialization import save_tree
+from overdrive.checkpoint.serialization import save_tree, writing
 from overdrive.checkpoint.sync import Rendezvous
 
 
@@ -65,13 +66,32 @@ def _local(tensor: Any) -> Any:
     return to_local() if callable(to_local) else tensor
 
 
-def _write_main_parts(accelerator: Any, temp: Path, gathered: dict[str, Any]) -> None:
+def _write_main_parts(accelerator: Any, temp: Path, gathered: dict[str, Any]) -> list[str]:
+    written = []
     for part in main_parts(accelerator):
         if part.sharded:
             continue  # every process wrote its own shards
-        save_tree(gathered[part.stem], temp, part.stem, what=part.label)
+        written += save_tree(gathered[part.stem], temp, part.stem, what=part.label)
         _fault_point(f"wrote {part.stem}")
-    save_tree(accelerator.precision.state_dict(), temp, "precision", what="precision state")
+    state = accelerator.precision.state_dict()
+    written += save_tree(state, temp, "precision", what="precision state")
+    return written
+
+
+def _write_rank_files(accelerator: Any, temp: Path, gathered: dict[str, Any]) -> str:
+    """Write this rank's files; a JSON record of their sizes and checksums."""
+    rank = accelerator.state.process_index
+    written = _write_shards(accelerator, temp)
+    if rank == 0:
+        written += _write_main_parts(accelerator, temp, gathered)
+    _fault_point("writing rank files")
+    rank_dir = temp / f"rank_{rank}"
+    with writing(rank_dir, f"process {rank} state"):
+        rank_dir.mkdir()
+    names = save_tree(rank_state(accelerator), rank_dir, "state", what=f"process {rank} state")
+    written += [f"rank_{rank}/{name}" for name in names]
+    _fault_point("wrote rank files")
+    return json.dumps(integrity.record(temp, written))
 
 
 def _gather(accelerator: Any) -> dict[str, Any]:
@@ -90,11 +110,12 @@ def _gather(accelerator: Any) -> dict[str, Any]:
     return out
 
 
-def _write_shards(accelerator: Any, temp: Path) -> None:
+def _write_shards(accelerator: Any, temp: Path) -> list[str]:
     """This process's shards of every sharded part (all processes write in parallel)."""
     from overdrive.checkpoint.shards import save_shards
 
     strategy, rank = accelerator.strategy, accelerator.state.process_index
+    written: list[str] = []
     for part in main_parts(accelerator):
         if not part.sharded:
             continue
@@ -102,10 +123,12 @@ def _write_shards(accelerator: Any, temp: Path) -> None:
             tree = strategy.sharded_model_state_dict(accelerator._models[part.index])
         else:
             tree = strategy.sharded_optimizer_state_dict(accelerator._optimizers[part.index])
-        save_shards(tree, temp, part.stem, rank=rank, what=part.label)
+        paths = save_shards(tree, temp, part.stem, rank=rank, what=part.label)
+        written += [p.name for p in paths]
+    return written
 
 
-def _manifest(accelerator: Any, final: Path) -> dict[str, Any]:
+def _manifest(accelerator: Any, final: Path, files: dict[str, Any]) -> dict[str, Any]:
     from overdrive import __version__
 
     precision_state = accelerator.precision.state_dict()
@@ -122,6 +145,8 @@ def _manifest(accelerator: Any, final: Path) -> dict[str, Any]:
             "name": getattr(accelerator.precision, "name", "no"),
             "has_state": bool(precision_state),
         },
+        "checksum": integrity.ALGORITHM,
+        "files": files,
     }
 
 
@@ -139,50 +164,61 @@ def save_state(
     rv = Rendezvous("save_state", rank=rank, world_size=world, timeout=timeout or state.timeout)
     rv.arrive()
 
+    staging: atomic.Staging | None = None
+
     def prepare_target() -> str:
+        nonlocal staging
         final, automatic = target_dir(accelerator, output_dir)
-        atomic.prepare_temp(final)
-        return f"{int(automatic)}{final}"
+        staging = atomic.stage(final, automatic=automatic)
+        return json.dumps({"final": str(final), "temp": str(staging.path), "auto": automatic})
 
-    shared = rv.decide("target", prepare_target)
-    automatic, final = shared[0] == "1", Path(shared[1:])
-    temp = layout.temp_dir_for(final)
+    shared = json.loads(rv.decide("target", prepare_target))
+    final, temp, automatic = Path(shared["final"]), Path(shared["temp"]), shared["auto"]
 
-    error: str | None = None
+    error: Exception | None = None
+    record = "{}"
     try:
-        gathered = _gather(accelerator)
-        _write_shards(accelerator, temp)
-        if rank == 0:
-            _write_main_parts(accelerator, temp, gathered)
-        _fault_point("writing rank files")
-        rank_dir = temp / f"rank_{rank}"
-        rank_dir.mkdir()
-        save_tree(rank_state(accelerator), rank_dir, "state", what=f"process {rank} state")
-        _fault_point("wrote rank files")
+        record = _write_rank_files(accelerator, temp, _gather(accelerator))
     except Exception as exc:
-        error = "".join(traceback.format_exception_only(exc)).strip()
-        if rank != 0:
-            rv.done("write", error)
-            raise
-        rv.share("final", f"could not write its files: {error}", failed=True)
-        raise
-    others = rv.done("write")
-    if rank == 0:
-        if others:
-            message = "; ".join(others)
-            rv.share("final", f"other processes failed: {message}", failed=True)
-            raise CheckpointError(f"save_state to {final} failed on {message}")
+        error = exc
+    message = None if error is None else _one_line(error)
+    if rank != 0:
+        rv.collect("write", record, error=message)
         try:
-            atomic.commit(temp, final, _manifest(accelerator, final))
+            final = Path(rv.share("final"))  # rank 0 has committed, or cleaned up
+        except CheckpointError:
+            if error is None:
+                raise
+        if error is not None:
+            raise error
+    else:
+        assert staging is not None
+        try:
+            records, others = rv.collect("write", record, error=message)
+            if error is not None:
+                raise error
+            if others:
+                raise CheckpointError(f"save_state to {final} failed on {'; '.join(others)}")
+            files: dict[str, Any] = {}
+            for text in records:
+                files.update(json.loads(text))
+            final = atomic.commit(
+                staging, final, _manifest(accelerator, final, files), replace=not automatic
+            )
             if automatic:
                 pc = accelerator.project_configuration
                 layout.rotate(final.parent, pc.total_limit, keep=final)
         except Exception as exc:
-            rv.share("final", f"could not finish the checkpoint: {exc}", failed=True)
+            staging.remove()  # at once (nothing, once it was renamed into place)
+            rv.share("final", _one_line(exc), failed=True)
             raise
+        finally:
+            staging.release()
         rv.share("final", str(final))
-    else:
-        rv.share("final")
     if automatic:
         accelerator.project_configuration.iteration = int(final.name.rsplit("_", 1)[1]) + 1
     return final
+
+
+def _one_line(exc: BaseException) -> str:
+    return "".join(traceback.format_exception_only(exc)).strip()

@@ -12,7 +12,8 @@ import json
 import math
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +32,29 @@ ShardedHook = Callable[[Any, str], dict[str, Any]]
 """Called by ``flatten`` for a sharded leaf with its key; returns the JSON entry's fields."""
 
 
-def write_json(path: Path, data: Any) -> None:
+@contextmanager
+def writing(path: Path, what: str) -> Iterator[None]:
+    """Turn a failed write (disk full, file too large, no permission...) into a
+    CheckpointError that names ``path``, whatever layer raised it."""
+    try:
+        yield
+    except CheckpointError:
+        raise
+    except (OSError, SafetensorError) as exc:
+        reason: object = exc
+        if isinstance(exc, OSError) and exc.strerror:  # without the path: it is named below
+            reason = f"[Errno {exc.errno}] {exc.strerror}"
+        raise CheckpointError(
+            f"{what}: could not write {path}: {reason}\n  fix: make room on that filesystem "
+            "(or raise the quota or file size limit) and check that this process may write "
+            "there, then save again"
+        ) from exc
+
+
+def write_json(path: Path, data: Any, *, what: str = "checkpoint") -> None:
     """Strict JSON (no NaN literals), flushed to disk."""
     text = json.dumps(data, indent=1, sort_keys=False, allow_nan=False)
-    with open(path, "w", encoding="utf-8") as f:
+    with writing(path, what), open(path, "w", encoding="utf-8") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
@@ -179,25 +199,39 @@ def unflatten(
     sharded: Callable[[dict[str, Any]], Any] | None = None,
 ) -> Any:
     """The state tree that ``flatten`` took apart; ``sharded`` rebuilds sharded entries."""
+    return _Decoder(tensors, what, sharded).decode(structure)
 
-    def tensor(name: str) -> torch.Tensor:
-        if name not in tensors:
+
+class _Decoder:
+    # A class, not a nested recursive function: that would be a reference cycle holding
+    # every loaded tensor (a whole checkpoint) in memory until the garbage collector ran.
+    def __init__(
+        self,
+        tensors: Mapping[str, torch.Tensor],
+        what: str,
+        sharded: Callable[[dict[str, Any]], Any] | None = None,
+    ) -> None:
+        self.tensors, self.what, self.sharded = tensors, what, sharded
+
+    def tensor(self, name: str) -> torch.Tensor:
+        if name not in self.tensors:
             raise CheckpointError(
-                f"{what}: tensor {name!r} is named in the structure but missing from the "
-                "tensor file\n  fix: the checkpoint is damaged; load another one"
+                f"{self.what}: tensor {name!r} is named in the structure but missing from "
+                "the tensor file\n  fix: the checkpoint is damaged; load another one"
             )
-        return tensors[name]
+        return self.tensors[name]
 
-    def decode(obj: Any) -> Any:
+    def decode(self, obj: Any) -> Any:
+        decode = self.decode
         if isinstance(obj, list):
             return [decode(v) for v in obj]
         if not isinstance(obj, dict):
             return obj
         tag = next((t for t in _TAGS if t in obj), None)
         if tag == "__tensor__":
-            return tensor(obj[tag])
+            return self.tensor(obj[tag])
         if tag == "__ndarray__":
-            return tensor(obj[tag]).numpy()
+            return self.tensor(obj[tag]).numpy()
         if tag == "__float__":
             return float(obj[tag])
         if tag == "__tuple__":
@@ -211,16 +245,14 @@ def unflatten(
         if tag == "__npscalar__":
             return np.dtype(obj[tag]).type(decode(obj["value"]))
         if tag == "__sharded__":
-            if sharded is None:
+            if self.sharded is None:
                 raise CheckpointError(
-                    f"{what}: entry {obj[tag]!r} is sharded over several files, which a "
+                    f"{self.what}: entry {obj[tag]!r} is sharded over several files, which a "
                     "single-file load cannot read\n  fix: load it with "
                     "overdrive.checkpoint.shards.load_shards"
                 )
-            return sharded(obj)
+            return self.sharded(obj)
         return {k: decode(v) for k, v in obj.items()}
-
-    return decode(structure)
 
 
 def _hashable(key: Any) -> Any:
@@ -232,9 +264,13 @@ def save_tree(obj: Any, directory: Path, stem: str, *, what: str) -> list[str]:
     structure, tensors = flatten(obj, what=what)
     written = [f"{stem}.json"]
     if tensors:
-        save_file(tensors, str(directory / f"{stem}.safetensors"), metadata={"format": "pt"})
+        path = directory / f"{stem}.safetensors"
+        with writing(path, what):
+            save_file(tensors, str(path), metadata={"format": "pt"})
         written.append(f"{stem}.safetensors")
-    write_json(directory / f"{stem}.json", {"tensors": bool(tensors), "state": structure})
+    write_json(
+        directory / f"{stem}.json", {"tensors": bool(tensors), "state": structure}, what=what
+    )
     return written
 
 

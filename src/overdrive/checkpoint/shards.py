@@ -182,10 +182,16 @@ def dtensor_like(template: Any, reader: BoxReader) -> Any:
             f"this run's tensor has shape {tuple(template.shape)}\n  fix: build the model and "
             "optimizer exactly as in the run that saved the checkpoint"
         )
+    if reader.dtype != template.dtype:
+        raise CheckpointError(
+            f"{reader.what}: {reader.key!r} is stored as {reader.dtype}, but this run's tensor "
+            f"is {template.dtype}; loading does not cast\n  fix: build the model in the dtype "
+            "of the run that saved the checkpoint (the same .half()/.to(...) before prepare())"
+        )
     mesh, placements = template.device_mesh, template.placements
     shape, offsets = compute_local_shape_and_global_offset(template.shape, mesh, placements)
     local = reader.read(offsets, shape)
-    local = local.to(device=template.to_local().device, dtype=template.dtype)
+    local = local.to(device=template.to_local().device)
     return DTensor.from_local(
         local, mesh, placements, run_check=False, shape=template.shape, stride=template.stride()
     )

@@ -105,19 +105,27 @@ class Rendezvous:
     def done(self, step: str, error: str | None = None) -> list[str]:
         """This rank finished ``step`` (or failed with ``error``). Rank 0 waits for all of
         them and gets back the other ranks' errors; other ranks get an empty list."""
+        return self.collect(step, error=error)[1]
+
+    def collect(
+        self, step: str, value: str = "", *, error: str | None = None
+    ) -> tuple[list[str], list[str]]:
+        """Like ``done``, with a ``value`` from each rank: rank 0 gets (every rank's value,
+        in rank order, "" for a failed one; the other ranks' errors)."""
         if not self.active:
-            return []
-        self.store.set(f"{self.prefix}/{step}/{self.rank}", "!" + error if error else "=")
+            return [value], []
+        self.store.set(f"{self.prefix}/{step}/{self.rank}", "!" + error if error else "=" + value)
         if self.rank != 0:
-            return []
+            return [], []
         keys = [f"{self.prefix}/{step}/{r}" for r in range(self.world_size)]
         self._wait(keys, f"finish {step}", "see the other processes' errors")
-        errors = []
+        values, errors = [], []
         for r, key in enumerate(keys):
             text = self.store.get(key).decode()
+            values.append(text[1:] if text.startswith("=") else "")
             if r != 0 and text.startswith("!"):
                 errors.append(f"process {r}: {text[1:]}")
-        return errors
+        return values, errors
 
     def all_done(self, step: str, error: str | None = None) -> list[str]:
         """Like ``done``, but every rank waits for all and gets the others' errors."""

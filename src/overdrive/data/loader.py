@@ -17,7 +17,7 @@ from torch.utils.data import (
 from overdrive import ops
 from overdrive.data.batches import take_rows, to_device
 from overdrive.data.rounds import dispatched_shares, global_rounds, local_shares
-from overdrive.data.samplers import SeedableRandomSampler, ShardedBatchSampler
+from overdrive.data.samplers import RecordedOrder, SeedableRandomSampler, ShardedBatchSampler
 from overdrive.errors import ConfigError
 from overdrive.loop_state import LoaderProgress, LoopState
 from overdrive.random_state import synchronize_rng_states
@@ -37,6 +37,8 @@ class _Epoch:
     in_epoch: bool = False
     resume_skip: int = 0  # batches the next iteration skips (set by load_state_dict)
     explicit_epoch: bool = False
+    worker_seed: int | None = None  # what this epoch's reader was seeded with
+    resume_seed: int | None = None  # the saved epoch's worker_seed, for the resumed iteration
 
 
 def _rounds_per_epoch(batches: int, world: int, split: bool, drop_last: bool) -> int:
@@ -45,7 +47,10 @@ def _rounds_per_epoch(batches: int, world: int, split: bool, drop_last: bool) ->
     return batches // world if drop_last else -(-batches // world)
 
 
-def _loader_kwargs(base: DataLoader, pin_memory: bool) -> dict[str, Any]:
+def _loader_kwargs(
+    base: DataLoader, pin_memory: bool, generator: torch.Generator | None = None
+) -> dict[str, Any]:
+    """``base``'s settings for a new DataLoader; ``generator`` replaces its generator."""
     kwargs: dict[str, Any] = {
         "num_workers": base.num_workers,
         "collate_fn": base.collate_fn,
@@ -53,7 +58,7 @@ def _loader_kwargs(base: DataLoader, pin_memory: bool) -> dict[str, Any]:
         "timeout": base.timeout,
         "worker_init_fn": base.worker_init_fn,
         "multiprocessing_context": base.multiprocessing_context,
-        "generator": base.generator,
+        "generator": base.generator if generator is None else generator,
         "persistent_workers": base.persistent_workers,
     }
     if base.num_workers > 0:
@@ -120,29 +125,37 @@ class PreparedDataLoader:
         self._progress = _Epoch()
         self._skip_once: int | None = None
         self.progress = LoaderProgress()
+        # The DataLoader this process reads (None on dispatch ranks other than 0). It draws
+        # its workers' base seed from this private generator, which each epoch start seeds
+        # with one draw from the user's stream (as a plain DataLoader draws), so a resumed
+        # iteration can reuse the saved epoch's seed without drawing from the user's RNG.
+        self._seed_gen = torch.Generator()
+        kwargs = _loader_kwargs(base, pin_memory, generator=self._seed_gen)
+        # An order drawn from random streams is recorded, so a resume can draw it again.
+        self._order: RecordedOrder | None = None
+        ordered = batch_sampler
+        if batch_sampler is not None and _needs_index_sync(batch_sampler):
+            self._order = ordered = RecordedOrder(batch_sampler)
         self._inner: DataLoader | None = None
         if mode == "shard":
             self._sharded = ShardedBatchSampler(
-                batch_sampler,
+                ordered,
                 world=self._world,
                 rank=self._rank,
                 per_rank=per_rank,
                 split=split,
                 even=even,
                 drop_last=self._drop_last,
-                sync_indices=_needs_index_sync(batch_sampler) and self._world > 1,
+                sync_indices=self._order is not None and self._world > 1,
             )
-            self._inner = DataLoader(
-                base.dataset, batch_sampler=self._sharded, **_loader_kwargs(base, pin_memory)
-            )
-        elif mode == "dispatch" and self._rank == 0:
-            self._inner = (
-                base
-                if batch_sampler is None
-                else DataLoader(
-                    base.dataset, batch_sampler=batch_sampler, **_loader_kwargs(base, pin_memory)
+            self._inner = DataLoader(base.dataset, batch_sampler=self._sharded, **kwargs)
+        elif mode == "iterable" or self._rank == 0:
+            if batch_sampler is None:  # an iterable dataset
+                self._inner = DataLoader(
+                    base.dataset, batch_size=base.batch_size, drop_last=base.drop_last, **kwargs
                 )
-            )
+            else:
+                self._inner = DataLoader(base.dataset, batch_sampler=ordered, **kwargs)
 
     # ------------------------------------------------------------------ facts
     @property
@@ -194,13 +207,25 @@ class PreparedDataLoader:
                 epoch, yielded = epoch + 1, 0
         except TypeError:
             pass
+        generator = self.base_dataloader.generator
         return {
             "epoch": epoch,
             "batches_yielded": yielded,
             "seed": self.seed,
             "num_processes": self._world,
             "total_batch_size": self.total_batch_size,
+            # Mid-epoch: the seed this epoch's reader (and its workers) started from.
+            "worker_seed": (p.worker_seed if p.in_epoch else p.resume_seed) if yielded else None,
+            # The DataLoader's own generator, drawn from at every epoch start.
+            "generator": None if generator is None else generator.get_state().tolist(),
+            # Mid-epoch, for a sampler that draws its order: the streams it drew it from.
+            "order_rng": self._order_record() if yielded else None,
         }
+
+    def _order_record(self) -> dict[str, Any] | None:
+        if self._order is None:
+            return None
+        return self._order.recorded if self._progress.in_epoch else self._order.replay
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue at the saved position: the next iteration resumes mid-epoch."""
@@ -217,8 +242,15 @@ class PreparedDataLoader:
             )
         if self.sampler is not None and state.get("seed") is not None:
             self.sampler.seed = int(state["seed"])
+        generator = self.base_dataloader.generator
+        if generator is not None and state.get("generator") is not None:
+            generator.set_state(torch.tensor(state["generator"], dtype=torch.uint8))
         p = self._progress
         p.epoch, p.resume_skip, p.yielded, p.in_epoch = int(state["epoch"]), yielded, 0, False
+        seed = state.get("worker_seed")
+        p.resume_seed = None if seed is None or not yielded else int(seed)
+        if self._order is not None:
+            self._order.replay = state.get("order_rng") if yielded else None
 
     def skipping(self, num_batches: int) -> PreparedDataLoader:
         """A view whose next iteration starts ``num_batches`` into the current epoch."""
@@ -228,38 +260,67 @@ class PreparedDataLoader:
         view.progress = LoaderProgress()
         return view
 
-    def _start_epoch(self) -> int:
+    def _start_epoch(self) -> tuple[int, bool]:
+        """(batches to skip, is this the resumed iteration of a loaded checkpoint)."""
         p = self._progress
+        resumed = False
         if self._skip_once is not None:
             skip, self._skip_once = self._skip_once, None
         elif p.resume_skip:
-            skip = p.resume_skip
+            skip, resumed = p.resume_skip, True
         else:
             if p.in_epoch:  # the previous iteration was abandoned: move on
                 p.epoch += 1
             skip = 0
-        p.resume_skip, p.in_epoch, p.yielded = 0, True, skip
-        if self.rng_types and self._world > 1:
+        seed = p.resume_seed if resumed else None
+        p.resume_skip, p.resume_seed, p.in_epoch, p.yielded = 0, None, True, skip
+        # A resumed iteration continues an epoch whose start already happened before the
+        # save: every process's RNG streams were restored as they were then, so neither the
+        # rank-0 copy nor the seed draw of an epoch start may happen again.
+        if not resumed and self.rng_types and self._world > 1:
             synchronize_rng_states(self.rng_types, self.base_dataloader.generator)
+        if not resumed and self._order is not None:
+            self._order.replay = None
+        if self._inner is not None:
+            if seed is None:
+                # What a plain DataLoader draws at each iteration: one value of its
+                # generator, or of torch's global RNG.
+                draw = torch.empty((), dtype=torch.int64)
+                seed = int(draw.random_(generator=self.base_dataloader.generator).item())
+            self._seed_gen.manual_seed(seed)
+        p.worker_seed = seed
         for obj in (self.sampler, getattr(self._batch_sampler, "sampler", None), self.dataset):
             if obj is not None and hasattr(obj, "set_epoch"):
                 obj.set_epoch(p.epoch)
-        return skip
+        return skip, resumed
 
     # ------------------------------------------------------------------ iteration
-    def _shares(self, skip: int) -> Iterator[tuple[Any, int, bool]]:
-        """(batch, real samples of its round, is this rank's share empty)."""
+    def _shares(self, skip: int, resumed: bool) -> Iterator[tuple[Any, int, bool, bool | None]]:
+        """(batch, real samples of its round, is this rank's share empty, is it the epoch's
+        last batch, or None where only reading the next one can tell)."""
         if self.mode == "shard":
             assert self._inner is not None
-            self._sharded.skip_rounds = skip
-            for batch in self._inner:
-                yield batch, self._sharded.final_real, self._sharded.final_empty
+            workers = self._inner.num_workers
+            # Workers draw random numbers as they read (augmentation). After a resume they
+            # must re-read the epoch's first batches, in the same order, for their streams
+            # to continue exactly; the batches are dropped here. (Persistent workers carry
+            # their streams across epochs, which no resume can replay.)
+            replay = skip if resumed and workers and not self._inner.persistent_workers else 0
+            self._sharded.skip_rounds = skip - replay
+            sampler = self._sharded
+            for index, batch in enumerate(self._inner):
+                if index < replay:
+                    continue
+                # Without workers each batch is read right after its indices are drawn, so
+                # the sampler knows if it is the last one: the next batch is not read (nor
+                # its random draws made) before the training step on this one.
+                last = sampler.yielded_final if workers == 0 else None
+                yield batch, sampler.final_real, sampler.final_empty, last
             return
-        source = self._inner if self.mode == "dispatch" else self.base_dataloader
         rounds = None
-        if source is not None:
+        if self._inner is not None:
             rounds = global_rounds(
-                source,
+                self._inner,
                 world=self._world,
                 per_rank=self._per_rank,
                 split=self.split_batches,
@@ -275,23 +336,15 @@ class PreparedDataLoader:
             shares = local_shares(rounds, self._rank, skip)
         for batch, lay in shares:
             start, stop = lay.slice_for(self._rank)
-            yield batch, lay.real, stop == start
+            yield batch, lay.real, stop == start, None
 
     def __iter__(self) -> Iterator[Any]:
-        skip = self._start_epoch()
+        skip, resumed = self._start_epoch()
         p, lp = self._progress, self.progress
         self.loop_state.begin(lp)
         try:
-            shares = self._shares(skip)
-            current: Any = next(shares, _END)
             index = skip
-            while current is not _END:
-                upcoming: Any = next(shares, _END)
-                batch: Any
-                real: int
-                empty: bool
-                batch, real, empty = current
-                last = upcoming is _END
+            for batch, real, empty, last in _mark_last(self._shares(skip, resumed)):
                 if last and empty:
                     batch = take_rows(batch, slice(0, 0))
                     warnings.warn(
@@ -308,7 +361,6 @@ class PreparedDataLoader:
                 index += 1
                 p.yielded = index
                 yield batch
-                current = upcoming
             p.epoch, p.yielded, p.in_epoch = p.epoch + 1, 0, False
         finally:
             lp.end_of_dataloader = False
@@ -320,6 +372,22 @@ class PreparedDataLoader:
             f"batch_size={self.batch_size}, split_batches={self.split_batches}, "
             f"even_batches={self.even_batches}, epoch={self.epoch})"
         )
+
+
+def _mark_last(
+    items: Iterator[tuple[Any, int, bool, bool | None]],
+) -> Iterator[tuple[Any, int, bool, bool]]:
+    """Fill in an unknown "is last" by reading one item ahead."""
+    current: Any = next(items, _END)
+    while current is not _END:
+        batch, real, empty, last = current
+        if last is not None:
+            yield batch, real, empty, last
+            current = next(items, _END)
+            continue
+        upcoming: Any = next(items, _END)
+        yield batch, real, empty, upcoming is _END
+        current = upcoming
 
 
 def _needs_index_sync(batch_sampler: Any) -> bool:

@@ -9,6 +9,7 @@ import torch
 
 from overdrive import ops
 from overdrive.data.layout import layout_round
+from overdrive.random_state import snapshot_streams, streams_at
 
 
 class SeedableRandomSampler(torch.utils.data.Sampler[int]):
@@ -53,6 +54,39 @@ class SeedableRandomSampler(torch.utils.data.Sampler[int]):
             yield from take
 
 
+class RecordedOrder:
+    """A user's batch sampler whose order is drawn from random streams when it is iterated
+    (``WeightedRandomSampler``, ``SubsetRandomSampler``, a custom one). Records the streams
+    just before an epoch's order is drawn; ``replay`` set to such a record makes the next
+    iteration draw that same order again, without moving the streams (a resumed epoch)."""
+
+    def __init__(self, batch_sampler: Any) -> None:
+        self.batch_sampler = batch_sampler
+        self.recorded: dict[str, Any] | None = None
+        self.replay: dict[str, Any] | None = None
+
+    def _generator(self) -> torch.Generator | None:
+        for obj in (self.batch_sampler, getattr(self.batch_sampler, "sampler", None)):
+            gen = getattr(obj, "generator", None)
+            if isinstance(gen, torch.Generator):
+                return gen
+        return None
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        gen = self._generator()
+        if self.replay is not None:
+            self.recorded, self.replay = self.replay, None
+            with streams_at(self.recorded, gen):
+                order = [list(b) for b in self.batch_sampler]
+            yield from order
+            return
+        self.recorded = snapshot_streams(gen)
+        yield from self.batch_sampler
+
+
 class ShardedBatchSampler:
     """This rank's batches of indices, one per round of the wrapped batch sampler.
 
@@ -82,6 +116,9 @@ class ShardedBatchSampler:
         # Set while producing the epoch's last round; read when its batch is yielded.
         self.final_real = -1
         self.final_empty = False
+        # Whether the round just produced is the epoch's final one (read by a loader
+        # without workers, which fetches each batch right after its indices).
+        self.yielded_final = False
 
     def __len__(self) -> int:
         batches = len(self.batch_sampler)  # type: ignore[arg-type]
@@ -98,14 +135,14 @@ class ShardedBatchSampler:
         ops.broadcast_object_list(box, from_process=0)
         return iter(box[0])
 
-    def __iter__(self) -> Iterator[list[int]]:
-        self.final_real, self.final_empty = -1, False
+    def _rounds(self) -> Iterator[tuple[list[int], int, bool]]:
+        """(this rank's share, the round's real samples if it is the epoch's last else -1,
+        is the share empty) for every round of the epoch, skipped ones included."""
         group = 1 if self.split else self.world
         it = self._batches()
         pending = next(it, None)
         per_rank = self.per_rank
         first: list[int] = []  # the epoch's first indices, the source of even_batches padding
-        index = 0
         while pending is not None:
             batches: list[list[int]] = []
             while pending is not None and len(batches) < group:
@@ -131,11 +168,24 @@ class ShardedBatchSampler:
             padded = flat + [first[i % len(first)] for i in range(lay.padding)]
             start, stop = lay.slice_for(self.rank)
             mine = padded[start:stop]
-            if is_last:
-                self.final_real = lay.real
-                self.final_empty = not mine
+            # An empty share still loads one sample (collate needs one); the loader turns
+            # it into an empty batch.
+            yield mine or flat[:1], lay.real if is_last else -1, is_last and not mine
+
+    def __iter__(self) -> Iterator[list[int]]:
+        self.final_real, self.final_empty, self.yielded_final = -1, False, False
+        rounds = self._rounds()
+        current = next(rounds, None)
+        index = 0
+        while current is not None:
+            # One round of indices ahead (no data is read) tells whether this one is the
+            # epoch's final round, even when a short last round is dropped.
+            upcoming = next(rounds, None)
+            share, real, empty = current
+            if real >= 0:
+                self.final_real, self.final_empty = real, empty
             if index >= self.skip_rounds:
-                # An empty share still loads one sample (collate needs one); the loader
-                # turns it into an empty batch.
-                yield mine or flat[:1]
+                self.yielded_final = upcoming is None
+                yield share
             index += 1
+            current = upcoming

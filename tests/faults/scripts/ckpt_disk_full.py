@@ -1,0 +1,61 @@
+"""A save that runs out of room, for tests/faults/test_ckpt_disk_full.py (2 processes).
+
+``--full`` names the ranks whose writes fail: they lower RLIMIT_FSIZE so that writing past
+8 KiB into any file fails with a real EFBIG from the kernel (SIGXFSZ ignored), as a full
+disk fails with ENOSPC. The model's tensor file and each rank's state file are larger.
+Every rank records what save_state raised in ``<out>/error_<rank>.json``; then the limit
+is lifted and a second save must succeed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import signal
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from overdrive import ProjectConfiguration
+from overdrive.accelerator import Accelerator
+
+LIMIT = 8192
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", required=True)
+    p.add_argument("--full", required=True, help="comma-separated ranks whose disk is full")
+    args = p.parse_args()
+    out = Path(args.out)
+    project = ProjectConfiguration(
+        project_dir=str(out / "project"), automatic_checkpoint_naming=True
+    )
+    acc = Accelerator(cpu=True, project_config=project)
+    model = torch.nn.Linear(64, 64)  # 16 KiB of weights
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = DataLoader(TensorDataset(torch.randn(8, 64)), batch_size=2)
+    model, opt, data = acc.prepare(model, opt, data)
+    rank = acc.process_index
+
+    full = rank in {int(r) for r in args.full.split(",") if r}
+    if full:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a failed write, not a killed process
+        resource.setrlimit(resource.RLIMIT_FSIZE, (LIMIT, resource.RLIM_INFINITY))
+    try:
+        acc.save_state()
+        caught = None
+    except Exception as exc:
+        caught = {"type": type(exc).__name__, "message": str(exc)}
+    if full:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY,) * 2)
+    (out / f"error_{rank}.json").write_text(json.dumps(caught))
+    acc.wait_for_everyone()
+    saved = acc.save_state()  # room again: this one must succeed
+    (out / f"saved_{rank}.json").write_text(json.dumps(str(saved)))
+
+
+if __name__ == "__main__":
+    main()
