@@ -72,3 +72,19 @@ def test_full_state_dict_checkpoint_resumes_bitwise(tmp_path: Path) -> None:
     assert {"model_0.safetensors", "optimizer_0.safetensors"} <= names
     _run(tmp_path, "resume", 2, 2, "FULL_STATE_DICT")
     assert _max_diff(torch.load(tmp_path / "full.pt"), torch.load(tmp_path / "resume.pt")) == 0
+
+
+@pytest.mark.distributed
+def test_a_damaged_shard_file_is_refused_naming_it(tmp_path: Path) -> None:
+    _run(tmp_path, "full", 2, 2, "SHARDED_STATE_DICT")
+    shard = tmp_path / "ckpt" / "optimizer_0.rank1.safetensors"
+    data = bytearray(shard.read_bytes())
+    data[-3] ^= 0xFF  # a flipped byte inside the tensor data
+    shard.write_bytes(bytes(data))
+    flags = ["--use_fsdp", "--fsdp_version", "2", *LAYERS]
+    flags += ["--fsdp_state_dict_type", "SHARDED_STATE_DICT"]
+    args = ["--out", str(tmp_path), "--phase", "resume"]
+    result = run_launch(SCRIPT, nprocs=3, launch_args=flags, args=args)
+    assert result.returncode != 0
+    text = result.stdout + result.stderr
+    assert "optimizer_0.rank1.safetensors" in text and "CheckpointError" in text, text[-3000:]
