@@ -579,7 +579,10 @@ class Accelerator:
         )
 
     def end_training(self) -> None:
-        """Finish every tracker and wait for all processes."""
+        """Finish an asynchronous save and every tracker, then wait for all processes."""
+        from overdrive.checkpoint.save import wait_for_pending
+
+        wait_for_pending(self)
         for tracker in self.trackers:
             tracker.finish()
         self.wait_for_everyone()

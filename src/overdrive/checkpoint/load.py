@@ -16,6 +16,7 @@ from overdrive.checkpoint.dtypes import dtype_problems
 from overdrive.checkpoint.errors import CheckpointError, CheckpointMismatchError
 from overdrive.checkpoint.legacy import looks_legacy, refuse_or_load_legacy
 from overdrive.checkpoint.parts import FORMAT, Part, compare, main_parts, require_prepared
+from overdrive.checkpoint.save import wait_for_pending
 from overdrive.checkpoint.serialization import load_tree, read_json
 from overdrive.checkpoint.sync import Rendezvous
 
@@ -258,6 +259,7 @@ def load_state(
 ) -> None:
     """Restore what save_state wrote; collective, strict about mismatched parts."""
     require_prepared(accelerator, "load_state")
+    wait_for_pending(accelerator)  # an asynchronous save still being written comes first
     state = accelerator.state
     rank, world = state.process_index, state.num_processes
     rv = Rendezvous("load_state", rank=rank, world_size=world, timeout=timeout or state.timeout)

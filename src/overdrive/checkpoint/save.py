@@ -4,15 +4,17 @@ renames it once all ranks are done, then rotates old automatic checkpoints."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 import traceback
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 from overdrive.checkpoint import atomic, integrity, layout
 from overdrive.checkpoint.errors import CheckpointError
 from overdrive.checkpoint.parts import FORMAT, VERSION, describe, main_parts, require_prepared
-from overdrive.checkpoint.serialization import save_tree, writing
+from overdrive.checkpoint.snapshot import Snapshot, take, write
 from overdrive.checkpoint.sync import Rendezvous
 
 
@@ -34,98 +36,6 @@ def target_dir(accelerator: Any, output_dir: str | Path | None) -> tuple[Path, b
     root = layout.checkpoints_root(pc.project_dir)
     index = layout.next_index(root, pc.iteration or 0)
     return root / layout.checkpoint_name(index), True
-
-
-def rank_state(accelerator: Any) -> dict[str, Any]:
-    """What differs between ranks: RNG streams, data positions, an open accumulation window."""
-    from overdrive.random_state import capture_rng_state
-
-    state: dict[str, Any] = {
-        "rng": capture_rng_state(),
-        "dataloaders": [dl.state_dict() for dl in accelerator._dataloaders],
-    }
-    gradient_state = getattr(accelerator, "gradient_state", None)
-    if gradient_state is not None:
-        state["accumulation"] = gradient_state.state_dict()
-        if gradient_state.state_dict().get("micro_batches"):
-            # Mid-window: the summed gradients are part of the training state.
-            state["grads"] = [
-                {
-                    name: _local(p.grad)
-                    for name, p in accelerator.unwrap_model(m).named_parameters()
-                    if p.grad is not None
-                }
-                for m in accelerator._models
-            ]
-    return state
-
-
-def _local(tensor: Any) -> Any:
-    """This process's part of a sharded (DTensor) gradient; a plain tensor as it is."""
-    to_local = getattr(tensor, "to_local", None)
-    return to_local() if callable(to_local) else tensor
-
-
-def _write_main_parts(accelerator: Any, temp: Path, gathered: dict[str, Any]) -> list[str]:
-    written = []
-    for part in main_parts(accelerator):
-        if part.sharded:
-            continue  # every process wrote its own shards
-        written += save_tree(gathered[part.stem], temp, part.stem, what=part.label)
-        _fault_point(f"wrote {part.stem}")
-    state = accelerator.precision.state_dict()
-    written += save_tree(state, temp, "precision", what="precision state")
-    return written
-
-
-def _write_rank_files(accelerator: Any, temp: Path, gathered: dict[str, Any]) -> str:
-    """Write this rank's files; a JSON record of their sizes and checksums."""
-    rank = accelerator.state.process_index
-    written = _write_shards(accelerator, temp)
-    if rank == 0:
-        written += _write_main_parts(accelerator, temp, gathered)
-    _fault_point("writing rank files")
-    rank_dir = temp / f"rank_{rank}"
-    with writing(rank_dir, f"process {rank} state"):
-        rank_dir.mkdir()
-    names = save_tree(rank_state(accelerator), rank_dir, "state", what=f"process {rank} state")
-    written += [f"rank_{rank}/{name}" for name in names]
-    _fault_point("wrote rank files")
-    return json.dumps(integrity.record(temp, written))
-
-
-def _gather(accelerator: Any) -> dict[str, Any]:
-    """State dicts of the shared parts; called on every rank (a strategy may gather)."""
-    strategy = accelerator.strategy
-    out: dict[str, Any] = {}
-    for part in main_parts(accelerator):
-        if part.sharded:
-            continue
-        if part.kind == "model":
-            out[part.stem] = strategy.model_state_dict(accelerator._models[part.index])
-        elif part.kind == "optimizer":
-            out[part.stem] = strategy.optimizer_state_dict(accelerator._optimizers[part.index])
-        else:
-            out[part.stem] = part.obj.state_dict()
-    return out
-
-
-def _write_shards(accelerator: Any, temp: Path) -> list[str]:
-    """This process's shards of every sharded part (all processes write in parallel)."""
-    from overdrive.checkpoint.shards import save_shards
-
-    strategy, rank = accelerator.strategy, accelerator.state.process_index
-    written: list[str] = []
-    for part in main_parts(accelerator):
-        if not part.sharded:
-            continue
-        if part.kind == "model":
-            tree = strategy.sharded_model_state_dict(accelerator._models[part.index])
-        else:
-            tree = strategy.sharded_optimizer_state_dict(accelerator._optimizers[part.index])
-        paths = save_shards(tree, temp, part.stem, rank=rank, what=part.label)
-        written += [p.name for p in paths]
-    return written
 
 
 def _manifest(accelerator: Any, final: Path, files: dict[str, Any]) -> dict[str, Any]:
@@ -155,10 +65,17 @@ def save_state(
     output_dir: str | Path | None = None,
     *,
     timeout: float | None = None,
+    async_save: bool = False,
     **_: Any,
-) -> Path:
-    """Save everything needed to resume exactly; collective (call it on every process)."""
+) -> Any:
+    """Save everything needed to resume exactly; collective (call it on every process).
+
+    Returns the checkpoint's path; with ``async_save`` a ``Future`` of it, returned once the
+    state is copied to host memory while the files are written and synced in the
+    background (the next save or load, and ``end_training``, wait for it).
+    """
     require_prepared(accelerator, "save_state")
+    wait_for_pending(accelerator)
     state = accelerator.state
     rank, world = state.process_index, state.num_processes
     rv = Rendezvous("save_state", rank=rank, world_size=world, timeout=timeout or state.timeout)
@@ -174,13 +91,61 @@ def save_state(
 
     shared = json.loads(rv.decide("target", prepare_target))
     final, temp, automatic = Path(shared["final"]), Path(shared["temp"]), shared["auto"]
-
+    snap: Snapshot | None = None
     error: Exception | None = None
-    record = "{}"
     try:
-        record = _write_rank_files(accelerator, temp, _gather(accelerator))
+        snap = take(accelerator, copy=async_save)
     except Exception as exc:
         error = exc
+    manifest = _manifest(accelerator, final, {})
+
+    def finish() -> Path:
+        return _finish(accelerator, rv, snap, error, staging, manifest, final, temp, automatic)
+
+    if not async_save:
+        return finish()
+    future: Future[Path] = Future()
+    worker = threading.Thread(target=_run_into, args=(finish, future), name="overdrive-save")
+    accelerator._pending_save = future
+    worker.start()
+    return future
+
+
+def _run_into(fn: Any, future: Future[Path]) -> None:
+    try:
+        future.set_result(fn())
+    except BaseException as exc:  # the waiter re-raises it
+        future.set_exception(exc)
+
+
+def wait_for_pending(accelerator: Any) -> Path | None:
+    """Wait for an asynchronous save still being written; its path (or its error)."""
+    future = getattr(accelerator, "_pending_save", None)
+    if future is None:
+        return None
+    accelerator._pending_save = None
+    return future.result()
+
+
+def _finish(
+    accelerator: Any,
+    rv: Rendezvous,
+    snap: Snapshot | None,
+    error: Exception | None,
+    staging: atomic.Staging | None,
+    manifest: dict[str, Any],
+    final: Path,
+    temp: Path,
+    automatic: bool,
+) -> Path:
+    """Write this process's files, then (main process) check every process and commit."""
+    rank = accelerator.state.process_index
+    record = "{}"
+    if error is None and snap is not None:
+        try:
+            record = write(snap, temp, lambda stage: _fault_point(stage))
+        except Exception as exc:
+            error = exc
     message = None if error is None else _one_line(error)
     if rank != 0:
         rv.collect("write", record, error=message)
@@ -202,9 +167,8 @@ def save_state(
             files: dict[str, Any] = {}
             for text in records:
                 files.update(json.loads(text))
-            final = atomic.commit(
-                staging, final, _manifest(accelerator, final, files), replace=not automatic
-            )
+            manifest = {**manifest, "files": files}
+            final = atomic.commit(staging, final, manifest, replace=not automatic)
             if automatic:
                 pc = accelerator.project_configuration
                 layout.rotate(final.parent, pc.total_limit, keep=final)
