@@ -119,7 +119,7 @@ class PreparedDataLoader:
         self._drop_last = bool(base.drop_last)
         self._progress = _Epoch()
         self._skip_once: int | None = None
-        self.progress = LoaderProgress()
+        self.progress = LoaderProgress(loader=self)
         self._inner: DataLoader | None = None
         if mode == "shard":
             self._sharded = ShardedBatchSampler(
@@ -161,6 +161,11 @@ class PreparedDataLoader:
     @property
     def epoch(self) -> int:
         return self._progress.epoch
+
+    @property
+    def batch_sampler(self) -> Any:
+        """This process's batch sampler (sharded: it wraps the user's as ``.batch_sampler``)."""
+        return self._sharded if self.mode == "shard" else self._batch_sampler
 
     @property
     def seed(self) -> int | None:
@@ -225,7 +230,7 @@ class PreparedDataLoader:
         view = object.__new__(PreparedDataLoader)
         view.__dict__.update(self.__dict__)
         view._skip_once = int(num_batches)
-        view.progress = LoaderProgress()
+        view.progress = LoaderProgress(loader=view)
         return view
 
     def _start_epoch(self) -> int:
@@ -240,7 +245,9 @@ class PreparedDataLoader:
             skip = 0
         p.resume_skip, p.in_epoch, p.yielded = 0, True, skip
         if self.rng_types and self._world > 1:
-            synchronize_rng_states(self.rng_types, self.base_dataloader.generator)
+            sampler = getattr(self._batch_sampler, "sampler", None)
+            generator = getattr(sampler, "generator", None) or self.base_dataloader.generator
+            synchronize_rng_states(self.rng_types, generator)
         for obj in (self.sampler, getattr(self._batch_sampler, "sampler", None), self.dataset):
             if obj is not None and hasattr(obj, "set_epoch"):
                 obj.set_epoch(p.epoch)

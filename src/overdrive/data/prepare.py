@@ -81,7 +81,19 @@ def prepare_data_loader(
     sampler: SeedableRandomSampler | None = None
     batch_sampler: Any = None if iterable else dataloader.batch_sampler
     # Exact types only: a subclass may order batches its own way (then rank 0's order is sent).
-    if type(batch_sampler) is BatchSampler and type(batch_sampler.sampler) is RandomSampler:
+    rng_types = list(rng_types)
+    if (
+        type(batch_sampler) is BatchSampler
+        and type(batch_sampler.sampler) is RandomSampler
+        and batch_sampler.sampler.generator is not None
+        and not use_seedable_sampler
+        and data_seed is None
+    ):
+        # The user's own generator decides the order, as in plain PyTorch and the described
+        # system: rank 0's generator state is copied to every rank at each epoch start.
+        if "generator" not in rng_types:
+            rng_types.append("generator")
+    elif type(batch_sampler) is BatchSampler and type(batch_sampler.sampler) is RandomSampler:
         user_sampler = batch_sampler.sampler
         seed = data_seed
         if seed is None:

@@ -12,21 +12,36 @@ from overdrive.data.layout import layout_round
 
 
 class SeedableRandomSampler(torch.utils.data.Sampler[int]):
-    """A random permutation drawn from ``seed + epoch``: the same on every rank and run."""
+    """A random permutation drawn from ``seed + epoch``: the same on every rank and run.
+
+    ``seed`` defaults to ``data_seed``, else torch's initial seed (what ``set_seed`` set).
+    A full pass moves to the next epoch by itself, so an unprepared loader reshuffles each
+    epoch; a prepared loader sets the epoch explicitly. ``generator`` (the described
+    system's form) is the generator re-seeded for each pass; by default a private one.
+    """
 
     def __init__(
         self,
         data_source: Sized,
         *,
-        seed: int,
+        seed: int | None = None,
         replacement: bool = False,
         num_samples: int | None = None,
+        generator: torch.Generator | None = None,
+        data_seed: int | None = None,
     ) -> None:
         self.data_source = data_source
+        if seed is None:
+            seed = data_seed if data_seed is not None else torch.initial_seed()
         self.seed = int(seed)
         self.replacement = replacement
         self._num_samples = num_samples
+        self.generator = generator
         self.epoch = 0
+
+    @property
+    def initial_seed(self) -> int:
+        return self.seed
 
     @property
     def num_samples(self) -> int:
@@ -40,17 +55,18 @@ class SeedableRandomSampler(torch.utils.data.Sampler[int]):
 
     def __iter__(self) -> Iterator[int]:
         n, want = len(self.data_source), self.num_samples
-        gen = torch.Generator()
+        gen = self.generator if self.generator is not None else torch.Generator()
         gen.manual_seed(self.seed + self.epoch)
         if self.replacement:
             yield from torch.randint(n, (want,), generator=gen).tolist()
-            return
-        produced = 0
-        while produced < want:
-            perm = torch.randperm(n, generator=gen).tolist()
-            take = perm[: want - produced]
-            produced += len(take)
-            yield from take
+        else:
+            produced = 0
+            while produced < want:
+                perm = torch.randperm(n, generator=gen).tolist()
+                take = perm[: want - produced]
+                produced += len(take)
+                yield from take
+        self.epoch += 1
 
 
 class ShardedBatchSampler:
@@ -82,6 +98,15 @@ class ShardedBatchSampler:
         # Set while producing the epoch's last round; read when its batch is yielded.
         self.final_real = -1
         self.final_empty = False
+
+    @property
+    def even_batches(self) -> bool:
+        """The described system's name for ``even`` (read by its scripts)."""
+        return self.even
+
+    @even_batches.setter
+    def even_batches(self, value: bool) -> None:
+        self.even = bool(value)
 
     def __len__(self) -> int:
         batches = len(self.batch_sampler)  # type: ignore[arg-type]
