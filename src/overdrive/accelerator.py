@@ -318,6 +318,7 @@ class Accelerator(AcceleratorCompat):
             scheduler,
             owners or self._optimizers,
             step_with_optimizer=self.step_scheduler_with_optimizer,
+            steps_per_advance=self._scheduler_steps_per_advance(),
         )
         self._schedulers.append(wrapped)
         return wrapped

@@ -240,6 +240,20 @@ class PartialState:
     def distributed_type(self) -> DistributedType:
         return self._distributed_type
 
+    @distributed_type.setter
+    def distributed_type(self, value: DistributedType | str) -> None:
+        # The described system's tests flip it to test warnings; the backend stays as built.
+        chosen = DistributedType(str(getattr(value, "value", value)))
+        if chosen != self._distributed_type:
+            warnings.warn(
+                f"state.distributed_type = {chosen} changes only what is reported; the "
+                f"backend in use stays {self._distributed_type} (it is chosen when the "
+                "Accelerator is created)",
+                UserWarning,
+                stacklevel=2,
+            )
+        self._distributed_type = chosen
+
     @property
     def is_main_process(self) -> bool:
         return self._env.rank == 0

@@ -4,6 +4,7 @@ its own file: one base class made of small mixins by theme."""
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import Any
 
 from overdrive.compat.checkpoint_args import CheckpointArgsMixin
@@ -27,6 +28,27 @@ class AcceleratorCompat(
         """Called at the end of ``Accelerator.__init__``."""
         set_current(self)
         self.gradient_state._loop = self.loop_state  # type: ignore[attr-defined]
+
+    def _scheduler_steps_per_advance(self) -> int:
+        """Scheduler steps per optimizer step: the described system's count unless
+        ``SchedulerKwargs(once_per_optimizer_step=True)``; said once in the log."""
+        from overdrive.kwargs_handlers import SchedulerKwargs
+
+        handlers: dict[type, Any] = self.kwargs_handlers  # type: ignore[attr-defined]
+        handler = handlers.get(SchedulerKwargs) or SchedulerKwargs()
+        world = int(self.state.num_processes)
+        if handler.once_per_optimizer_step or self.settings["split_batches"] or world == 1:
+            return 1
+        if not self.__dict__.get("_told_scheduler_steps") and self.state.is_main_process:
+            self._told_scheduler_steps = True
+            logging.getLogger("overdrive").warning(
+                "overdrive: a prepared LR scheduler advances %d times per optimizer step "
+                "(once per process, as the described system does without split_batches); "
+                "pass kwargs_handlers=[SchedulerKwargs(once_per_optimizer_step=True)] to "
+                "advance it once",
+                world,
+            )
+        return world
 
     def _check_not_reset(self) -> None:
         if self._state_was_reset:

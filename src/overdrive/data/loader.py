@@ -15,7 +15,7 @@ from torch.utils.data import (
 )
 
 from overdrive import ops
-from overdrive.data.batches import take_rows, to_device
+from overdrive.data.batches import to_device
 from overdrive.data.rounds import dispatched_shares, global_rounds, local_shares
 from overdrive.data.samplers import SeedableRandomSampler, ShardedBatchSampler
 from overdrive.errors import ConfigError
@@ -116,7 +116,7 @@ class PreparedDataLoader:
         self._pin_memory = pin_memory
         self.rng_types = rng_types or []
         self._world, self._rank = state.num_processes, state.process_index
-        self._drop_last = bool(base.drop_last)
+        self._drop_last = bool(getattr(batch_sampler, "drop_last", base.drop_last))
         self._progress = _Epoch()
         self._skip_once: int | None = None
         self.progress = LoaderProgress(loader=self)
@@ -179,7 +179,8 @@ class PreparedDataLoader:
         )
 
     def __len__(self) -> int:
-        return max(0, self._full_len() - (self._skip_once or 0))
+        fewer = 1 if self._short_here() else 0
+        return max(0, self._full_len() - (self._skip_once or 0) - fewer)
 
     # ------------------------------------------------------------------ epochs and resume
     def set_epoch(self, epoch: int) -> None:
@@ -298,16 +299,16 @@ class PreparedDataLoader:
                 real: int
                 empty: bool
                 batch, real, empty = current
+                if empty:  # this rank's only batch would be an empty share: it gets none
+                    self._warn_fewer(real)
+                    break
+                if upcoming is not _END and upcoming[2]:
+                    # An empty share can only be the epoch's last round (even_batches=False):
+                    # this rank gets one batch fewer, as in the described system.
+                    self._warn_fewer(upcoming[1])
+                    next(shares, _END)  # let the round's collectives (dispatch) finish
+                    upcoming, real = _END, -1
                 last = upcoming is _END
-                if last and empty:
-                    batch = take_rows(batch, slice(0, 0))
-                    warnings.warn(
-                        f"process {self._rank} gets an empty last batch: with even_batches=False "
-                        f"the epoch's last {real} sample(s) do not reach every process; a mean "
-                        "loss over an empty batch is NaN (use even_batches=True for training)",
-                        UserWarning,
-                        stacklevel=2,
-                    )
                 if self.device is not None:
                     batch = to_device(batch, self.device, self.non_blocking)
                 lp.batch_index, lp.end_of_dataloader = index, last
@@ -320,6 +321,28 @@ class PreparedDataLoader:
         finally:
             lp.end_of_dataloader = False
             self.loop_state.end(lp)
+
+    def _warn_fewer(self, real: int) -> None:
+        warnings.warn(
+            f"process {self._rank} gets one batch fewer than others this epoch: with "
+            f"even_batches=False the epoch's last {real} sample(s) do not reach every process "
+            "(wrap the loop in accelerator.join_uneven_inputs for DDP, or use even_batches=True)",
+            UserWarning,
+            stacklevel=3,
+        )
+
+    def _short_here(self) -> bool:
+        """True when this rank's share of the epoch's last round is empty (even_batches off)."""
+        if self.even_batches or self._world == 1 or self._drop_last or self._per_rank is None:
+            return False
+        sampler = getattr(self._batch_sampler, "sampler", None)
+        try:
+            total, rounds = len(sampler), self._full_len()  # type: ignore[arg-type]
+        except TypeError:
+            return False
+        full = self._per_rank * self._world
+        last = total - (rounds - 1) * full
+        return 0 < last < self._world and self._rank >= last
 
     def __repr__(self) -> str:
         return (

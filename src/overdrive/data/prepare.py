@@ -57,9 +57,12 @@ def prepare_data_loader(
     iterable = isinstance(dataloader.dataset, IterableDataset)
     dispatch = iterable if dispatch_batches is None else bool(dispatch_batches)
     user_batch = dataloader.batch_size
+    given_batches = dataloader.batch_sampler
+    if given_batches is None and isinstance(dataloader.sampler, BatchSampler):
+        given_batches = dataloader.sampler  # DataLoader(sampler=BatchSampler(...), batch_size=None)
     if user_batch is None:
-        user_batch = getattr(dataloader.batch_sampler, "batch_size", None)
-    if dataloader.batch_sampler is None and not iterable:
+        user_batch = getattr(given_batches, "batch_size", None)
+    if given_batches is None and not iterable:
         raise ConfigError(
             "prepare() got a DataLoader with batch_size=None (no batching), which cannot be "
             "sharded by batch",
@@ -79,7 +82,7 @@ def prepare_data_loader(
     )
 
     sampler: SeedableRandomSampler | None = None
-    batch_sampler: Any = None if iterable else dataloader.batch_sampler
+    batch_sampler: Any = None if iterable else given_batches
     # Exact types only: a subclass may order batches its own way (then rank 0's order is sent).
     rng_types = list(rng_types)
     if (

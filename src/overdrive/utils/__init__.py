@@ -16,6 +16,7 @@ from overdrive.kwargs_handlers import (
     InitProcessGroupKwargs,
     KwargsHandler,
     ProfileKwargs,
+    SchedulerKwargs,
 )
 from overdrive.plugins import (
     DataLoaderConfiguration,
@@ -95,6 +96,7 @@ __all__ = [
     "PrecisionType",
     "ProfileKwargs",
     "ProjectConfiguration",
+    "SchedulerKwargs",
     "RNGType",
     "patch_environment",
     "write_basic_config",
