@@ -54,4 +54,3 @@ def test_ported_script_passes_what_the_described_system_passes(ported: Path, scr
     assert not problems, f"{script}:\n" + "\n".join(problems)
     for call in ("<import>", "<main>", "<launch>"):
         assert call not in result.calls, f"{script}: {result.errors.get(call)}"
-
