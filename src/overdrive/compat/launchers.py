@@ -21,6 +21,15 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 def _check_parent(num_processes: int) -> None:
     import torch
 
@@ -74,6 +83,8 @@ def notebook_launcher(
     _check_parent(num_processes)
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    if num_nodes == 1 and not rdzv_endpoint and not _port_free(master_addr, int(use_port)):
+        use_port = _free_port()  # one machine: any free port will do (the default may be taken)
     if rdzv_backend == "static":
         endpoint = f"{master_addr}:{use_port}"
         configs: dict[str, Any] = {"rank": node_rank}
