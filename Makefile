@@ -9,7 +9,7 @@ PIP := $(BIN)/python -m pip
 DEMO_STAMP := $(VENV)/.installed-demo
 STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test faults lint typecheck venv clean
+.PHONY: demo test faults compat lint typecheck venv clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,10 +42,22 @@ test: $(STAMP) lint
 faults: $(STAMP)
 	$(BIN)/python -m pytest -q tests/faults
 
+# The described system's own test scripts, ported by renaming imports, on 2 processes
+# (tests/compat; minutes, so not part of `make test`). Its package goes to a test-only folder,
+# never into the virtualenv, so `import accelerate` stays unavailable to overdrive's code.
+COMPAT_SITE := .compat/site
+COMPAT_VERSION := 1.15.0
+$(COMPAT_SITE)/.installed-$(COMPAT_VERSION): | $(BIN)/python
+	$(PIP) install --quiet --no-deps --target $(COMPAT_SITE) accelerate==$(COMPAT_VERSION)
+	touch $@
+
+compat: $(STAMP) $(COMPAT_SITE)/.installed-$(COMPAT_VERSION)
+	OVERDRIVE_COMPAT=1 OVERDRIVE_COMPAT_SITE=$(COMPAT_SITE) $(BIN)/python -m pytest -q tests/compat
+
 # A real run with the default settings: 2 CPU processes (one gloo group) train on
 # scikit-learn's bundled digits and report held-out accuracy gathered across ranks.
 demo: $(DEMO_STAMP)
 	$(BIN)/overdrive launch --cpu --num_processes 2 examples/digits_ddp.py
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache .mypy_cache .compat

@@ -24,6 +24,7 @@ from overdrive.accelerator_setup import (
     sort_handlers,
 )
 from overdrive.accumulation import GradientState
+from overdrive.compat.accelerator_compat import AcceleratorCompat
 from overdrive.config import Settings, load_settings
 from overdrive.errors import ConfigError, OverdriveError
 from overdrive.kwargs_handlers import (
@@ -40,6 +41,7 @@ from overdrive.plugins import (
     FullyShardedDataParallelPlugin,
     GradientAccumulationPlugin,
     MegatronLMPlugin,
+    ParallelismConfig,
     ProjectConfiguration,
 )
 from overdrive.precision import FP8RecipeKwargs, make_precision
@@ -51,7 +53,7 @@ from overdrive.strategies import check_available, select_strategy
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class Accelerator:
+class Accelerator(AcceleratorCompat):
     """Runs one plain PyTorch loop on a CPU, one GPU, or many processes, unchanged.
 
     Settings passed here win over environment variables, launch flags and the config file
@@ -85,6 +87,7 @@ class Accelerator:
         num_processes: int | None = None,
         debug: bool | None = None,
         config_file: str | None = None,
+        parallelism_config: ParallelismConfig | None = None,
     ) -> None:
         if gradient_accumulation_plugin is not None and gradient_accumulation_steps is not None:
             raise ConfigError(
@@ -101,6 +104,7 @@ class Accelerator:
             fsdp_plugin,
             megatron_lm_plugin,
             gradient_accumulation_plugin,
+            parallelism_config,
         )
         code = code_settings(args, plugins)
         self.settings: Settings = load_settings(
@@ -158,7 +162,6 @@ class Accelerator:
             self.settings["gradient_accumulation_steps"], sync_each_batch=plugin.sync_each_batch
         )
         self.loop_state = LoopState()
-        self._debug: bool = self.settings["debug"]
 
         self._models: list[nn.Module] = []
         self._optimizers: list[AcceleratedOptimizer] = []
@@ -166,6 +169,7 @@ class Accelerator:
         self._dataloaders: list[Any] = []
         self._custom_objects: list[Any] = []
         effective_settings.report(self)  # rank 0: what is in force, code included
+        self._compat_init()
 
     # --- who and where ------------------------------------------------------------------
     @property
@@ -243,6 +247,7 @@ class Accelerator:
         across processes; schedulers advance once per optimizer step that really ran.
         Schedulers are prepared last, so they find their optimizer in the same call.
         """
+        self._check_not_reset()
         if device_placement is None:
             device_placement = [self.device_placement] * len(objects)
         elif len(device_placement) != len(objects):
@@ -313,6 +318,7 @@ class Accelerator:
             scheduler,
             owners or self._optimizers,
             step_with_optimizer=self.step_scheduler_with_optimizer,
+            steps_per_advance=self._scheduler_steps_per_advance(),
         )
         self._schedulers.append(wrapped)
         return wrapped
@@ -352,8 +358,14 @@ class Accelerator:
         )
         return init_empty_weights() if efficient else contextlib.nullcontext()
 
-    def unwrap_model(self, model: nn.Module, keep_fp32_wrapper: bool = True) -> nn.Module:
+    def unwrap_model(
+        self,
+        model: nn.Module,
+        keep_fp32_wrapper: bool = True,
+        keep_torch_compile: bool | None = None,
+    ) -> nn.Module:
         """The user's module, under DDP and torch.compile wrappers."""
+        self._unwrap_args(model, keep_torch_compile)
         module = self.strategy.unwrap(model)
         return module if keep_fp32_wrapper else self.precision.revert_module(module)
 
@@ -520,12 +532,18 @@ class Accelerator:
 
     def save_state(self, output_dir: str | None = None, **kwargs: Any) -> Any:
         from overdrive import checkpoint
+        from overdrive.compat.checkpoint_args import save_state_kwargs
 
+        kwargs = save_state_kwargs(kwargs)
+        self._run_save_state_hooks(output_dir)
         return checkpoint.save_state(self, output_dir, **kwargs)
 
     def load_state(self, input_dir: str | None = None, **kwargs: Any) -> Any:
         from overdrive import checkpoint
+        from overdrive.compat.checkpoint_args import load_state_kwargs
 
+        kwargs = load_state_kwargs(kwargs)
+        self._run_load_state_hooks(input_dir)
         return checkpoint.load_state(self, input_dir, **kwargs)
 
     def save_model(

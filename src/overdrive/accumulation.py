@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from overdrive.compat.gradient_state import GradientStateCompat
 
-class GradientState:
+
+class GradientState(GradientStateCompat):
     """Shared by the Accelerator and its optimizers: is this micro-batch the window's last?"""
 
     __slots__ = ("micro_batches", "num_steps", "rescale", "sync_each_batch", "sync_gradients")

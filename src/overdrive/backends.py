@@ -13,6 +13,14 @@ _NOT_BUILT = {
     "DEEPSPEED": "DeepSpeed",
     "MEGATRON_LM": "Megatron-LM tensor/pipeline parallelism",
     "XLA": "XLA (TPU)",
+    # Other vendors' accelerators the described system names (overdrive runs CPU and CUDA).
+    "MULTI_NPU": "Ascend NPUs",
+    "MULTI_MLU": "Cambricon MLUs",
+    "MULTI_SDAA": "SDAA accelerators",
+    "MULTI_MUSA": "Moore Threads MUSA GPUs",
+    "MULTI_XPU": "Intel XPUs",
+    "MULTI_HPU": "Intel Gaudi HPUs",
+    "MULTI_NEURON": "AWS Neuron devices",
 }
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from datetime import timedelta
 from typing import Any
 
@@ -69,9 +69,18 @@ class AutocastKwargs(KwargsHandler):
     cache_enabled: bool | None = None
 
 
+# Fields of DistributedDataParallelKwargs that choose a communication hook, not DDP arguments.
+COMM_HOOK_FIELDS = ("comm_hook", "comm_wrapper", "comm_state_option")
+
+
 @dataclass
 class DistributedDataParallelKwargs(KwargsHandler):
-    """Arguments for ``torch.nn.parallel.DistributedDataParallel``."""
+    """Arguments for ``torch.nn.parallel.DistributedDataParallel``.
+
+    ``comm_hook`` ("fp16", "bf16", "power_sgd", "batched_power_sgd") compresses gradients
+    as they are all-reduced; ``comm_wrapper`` ("fp16", "bf16") wraps a PowerSGD hook;
+    ``comm_state_option`` passes PowerSGD's options (``matrix_approximation_rank``, ...).
+    """
 
     dim: int = 0
     broadcast_buffers: bool = True
@@ -80,6 +89,45 @@ class DistributedDataParallelKwargs(KwargsHandler):
     check_reduction: bool = False
     gradient_as_bucket_view: bool = False
     static_graph: bool = False
+    comm_hook: str = "no"
+    comm_wrapper: str = "no"
+    comm_state_option: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        from overdrive.compat.enums import DDPCommunicationHookType as Hook
+
+        self.comm_hook = _hook_name(self.comm_hook, "comm_hook", [h.value for h in Hook])
+        self.comm_wrapper = _hook_name(self.comm_wrapper, "comm_wrapper", ["no", "fp16", "bf16"])
+        powersgd = self.comm_hook in ("power_sgd", "batched_power_sgd")
+        if self.comm_wrapper != "no" and not powersgd:
+            raise ConfigError(
+                f"DistributedDataParallelKwargs(comm_wrapper={self.comm_wrapper!r}) wraps a "
+                f"PowerSGD hook, but comm_hook is {self.comm_hook!r}",
+                key="comm_wrapper",
+                fix="set comm_hook='power_sgd' (or 'batched_power_sgd'), or drop comm_wrapper",
+            )
+        if self.comm_state_option and not powersgd:
+            raise ConfigError(
+                "DistributedDataParallelKwargs(comm_state_option=...) holds PowerSGD options, "
+                f"but comm_hook is {self.comm_hook!r}",
+                key="comm_state_option",
+                fix="set comm_hook='power_sgd' (or 'batched_power_sgd'), or drop comm_state_option",
+            )
+
+    def ddp_kwargs(self) -> dict[str, Any]:
+        """The changed fields that ``DistributedDataParallel`` itself takes."""
+        return {k: v for k, v in self.to_kwargs().items() if k not in COMM_HOOK_FIELDS}
+
+
+def _hook_name(value: Any, key: str, allowed: list[str]) -> str:
+    name = str(getattr(value, "value", value)).lower()
+    if name not in allowed:
+        raise ConfigError(
+            f"DistributedDataParallelKwargs({key}={value!r}) is not a known hook",
+            key=key,
+            fix=f"use one of {allowed} (DDPCommunicationHookType)",
+        )
+    return name
 
 
 @dataclass
@@ -110,3 +158,70 @@ class InitProcessGroupKwargs(KwargsHandler):
                 key="backend",
                 fix="use 'gloo' (CPU), 'nccl' (CUDA) or leave backend=None to choose automatically",
             )
+
+
+@dataclass
+class SchedulerKwargs(KwargsHandler):
+    """How a prepared LR scheduler advances per optimizer step.
+
+    By default it advances ``num_processes`` times per optimizer step unless batches are
+    split, as the described system does: schedules sized from the unprepared dataloader
+    (as its examples do) then end when training ends. ``once_per_optimizer_step=True``
+    advances it exactly once per optimizer step, so a schedule sized in optimizer steps
+    lasts that many steps whatever the number of processes.
+    """
+
+    once_per_optimizer_step: bool = False
+
+
+_PROFILER_ACTIVITIES = ("cpu", "cuda", "xpu", "mtia", "hpu")
+
+
+@dataclass
+class ProfileKwargs(KwargsHandler):
+    """Settings for ``torch.profiler.profile``, used by ``Accelerator.profile()``.
+
+    ``activities`` names what to record ("cpu", "cuda"; default: cpu, and cuda when it is
+    used); ``schedule_option`` is ``torch.profiler.schedule``'s arguments (``wait``,
+    ``warmup``, ``active``, ``repeat``, ``skip_first``); ``output_trace_dir`` receives one
+    Chrome trace per process, ``profile_<rank>.json``.
+    """
+
+    activities: list[str] | None = None
+    schedule_option: dict[str, int] | None = None
+    on_trace_ready: Any = None
+    record_shapes: bool = False
+    profile_memory: bool = False
+    with_stack: bool = False
+    with_flops: bool = False
+    with_modules: bool = False
+    output_trace_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        unknown = [a for a in self.activities or () if str(a).lower() not in _PROFILER_ACTIVITIES]
+        if unknown:
+            raise ConfigError(
+                f"ProfileKwargs(activities={self.activities!r}): {unknown} unknown",
+                key="activities",
+                fix=f"use names from {list(_PROFILER_ACTIVITIES)}",
+            )
+
+    def build(self) -> Any:
+        """A ``torch.profiler.profile`` with these settings (not started)."""
+        import torch
+
+        names = self.activities
+        if names is None:
+            names = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
+        activities = [getattr(torch.profiler.ProfilerActivity, str(n).upper()) for n in names]
+        schedule = torch.profiler.schedule(**self.schedule_option) if self.schedule_option else None
+        return torch.profiler.profile(
+            activities=activities,
+            schedule=schedule,
+            on_trace_ready=self.on_trace_ready,
+            record_shapes=self.record_shapes,
+            profile_memory=self.profile_memory,
+            with_stack=self.with_stack,
+            with_flops=self.with_flops,
+            with_modules=self.with_modules,
+        )

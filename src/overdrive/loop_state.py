@@ -8,6 +8,7 @@ the properties describe the innermost active loader.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -17,6 +18,7 @@ class LoaderProgress:
     batch_index: int = 0
     end_of_dataloader: bool = False
     remainder: int = -1
+    loader: Any = field(default=None, repr=False, compare=False)  # the loader reporting
 
 
 @dataclass

@@ -23,6 +23,22 @@ class CollectiveMismatchError(OverdriveError):
     """Processes called one collective with data of different shapes or structure."""
 
 
+# The described system's name for the same error (its scripts catch it by that name).
+DistributedOperationException = CollectiveMismatchError
+
+_debug_default = False
+
+
+def set_debug_default(debug: bool) -> None:
+    """Whether collectives called without ``debug=`` check shapes first (``state.debug``)."""
+    global _debug_default
+    _debug_default = bool(debug)
+
+
+def _debug(debug: bool | None) -> bool:
+    return _debug_default if debug is None else debug
+
+
 # --------------------------------------------------------------------------- nested data
 def is_namedtuple(data: Any) -> bool:
     return isinstance(data, tuple) and hasattr(data, "_fields")
@@ -140,7 +156,7 @@ def check_shapes(op: str, data: Any, free_dim: int | None = None) -> list[list[L
 
 
 # --------------------------------------------------------------------------- collectives
-def gather(data: Any, *, debug: bool = False) -> Any:
+def gather(data: Any, *, debug: bool | None = None) -> Any:
     """Concatenate every rank's tensors along dim 0 (0-dim tensors become one row each).
 
     Ranks may send different first-dim sizes; nothing is padded in the result.
@@ -181,19 +197,23 @@ def gather_object(obj: Any) -> list[Any]:
     return per_rank
 
 
-def reduce(data: Any, reduction: str = "sum", *, debug: bool = False) -> Any:
-    """Sum or average every tensor over the ranks; returns new tensors (inputs untouched)."""
-    if reduction not in ("sum", "mean"):
-        raise ValueError(f"reduce(reduction={reduction!r}): use 'sum' or 'mean'")
+_REDUCE_OPS = {"sum": "SUM", "mean": "SUM", "max": "MAX", "min": "MIN", "product": "PRODUCT"}
+
+
+def reduce(data: Any, reduction: str = "sum", *, debug: bool | None = None) -> Any:
+    """Sum, average, max, min or multiply every tensor over the ranks (new tensors)."""
+    if reduction not in _REDUCE_OPS:
+        raise ValueError(f"reduce(reduction={reduction!r}): use one of {sorted(_REDUCE_OPS)}")
     world = world_size()
     if world == 1:
         return data
-    if debug:
+    if _debug(debug):
         check_shapes("reduce", data)
+    op = getattr(dist.ReduceOp, _REDUCE_OPS[reduction])
 
     def one(tensor: torch.Tensor) -> torch.Tensor:
         out = tensor.detach().clone()
-        dist.all_reduce(out, op=dist.ReduceOp.SUM)
+        dist.all_reduce(out, op=op)
         if reduction == "mean":
             out = out / world if out.is_floating_point() else out.double() / world
         return out
@@ -201,11 +221,11 @@ def reduce(data: Any, reduction: str = "sum", *, debug: bool = False) -> Any:
     return map_tensors(one, data)
 
 
-def broadcast(data: Any, from_process: int = 0, *, debug: bool = False) -> Any:
+def broadcast(data: Any, from_process: int = 0, *, debug: bool | None = None) -> Any:
     """Every rank gets ``from_process``'s tensors (contiguous tensors are filled in place)."""
     if world_size() == 1:
         return data
-    if debug:
+    if _debug(debug):
         check_shapes("broadcast", data)
 
     def one(tensor: torch.Tensor) -> torch.Tensor:
@@ -224,13 +244,18 @@ def broadcast_object_list(objects: list[Any], from_process: int = 0) -> list[Any
 
 
 def pad_across_processes(
-    data: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False, *, debug: bool = False
+    data: Any,
+    dim: int = 0,
+    pad_index: int = 0,
+    pad_first: bool = False,
+    *,
+    debug: bool | None = None,
 ) -> Any:
     """Pad every tensor along ``dim`` with ``pad_index`` to the largest size any rank has."""
     world = world_size()
     if world == 1:
         return data
-    if debug:
+    if _debug(debug):
         check_shapes("pad_across_processes", data, free_dim=dim)
 
     def one(tensor: torch.Tensor) -> torch.Tensor:

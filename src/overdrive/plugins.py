@@ -159,6 +159,9 @@ class DataLoaderConfiguration(Plugin):
     use_seedable_sampler: bool | None = None
     non_blocking: bool | None = None
     data_seed: int | None = None
+    # Prepared loaders always have state_dict()/load_state_dict() (exact resume), so the
+    # described system's switch for torchdata's StatefulDataLoader is accepted as is.
+    use_stateful_dataloader: bool = False
 
     KEYS = {
         name: name
@@ -187,3 +190,37 @@ class ProjectConfiguration(Plugin):
         name: name
         for name in ("project_dir", "logging_dir", "automatic_checkpoint_naming", "total_limit")
     }
+
+
+@dataclass
+class ParallelismConfig(Plugin):
+    """Sizes of the parallel layout's dimensions (the described system's ``ParallelismConfig``).
+
+    ``dp_replicate_size`` x ``dp_shard_size`` processes form the data-parallel layout (HSDP
+    with FSDP). Tensor and context parallelism (``tp_size``, ``cp_size`` above 1) are not
+    available yet and are refused.
+    """
+
+    dp_replicate_size: int | None = None
+    dp_shard_size: int | None = None
+    tp_size: int | None = None
+    cp_size: int | None = None
+
+    KEYS = {
+        "dp_replicate_size": "parallelism_config.parallelism_config_dp_replicate_size",
+        "dp_shard_size": "parallelism_config.parallelism_config_dp_shard_size",
+    }
+
+    def __post_init__(self) -> None:
+        from overdrive.errors import ConfigError
+
+        for name in ("tp_size", "cp_size"):
+            value = getattr(self, name)
+            if value is not None and value > 1:
+                raise ConfigError(
+                    f"ParallelismConfig({name}={value}): tensor and context parallelism are "
+                    "not available yet in this version of overdrive",
+                    key=name,
+                    fix=f"drop {name} (or set it to 1); use dp_shard_size / "
+                    "dp_replicate_size with FSDP",
+                )

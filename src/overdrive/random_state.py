@@ -116,6 +116,7 @@ def synchronize_rng_states(
     """
     import numpy as np
 
+    rng_types = check_rng_types(rng_types)
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return
     states: dict[str, Any] = {}

@@ -11,12 +11,14 @@ from overdrive.optimizer import AcceleratedOptimizer
 class AcceleratedScheduler:
     """Wraps an LR scheduler (kept as ``.scheduler``).
 
-    With ``step_with_optimizer=True`` (the default), ``step()`` advances the schedule exactly
-    once per optimizer step that really ran: not on micro-batches inside an accumulation
-    window, not when fp16 loss scaling skipped the step, and never more than once for one
-    optimizer step, whatever the number of processes. (The described system advances it
-    ``num_processes`` times per step unless batches are split; here a schedule written for
-    N optimizer steps lasts N optimizer steps.) With ``step_with_optimizer=False`` every
+    With ``step_with_optimizer=True`` (the default), ``step()`` advances the schedule
+    ``steps_per_advance`` times per optimizer step that really ran: not on micro-batches
+    inside an accumulation window, not when fp16 loss scaling skipped the step, and never
+    for the same optimizer step twice. The Accelerator sets ``steps_per_advance`` to the
+    number of processes unless batches are split, as the described system does (a schedule
+    sized from the unprepared loader then ends when training ends), or to 1 with
+    ``SchedulerKwargs(once_per_optimizer_step=True)``. A schedule with ``total_steps``
+    (OneCycleLR) is never advanced past it. With ``step_with_optimizer=False`` every
     ``step()`` call goes straight to the scheduler.
     """
 
@@ -26,9 +28,11 @@ class AcceleratedScheduler:
         optimizers: Sequence[AcceleratedOptimizer],
         *,
         step_with_optimizer: bool = True,
+        steps_per_advance: int = 1,
     ) -> None:
         self.scheduler = scheduler
         self.step_with_optimizer = step_with_optimizer
+        self.steps_per_advance = int(steps_per_advance)
         self._optimizers = list(optimizers)
         self._seen = [opt.steps_taken for opt in self._optimizers]
 
@@ -42,7 +46,12 @@ class AcceleratedScheduler:
             if opt.steps_taken != self._seen[i]:
                 self._seen[i] = opt.steps_taken
                 stepped = True
-        if stepped:
+        if not stepped:
+            return
+        for _ in range(self.steps_per_advance):
+            total = getattr(self.scheduler, "total_steps", None)
+            if total is not None and self.scheduler._step_count > total:
+                break  # OneCycleLR raises past its end (a last short window can get there)
             self.scheduler.step(*args, **kwargs)
 
     def get_last_lr(self) -> list[float]:

@@ -54,12 +54,17 @@ class PartialState:
         self._init_kwargs = init_kwargs or InitProcessGroupKwargs()
         self._env = detect_process_env(self._environ)
         self._created_group = False
+        self._debug: bool | None = None  # set through the ``debug`` property
         self._check_requested_world()
         self._distributed_type = self._resolve_distributed_type()
         self._device = self._pick_device()
         self._backend: str | None = None
         if self._env.world_size > 1 or self._distributed_type in _GROUP_EVEN_ALONE:
             self._setup_process_group()
+        if self.debug:
+            from overdrive import ops
+
+            ops.set_debug_default(True)
 
     # ------------------------------------------------------------------ set-up
     def _check_requested_world(self) -> None:
@@ -235,6 +240,20 @@ class PartialState:
     def distributed_type(self) -> DistributedType:
         return self._distributed_type
 
+    @distributed_type.setter
+    def distributed_type(self, value: DistributedType | str) -> None:
+        # The described system's tests flip it to test warnings; the backend stays as built.
+        chosen = DistributedType(str(getattr(value, "value", value)))
+        if chosen != self._distributed_type:
+            warnings.warn(
+                f"state.distributed_type = {chosen} changes only what is reported; the "
+                f"backend in use stays {self._distributed_type} (it is chosen when the "
+                "Accelerator is created)",
+                UserWarning,
+                stacklevel=2,
+            )
+        self._distributed_type = chosen
+
     @property
     def is_main_process(self) -> bool:
         return self._env.rank == 0
@@ -254,7 +273,15 @@ class PartialState:
 
     @property
     def debug(self) -> bool:
-        return bool(self._settings["debug"])
+        """Collectives check that every process sends alike shapes (then raise, not hang)."""
+        return bool(self._settings["debug"]) if self._debug is None else self._debug
+
+    @debug.setter
+    def debug(self, value: bool) -> None:
+        from overdrive import ops
+
+        self._debug = bool(value)
+        ops.set_debug_default(self._debug)  # module-level collectives follow, as in the seeds
 
     @property
     def timeout(self) -> timedelta | None:
@@ -336,12 +363,33 @@ class PartialState:
         if self.is_main_process:
             builtins.print(*args, **kwargs)
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_environ"] = dict(self._environ)  # os.environ itself does not pickle
+        return state
+
+    @staticmethod
+    def _reset_state(reset_partial_state: bool = False) -> None:
+        """The described system's test helper: views forget the current Accelerator."""
+        from overdrive.compat.state_views import reset_state
+
+        reset_state(reset_partial_state)
+
     def destroy_process_group(self) -> None:
         """Destroy the default process group if this object created it."""
         if self._created_group and dist.is_initialized():
             dist.destroy_process_group()
         self._created_group = False
         self._backend = None
+
+
+def __getattr__(name: str) -> Any:
+    # The described system's state classes, as views (``from overdrive.state import ...``).
+    if name in ("AcceleratorState", "GradientState"):
+        from overdrive.compat import state_views
+
+        return getattr(state_views, name)
+    raise AttributeError(f"module 'overdrive.state' has no attribute {name!r}")
 
 
 def _destroy_at_exit() -> None:
@@ -395,7 +443,12 @@ def split_for_process(inputs: Any, world: int, rank: int, apply_padding: bool = 
         }
     if isinstance(inputs, (list, tuple, torch.Tensor)):
         return _split_one(inputs, world, rank, apply_padding)
+    if callable(getattr(inputs, "select", None)) and hasattr(inputs, "__len__"):
+        # A datasets.Dataset (or alike): share row indices, select them.
+        rows = _split_one(list(range(len(inputs))), world, rank, apply_padding)
+        return inputs.select(rows)
     raise TypeError(
-        f"split_between_processes takes a list, tuple, tensor or dict of those, not "
+        f"split_between_processes takes a list, tuple, tensor, dict of those or a "
+        f"datasets.Dataset, not "
         f"{type(inputs).__name__}"
     )

@@ -6,7 +6,12 @@ from enum import Enum
 
 
 class DistributedType(str, Enum):
-    """Which backend runs the training (seed 000, table 1)."""
+    """Which backend runs the training (seed 000, table 1).
+
+    Every member the described system has exists; asking for one that this version cannot
+    run (the other vendors' accelerators, XLA, ...) is refused before any process starts,
+    naming the setting (``overdrive.backends.check_available``).
+    """
 
     NO = "NO"
     MULTI_CPU = "MULTI_CPU"
@@ -15,6 +20,13 @@ class DistributedType(str, Enum):
     FSDP = "FSDP"
     MEGATRON_LM = "MEGATRON_LM"
     XLA = "XLA"
+    MULTI_NPU = "MULTI_NPU"
+    MULTI_MLU = "MULTI_MLU"
+    MULTI_SDAA = "MULTI_SDAA"
+    MULTI_MUSA = "MULTI_MUSA"
+    MULTI_XPU = "MULTI_XPU"
+    MULTI_HPU = "MULTI_HPU"
+    MULTI_NEURON = "MULTI_NEURON"
 
     def __str__(self) -> str:
         return self.value

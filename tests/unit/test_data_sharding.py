@@ -28,9 +28,10 @@ def _shards(n: int, world: int, batch: int, split: bool, even: bool, drop_last: 
             drop_last=drop_last,
         )
         batches = list(sampler)
-        assert len(batches) == len(sampler)
-        if sampler.final_empty:
-            batches[-1] = []
+        # A final share empty for this rank is left out (one batch fewer, even_batches off)
+        assert len(batches) == len(sampler) - int(sampler.fewer)
+        if sampler.fewer:
+            batches.append([])
         out.append(batches)
         finals.append(sampler.final_real)
     return out, finals

@@ -75,6 +75,13 @@ def test_distributed_type_values() -> None:
         "FSDP",
         "MEGATRON_LM",
         "XLA",
+        "MULTI_NPU",
+        "MULTI_MLU",
+        "MULTI_SDAA",
+        "MULTI_MUSA",
+        "MULTI_XPU",
+        "MULTI_HPU",
+        "MULTI_NEURON",
     ]
     from overdrive.utils import DistributedType as FromUtils
 

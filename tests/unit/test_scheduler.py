@@ -77,3 +77,28 @@ def test_state_dict_passes_through() -> None:
     other.load_state_dict(state)
     assert other.scheduler.last_epoch == 1
     assert other.base_lrs == [1.0]  # attribute access falls through to the scheduler
+
+
+def test_advances_once_per_process_when_asked_and_stops_at_a_one_cycle_end() -> None:
+    model = nn.Linear(2, 1)
+    raw = torch.optim.SGD(model.parameters(), lr=1.0)
+    gs = GradientState(1)
+    opt = AcceleratedOptimizer(raw, gs, Precision())
+    cycle = torch.optim.lr_scheduler.OneCycleLR(raw, max_lr=1.0, total_steps=5)
+    sched = AcceleratedScheduler(cycle, [opt], steps_per_advance=2)
+    for _ in range(4):  # 8 scheduler steps asked for, OneCycleLR allows 5 in all
+        _micro_batch(model, opt, sched, gs)
+    assert opt.steps_taken == 4 and cycle._step_count == 6  # 1 (init) + 5, then it stops
+
+
+def test_accelerator_schedule_count_is_one_per_step_on_one_process() -> None:
+    from overdrive import Accelerator, SchedulerKwargs
+
+    acc = Accelerator(cpu=True)
+    model = nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1)
+    _, _, prepared = acc.prepare(model, opt, sched)
+    assert prepared.steps_per_advance == 1  # one process: one step either way
+    acc2 = Accelerator(cpu=True, kwargs_handlers=[SchedulerKwargs(once_per_optimizer_step=True)])
+    assert acc2._scheduler_steps_per_advance() == 1

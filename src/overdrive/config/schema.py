@@ -22,6 +22,9 @@ SECTIONS = (
 )
 
 DISTRIBUTED_TYPES = ("NO", "MULTI_CPU", "MULTI_GPU", "DEEPSPEED", "FSDP", "MEGATRON_LM", "XLA")
+# The described system's other vendors' backends: accepted words, refused by backends.py.
+DISTRIBUTED_TYPES += ("MULTI_NPU", "MULTI_MLU", "MULTI_SDAA", "MULTI_MUSA", "MULTI_XPU")
+DISTRIBUTED_TYPES += ("MULTI_HPU", "MULTI_NEURON")
 MIXED_PRECISIONS = ("no", "fp16", "bf16", "fp8")
 TRACKERS = ("tensorboard", "wandb", "mlflow", "jsonl", "all")
 DYNAMO_BACKENDS = (

@@ -15,7 +15,7 @@ from torch.utils.data import (
 )
 
 from overdrive import ops
-from overdrive.data.batches import take_rows, to_device
+from overdrive.data.batches import to_device
 from overdrive.data.rounds import dispatched_shares, global_rounds, local_shares
 from overdrive.data.samplers import RecordedOrder, SeedableRandomSampler, ShardedBatchSampler
 from overdrive.errors import ConfigError
@@ -121,10 +121,10 @@ class PreparedDataLoader:
         self._pin_memory = pin_memory
         self.rng_types = rng_types or []
         self._world, self._rank = state.num_processes, state.process_index
-        self._drop_last = bool(base.drop_last)
+        self._drop_last = bool(getattr(batch_sampler, "drop_last", base.drop_last))
         self._progress = _Epoch()
         self._skip_once: int | None = None
-        self.progress = LoaderProgress()
+        self.progress = LoaderProgress(loader=self)
         # The DataLoader this process reads (None on dispatch ranks other than 0). It draws
         # its workers' base seed from this private generator, which each epoch start seeds
         # with one draw from the user's stream (as a plain DataLoader draws), so a resumed
@@ -176,6 +176,11 @@ class PreparedDataLoader:
         return self._progress.epoch
 
     @property
+    def batch_sampler(self) -> Any:
+        """This process's batch sampler (sharded: it wraps the user's as ``.batch_sampler``)."""
+        return self._sharded if self.mode == "shard" else self._batch_sampler
+
+    @property
     def seed(self) -> int | None:
         return None if self.sampler is None else self.sampler.seed
 
@@ -187,7 +192,8 @@ class PreparedDataLoader:
         )
 
     def __len__(self) -> int:
-        return max(0, self._full_len() - (self._skip_once or 0))
+        fewer = 1 if self._short_here() else 0
+        return max(0, self._full_len() - (self._skip_once or 0) - fewer)
 
     # ------------------------------------------------------------------ epochs and resume
     def set_epoch(self, epoch: int) -> None:
@@ -257,7 +263,7 @@ class PreparedDataLoader:
         view = object.__new__(PreparedDataLoader)
         view.__dict__.update(self.__dict__)
         view._skip_once = int(num_batches)
-        view.progress = LoaderProgress()
+        view.progress = LoaderProgress(loader=view)
         return view
 
     def _start_epoch(self) -> tuple[int, bool]:
@@ -278,7 +284,9 @@ class PreparedDataLoader:
         # save: every process's RNG streams were restored as they were then, so neither the
         # rank-0 copy nor the seed draw of an epoch start may happen again.
         if not resumed and self.rng_types and self._world > 1:
-            synchronize_rng_states(self.rng_types, self.base_dataloader.generator)
+            sampler = getattr(self._batch_sampler, "sampler", None)
+            generator = getattr(sampler, "generator", None) or self.base_dataloader.generator
+            synchronize_rng_states(self.rng_types, generator)
         if not resumed and self._order is not None:
             self._order.replay = None
         if self._inner is not None:
@@ -315,7 +323,8 @@ class PreparedDataLoader:
                 # the sampler knows if it is the last one: the next batch is not read (nor
                 # its random draws made) before the training step on this one.
                 last = sampler.yielded_final if workers == 0 else None
-                yield batch, sampler.final_real, sampler.final_empty, last
+                # (the sampler leaves out a final share that is empty for this rank)
+                yield batch, sampler.final_real, False, last
             return
         rounds = None
         if self._inner is not None:
@@ -344,16 +353,9 @@ class PreparedDataLoader:
         self.loop_state.begin(lp)
         try:
             index = skip
-            for batch, real, empty, last in _mark_last(self._shares(skip, resumed)):
-                if last and empty:
-                    batch = take_rows(batch, slice(0, 0))
-                    warnings.warn(
-                        f"process {self._rank} gets an empty last batch: with even_batches=False "
-                        f"the epoch's last {real} sample(s) do not reach every process; a mean "
-                        "loss over an empty batch is NaN (use even_batches=True for training)",
-                        UserWarning,
-                        stacklevel=2,
-                    )
+            fewer = False
+            for batch, real, short, last in _mark_last(self._shares(skip, resumed)):
+                fewer = fewer or short
                 if self.device is not None:
                     batch = to_device(batch, self.device, self.non_blocking)
                 lp.batch_index, lp.end_of_dataloader = index, last
@@ -361,10 +363,34 @@ class PreparedDataLoader:
                 index += 1
                 p.yielded = index
                 yield batch
+            if fewer or (self.mode == "shard" and self._sharded.fewer):
+                self._warn_fewer()  # the epoch's last round held nothing for this rank
             p.epoch, p.yielded, p.in_epoch = p.epoch + 1, 0, False
         finally:
             lp.end_of_dataloader = False
             self.loop_state.end(lp)
+
+    def _warn_fewer(self) -> None:
+        warnings.warn(
+            f"process {self._rank} gets one batch fewer than others this epoch: with "
+            "even_batches=False the epoch's last samples do not reach every process "
+            "(wrap the loop in accelerator.join_uneven_inputs for DDP, or use even_batches=True)",
+            UserWarning,
+            stacklevel=3,
+        )
+
+    def _short_here(self) -> bool:
+        """True when this rank's share of the epoch's last round is empty (even_batches off)."""
+        if self.even_batches or self._world == 1 or self._drop_last or self._per_rank is None:
+            return False
+        sampler = getattr(self._batch_sampler, "sampler", None)
+        try:
+            total, rounds = len(sampler), self._full_len()  # type: ignore[arg-type]
+        except TypeError:
+            return False
+        full = self._per_rank * self._world
+        last = total - (rounds - 1) * full
+        return 0 < last < self._world and self._rank >= last
 
     def __repr__(self) -> str:
         return (
@@ -377,16 +403,31 @@ class PreparedDataLoader:
 def _mark_last(
     items: Iterator[tuple[Any, int, bool, bool | None]],
 ) -> Iterator[tuple[Any, int, bool, bool]]:
-    """Fill in an unknown "is last" by reading one item ahead."""
+    """(batch, real samples of the epoch's last round, this rank got one batch fewer, is
+    last), filling in an unknown "is last" by reading one item ahead.
+
+    An item whose "is last" is unknown carries "its share is empty" instead: an empty share
+    can only be the epoch's last round (even_batches=False), which this rank then skips, as
+    the described system does, making the batch before it the last.
+    """
     current: Any = next(items, _END)
     while current is not _END:
-        batch, real, empty, last = current
+        batch, real, flag, last = current
         if last is not None:
-            yield batch, real, empty, last
+            yield batch, real, flag, last
             current = next(items, _END)
             continue
+        if flag:  # this rank's only batch would be an empty share: it gets none
+            for _ in items:  # let the round's collectives (dispatch) finish
+                pass
+            return
         upcoming: Any = next(items, _END)
-        yield batch, real, empty, upcoming is _END
+        if upcoming is not _END and upcoming[2]:
+            for _ in items:
+                pass
+            yield batch, -1, True, True
+            return
+        yield batch, real, False, upcoming is _END
         current = upcoming
 
 

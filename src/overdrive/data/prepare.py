@@ -57,9 +57,12 @@ def prepare_data_loader(
     iterable = isinstance(dataloader.dataset, IterableDataset)
     dispatch = iterable if dispatch_batches is None else bool(dispatch_batches)
     user_batch = dataloader.batch_size
+    given_batches = dataloader.batch_sampler
+    if given_batches is None and isinstance(dataloader.sampler, BatchSampler):
+        given_batches = dataloader.sampler  # DataLoader(sampler=BatchSampler(...), batch_size=None)
     if user_batch is None:
-        user_batch = getattr(dataloader.batch_sampler, "batch_size", None)
-    if dataloader.batch_sampler is None and not iterable:
+        user_batch = getattr(given_batches, "batch_size", None)
+    if given_batches is None and not iterable:
         raise ConfigError(
             "prepare() got a DataLoader with batch_size=None (no batching), which cannot be "
             "sharded by batch",
@@ -79,9 +82,21 @@ def prepare_data_loader(
     )
 
     sampler: SeedableRandomSampler | None = None
-    batch_sampler: Any = None if iterable else dataloader.batch_sampler
+    batch_sampler: Any = None if iterable else given_batches
     # Exact types only: a subclass may order batches its own way (then rank 0's order is sent).
-    if type(batch_sampler) is BatchSampler and type(batch_sampler.sampler) is RandomSampler:
+    rng_types = list(rng_types)
+    if (
+        type(batch_sampler) is BatchSampler
+        and type(batch_sampler.sampler) is RandomSampler
+        and batch_sampler.sampler.generator is not None
+        and not use_seedable_sampler
+        and data_seed is None
+    ):
+        # The user's own generator decides the order, as in plain PyTorch and the described
+        # system: rank 0's generator state is copied to every rank at each epoch start.
+        if "generator" not in rng_types:
+            rng_types.append("generator")
+    elif type(batch_sampler) is BatchSampler and type(batch_sampler.sampler) is RandomSampler:
         user_sampler = batch_sampler.sampler
         seed = data_seed
         if seed is None:

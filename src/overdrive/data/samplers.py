@@ -13,21 +13,36 @@ from overdrive.random_state import snapshot_streams, streams_at
 
 
 class SeedableRandomSampler(torch.utils.data.Sampler[int]):
-    """A random permutation drawn from ``seed + epoch``: the same on every rank and run."""
+    """A random permutation drawn from ``seed + epoch``: the same on every rank and run.
+
+    ``seed`` defaults to ``data_seed``, else torch's initial seed (what ``set_seed`` set).
+    A full pass moves to the next epoch by itself, so an unprepared loader reshuffles each
+    epoch; a prepared loader sets the epoch explicitly. ``generator`` (the described
+    system's form) is the generator re-seeded for each pass; by default a private one.
+    """
 
     def __init__(
         self,
         data_source: Sized,
         *,
-        seed: int,
+        seed: int | None = None,
         replacement: bool = False,
         num_samples: int | None = None,
+        generator: torch.Generator | None = None,
+        data_seed: int | None = None,
     ) -> None:
         self.data_source = data_source
+        if seed is None:
+            seed = data_seed if data_seed is not None else torch.initial_seed()
         self.seed = int(seed)
         self.replacement = replacement
         self._num_samples = num_samples
+        self.generator = generator
         self.epoch = 0
+
+    @property
+    def initial_seed(self) -> int:
+        return self.seed
 
     @property
     def num_samples(self) -> int:
@@ -41,17 +56,18 @@ class SeedableRandomSampler(torch.utils.data.Sampler[int]):
 
     def __iter__(self) -> Iterator[int]:
         n, want = len(self.data_source), self.num_samples
-        gen = torch.Generator()
+        gen = self.generator if self.generator is not None else torch.Generator()
         gen.manual_seed(self.seed + self.epoch)
         if self.replacement:
             yield from torch.randint(n, (want,), generator=gen).tolist()
-            return
-        produced = 0
-        while produced < want:
-            perm = torch.randperm(n, generator=gen).tolist()
-            take = perm[: want - produced]
-            produced += len(take)
-            yield from take
+        else:
+            produced = 0
+            while produced < want:
+                perm = torch.randperm(n, generator=gen).tolist()
+                take = perm[: want - produced]
+                produced += len(take)
+                yield from take
+        self.epoch += 1
 
 
 class RecordedOrder:
@@ -115,10 +131,21 @@ class ShardedBatchSampler:
         self.skip_rounds = 0
         # Set while producing the epoch's last round; read when its batch is yielded.
         self.final_real = -1
-        self.final_empty = False
         # Whether the round just produced is the epoch's final one (read by a loader
         # without workers, which fetches each batch right after its indices).
         self.yielded_final = False
+        # This rank's share of the final round is empty (even_batches=False) and skipped:
+        # it gets one batch fewer and the round before is its last.
+        self.fewer = False
+
+    @property
+    def even_batches(self) -> bool:
+        """The described system's name for ``even`` (read by its scripts)."""
+        return self.even
+
+    @even_batches.setter
+    def even_batches(self, value: bool) -> None:
+        self.even = bool(value)
 
     def __len__(self) -> int:
         batches = len(self.batch_sampler)  # type: ignore[arg-type]
@@ -173,7 +200,8 @@ class ShardedBatchSampler:
             yield mine or flat[:1], lay.real if is_last else -1, is_last and not mine
 
     def __iter__(self) -> Iterator[list[int]]:
-        self.final_real, self.final_empty, self.yielded_final = -1, False, False
+        self.final_real, self.yielded_final = -1, False
+        self.fewer = False
         rounds = self._rounds()
         current = next(rounds, None)
         index = 0
@@ -182,8 +210,15 @@ class ShardedBatchSampler:
             # epoch's final round, even when a short last round is dropped.
             upcoming = next(rounds, None)
             share, real, empty = current
-            if real >= 0:
-                self.final_real, self.final_empty = real, empty
+            if empty:  # this rank's only round is an empty share: it gets no batch
+                self.fewer = True
+                return
+            if upcoming is not None and upcoming[2]:
+                # The final round holds nothing for this rank: it gets one batch fewer.
+                self.fewer, upcoming = True, None
+                real = -1
+            if real >= 0 or self.fewer:
+                self.final_real = real
             if index >= self.skip_rounds:
                 self.yielded_final = upcoming is None
                 yield share

@@ -26,7 +26,8 @@ class DDPStrategy(Strategy):
         self, device: torch.device, ddp_kwargs: DistributedDataParallelKwargs | None = None
     ) -> None:
         super().__init__(device)
-        self.ddp_kwargs: dict[str, Any] = ddp_kwargs.to_kwargs() if ddp_kwargs else {}
+        self.ddp_kwargs: dict[str, Any] = ddp_kwargs.ddp_kwargs() if ddp_kwargs else {}
+        self._handler = ddp_kwargs
 
     def setup_model(self, model: nn.Module, *, device_placement: bool) -> nn.Module:
         model = super().setup_model(model, device_placement=device_placement)
@@ -35,7 +36,12 @@ class DDPStrategy(Strategy):
         if not any(p.requires_grad for p in model.parameters()):
             return model  # DDP refuses modules with nothing to train; evaluation-only models
         device_ids = [self.device.index] if self.device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=device_ids, **self.ddp_kwargs)
+        wrapped = DistributedDataParallel(model, device_ids=device_ids, **self.ddp_kwargs)
+        if self._handler is not None:
+            from overdrive.strategies.ddp_comm_hooks import register_comm_hook
+
+            register_comm_hook(wrapped, self._handler)
+        return wrapped
 
     def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager[None]:
         if isinstance(model, DistributedDataParallel):

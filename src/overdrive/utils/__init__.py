@@ -1,10 +1,22 @@
-"""Migration aid: the seeds import these from ``accelerate.utils``."""
+"""What scripts import from the described system's ``accelerate.utils``, under overdrive.
 
+Names that need torch load on first use (``import overdrive.utils`` stays cheap).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from overdrive.compat.enums import DDPCommunicationHookType, LoggerType, PrecisionType, RNGType
 from overdrive.kwargs_handlers import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
     GradScalerKwargs,
     InitProcessGroupKwargs,
+    KwargsHandler,
+    ProfileKwargs,
+    SchedulerKwargs,
 )
 from overdrive.plugins import (
     DataLoaderConfiguration,
@@ -12,12 +24,63 @@ from overdrive.plugins import (
     FullyShardedDataParallelPlugin,
     GradientAccumulationPlugin,
     MegatronLMPlugin,
+    ParallelismConfig,
     ProjectConfiguration,
 )
-from overdrive.types import DistributedType
+from overdrive.types import ComputeEnvironment, DistributedType
+from overdrive.utils.environment import patch_environment, write_basic_config
+from overdrive.utils.imports import *  # noqa: F403  (the is_*_available checks)
+from overdrive.utils.imports import __all__ as _IMPORT_CHECKS
+
+_LAZY = {
+    # collectives
+    "gather": "overdrive.utils.operations",
+    "gather_object": "overdrive.utils.operations",
+    "broadcast": "overdrive.utils.operations",
+    "broadcast_object_list": "overdrive.utils.operations",
+    "reduce": "overdrive.utils.operations",
+    "pad_across_processes": "overdrive.utils.operations",
+    "send_to_device": "overdrive.utils.operations",
+    "copy_tensor_to_devices": "overdrive.utils.operations",
+    "DistributedOperationException": "overdrive.utils.operations",
+    # randomness
+    "set_seed": "overdrive.random_state",
+    "synchronize_rng_states": "overdrive.random_state",
+    # memory
+    "release_memory": "overdrive.utils.memory",
+    "find_executable_batch_size": "overdrive.utils.memory",
+    "should_reduce_batch_size": "overdrive.utils.memory",
+    # data
+    "skip_first_batches": "overdrive.data_loader",
+    # models
+    "init_empty_weights": "overdrive.compat.big_modeling",
+    "merge_fsdp_weights": "overdrive.compat.fsdp_files",
+    "save_fsdp_model": "overdrive.compat.fsdp_files",
+    # launching
+    "notebook_launcher": "overdrive.compat.launchers",
+    "debug_launcher": "overdrive.compat.launchers",
+    # progress bars
+    "tqdm": "overdrive.utils.tqdm",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'overdrive.utils' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __all__ = [
     "AutocastKwargs",
+    "ComputeEnvironment",
+    "DDPCommunicationHookType",
     "DataLoaderConfiguration",
     "DeepSpeedPlugin",
     "DistributedDataParallelKwargs",
@@ -26,6 +89,17 @@ __all__ = [
     "GradScalerKwargs",
     "GradientAccumulationPlugin",
     "InitProcessGroupKwargs",
+    "KwargsHandler",
+    "LoggerType",
     "MegatronLMPlugin",
+    "ParallelismConfig",
+    "PrecisionType",
+    "ProfileKwargs",
     "ProjectConfiguration",
+    "SchedulerKwargs",
+    "RNGType",
+    "patch_environment",
+    "write_basic_config",
+    *_IMPORT_CHECKS,
+    *_LAZY,
 ]

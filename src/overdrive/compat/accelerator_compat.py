@@ -1,0 +1,76 @@
+"""Everything the described system's ``Accelerator`` has that overdrive's facade keeps out of
+its own file: one base class made of small mixins by theme."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+from overdrive.compat.checkpoint_args import CheckpointArgsMixin
+from overdrive.compat.hooks import HooksMixin
+from overdrive.compat.process_control import ProcessControlMixin
+from overdrive.compat.properties import PropertiesMixin
+from overdrive.compat.state_views import RESET_MESSAGE, set_current
+from overdrive.compat.triggers import TriggerMixin
+from overdrive.errors import ConfigError
+
+
+class AcceleratorCompat(
+    ProcessControlMixin, TriggerMixin, HooksMixin, PropertiesMixin, CheckpointArgsMixin
+):
+    """Base of ``Accelerator``: the described system's methods and properties."""
+
+    _state_was_reset = False
+    step = 0  # the described system's micro-batch counter; overdrive keeps none
+
+    def _compat_init(self) -> None:
+        """Called at the end of ``Accelerator.__init__``."""
+        set_current(self)
+        self.gradient_state._loop = self.loop_state  # type: ignore[attr-defined]
+
+    def _scheduler_steps_per_advance(self) -> int:
+        """Scheduler steps per optimizer step: the described system's count unless
+        ``SchedulerKwargs(once_per_optimizer_step=True)``; said once in the log."""
+        from overdrive.kwargs_handlers import SchedulerKwargs
+
+        handlers: dict[type, Any] = self.kwargs_handlers  # type: ignore[attr-defined]
+        handler = handlers.get(SchedulerKwargs) or SchedulerKwargs()
+        world = int(self.state.num_processes)
+        if handler.once_per_optimizer_step or self.settings["split_batches"] or world == 1:
+            return 1
+        if not self.__dict__.get("_told_scheduler_steps") and self.state.is_main_process:
+            self._told_scheduler_steps = True
+            logging.getLogger("overdrive").warning(
+                "overdrive: a prepared LR scheduler advances %d times per optimizer step "
+                "(once per process, as the described system does without split_batches); "
+                "pass kwargs_handlers=[SchedulerKwargs(once_per_optimizer_step=True)] to "
+                "advance it once",
+                world,
+            )
+        return world
+
+    def _check_not_reset(self) -> None:
+        if self._state_was_reset:
+            raise AttributeError(RESET_MESSAGE)
+
+    @property
+    def _debug(self) -> bool:
+        return bool(self.state.debug)
+
+    def maybe_context_parallel(self, *args: Any, **kwargs: Any) -> Any:
+        """Context parallelism is not available yet: a no-op block."""
+        return contextlib.nullcontext()
+
+    def lomo_backward(self, loss: Any, learning_rate: float) -> None:
+        raise ConfigError(
+            "lomo_backward() (the LOMO optimizer's fused backward) is not supported by overdrive",
+            key="lomo_backward",
+            fix="use accelerator.backward(loss) with a regular optimizer",
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)

@@ -1,0 +1,131 @@
+"""The described system's optional arguments to ``save_state`` / ``load_state`` /
+``unwrap_model``, checked; ``save`` and ``unscale_gradients``.
+
+An argument overdrive does not know is an error listing the valid ones (never swallowed);
+one of the described system's arguments that has nothing to do here is accepted when its
+value asks for what overdrive does anyway, and refused (with the reason) otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from overdrive.errors import ConfigError
+
+SAVE_STATE_ARGS = ("output_dir", "timeout", "safe_serialization")
+LOAD_STATE_ARGS = ("input_dir", "timeout", "allow_unsafe_pickle", "load_kwargs", "strict")
+UNWRAP_ARGS = ("model", "keep_fp32_wrapper", "keep_torch_compile")
+
+
+def _unknown(method: str, given: dict[str, Any], valid: tuple[str, ...]) -> None:
+    unknown = sorted(set(given) - set(valid))
+    if unknown:
+        raise TypeError(
+            f"{method}() got unknown keyword argument(s) {unknown}; valid: {list(valid)}"
+        )
+
+
+def save_state_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The arguments checkpoint.save_state takes, after checking the described system's."""
+    _unknown("save_state", kwargs, SAVE_STATE_ARGS)
+    out = dict(kwargs)
+    if out.pop("safe_serialization", True) is False:
+        warnings.warn(
+            "save_state(safe_serialization=False): overdrive always writes tensors as "
+            "safetensors and small state as JSON (never pickle); the checkpoint is safe",
+            UserWarning,
+            stacklevel=3,
+        )
+    return out
+
+
+def load_state_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The arguments checkpoint.load_state takes, after checking the described system's."""
+    _unknown("load_state", kwargs, LOAD_STATE_ARGS)
+    out = dict(kwargs)
+    if out.pop("strict", True) is not True:
+        raise ConfigError(
+            "load_state(strict=False): overdrive restores every part strictly (a missing or "
+            "unexpected key is an error, not ignored)",
+            key="strict",
+            fix="drop strict=False; load partial weights yourself with "
+            "model.load_state_dict(..., strict=False) after load_state",
+        )
+    if out.pop("load_kwargs", None):
+        raise ConfigError(
+            "load_state(load_kwargs=...) passes arguments to torch.load, which overdrive uses "
+            "only for old pickle checkpoints",
+            key="load_kwargs",
+            fix="drop load_kwargs (pass allow_unsafe_pickle=True to read a trusted old "
+            "pickle checkpoint)",
+        )
+    return out
+
+
+class CheckpointArgsMixin:
+    """``save``, ``unscale_gradients`` and the argument checks above."""
+
+    state: Any
+    project_configuration: Any
+    gradient_state: Any
+    _optimizers: list[Any]
+
+    def save(self, obj: Any, f: str | os.PathLike[str], safe_serialization: bool = False) -> None:
+        """Write ``obj`` to ``f`` once (main process; each machine's with
+        ``save_on_each_node``): a dict of tensors as safetensors when ``safe_serialization``,
+        else with ``torch.save``. The file appears whole or not at all."""
+        on_each_node = bool(getattr(self.project_configuration, "save_on_each_node", False))
+        writer = self.state.is_local_main_process if on_each_node else self.state.is_main_process
+        if not writer:
+            return
+        path = Path(f)
+        tmp = path.with_name(path.name + ".tmp")
+        if safe_serialization:
+            from safetensors.torch import save_file
+
+            if not isinstance(obj, dict) or not all(
+                isinstance(v, torch.Tensor) for v in obj.values()
+            ):
+                raise ConfigError(
+                    "save(..., safe_serialization=True) needs a dict of tensors",
+                    key="safe_serialization",
+                    fix="pass a state dict, or safe_serialization=False for other objects",
+                )
+            save_file({k: v.contiguous() for k, v in obj.items()}, str(tmp))
+        else:
+            torch.save(obj, tmp)
+        tmp.replace(path)
+
+    def unscale_gradients(self, optimizer: Any = None) -> None:
+        """Unscale fp16 gradients now (e.g. before inspecting them); done once per step."""
+        chosen = self._optimizers if optimizer is None else _as_list(optimizer)
+        if not self.gradient_state.sync_gradients:
+            return
+        for opt in chosen:
+            prepared = next((o for o in self._optimizers if o is opt or o.optimizer is opt), None)
+            if prepared is None:
+                raise ConfigError(
+                    "unscale_gradients() got an optimizer that was not prepared",
+                    key="optimizer",
+                    fix="pass the optimizer returned by accelerator.prepare",
+                )
+            prepared.prepare_grads()
+
+    def _unwrap_args(self, model: Any, keep_torch_compile: bool | None) -> None:
+        if keep_torch_compile and hasattr(model, "_orig_mod"):
+            warnings.warn(
+                "unwrap_model(keep_torch_compile=True): overdrive returns your module without "
+                "the torch.compile wrapper (re-pointing the prepared compiled model at the "
+                "unwrapped module, as the described system does, would bypass DDP)",
+                UserWarning,
+                stacklevel=3,
+            )
+
+
+def _as_list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple)) else [value]

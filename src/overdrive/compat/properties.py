@@ -1,0 +1,121 @@
+"""Read-only facts and settings the described system's Accelerator exposes as properties."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class PropertiesMixin:
+    """Data-loading settings, backend facts and parallel ranks, read from the settings."""
+
+    settings: Any
+    state: Any
+    strategy: Any
+    project_configuration: Any
+    _dataloaders: list[Any]
+
+    # --- data loading ---------------------------------------------------------------------
+    @property
+    def even_batches(self) -> bool:
+        return bool(self.settings["even_batches"])
+
+    @even_batches.setter
+    def even_batches(self, value: bool) -> None:
+        """Change the setting for loaders prepared from now on and those prepared so far."""
+        from overdrive.compat.process_control import _set_even
+        from overdrive.config.provenance import Resolved, Source
+        from overdrive.config.settings import Settings
+
+        resolved = {key: self.settings.resolved(key) for key in self.settings}
+        source = Source(kind="code", detail="accelerator.even_batches = ...")
+        resolved["even_batches"] = Resolved(bool(value), source)
+        self.settings = Settings(resolved)
+        for dl in self._dataloaders:
+            _set_even(dl, bool(value))
+
+    @property
+    def dispatch_batches(self) -> bool | None:
+        return self.settings["dispatch_batches"]
+
+    @property
+    def use_seedable_sampler(self) -> bool:
+        return bool(self.settings["use_seedable_sampler"])
+
+    @property
+    def non_blocking(self) -> bool:
+        return bool(self.settings["non_blocking"])
+
+    @property
+    def use_stateful_dataloader(self) -> bool:
+        """Prepared loaders are always resumable (``state_dict``/``load_state_dict``)."""
+        return True
+
+    # --- backend facts ------------------------------------------------------------------
+    @property
+    def is_fsdp2(self) -> bool:
+        return (
+            str(self.state.distributed_type) == "FSDP"
+            and self.settings["fsdp_config.fsdp_version"] == 2
+        )
+
+    @property
+    def fp8_backend(self) -> str | None:
+        return "AO" if self.settings["mixed_precision"] == "fp8" else None
+
+    @property
+    def should_save_model(self) -> bool:
+        return True
+
+    @property
+    def save_iteration(self) -> int:
+        """The number the next automatically named checkpoint gets."""
+        return int(self.project_configuration.iteration)
+
+    # --- the parallel layout ------------------------------------------------------------
+    @property
+    def is_composable_parallelism_enabled(self) -> bool:
+        return self.torch_device_mesh is not None
+
+    @property
+    def torch_device_mesh(self) -> Any:
+        return getattr(self.strategy, "mesh", None)
+
+    @property
+    def parallelism_config(self) -> Any:
+        from overdrive.plugins import ParallelismConfig
+
+        return ParallelismConfig(
+            dp_replicate_size=self.settings[
+                "parallelism_config.parallelism_config_dp_replicate_size"
+            ],
+            dp_shard_size=self.settings["parallelism_config.parallelism_config_dp_shard_size"],
+        )
+
+    def _mesh_rank(self, names: tuple[str, ...], default: int) -> int:
+        mesh = self.torch_device_mesh
+        dims = getattr(mesh, "mesh_dim_names", None) or ()
+        for name in names:
+            if name in dims:
+                return int(mesh[name].get_local_rank())
+        return default
+
+    @property
+    def data_parallel_rank(self) -> int:
+        """This process's index among the data-parallel replicas (all processes with DDP)."""
+        return self._mesh_rank(("dp_replicate", "dp"), self.state.process_index)
+
+    @property
+    def data_parallel_shard_rank(self) -> int:
+        return self._mesh_rank(("dp_shard",), 0)
+
+    @property
+    def tensor_parallel_rank(self) -> int:
+        return 0  # tensor parallelism is not available yet
+
+    @property
+    def pipeline_parallel_rank(self) -> int:
+        return 0
+
+    @property
+    def context_parallel_rank(self) -> int:
+        return 0

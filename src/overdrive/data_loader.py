@@ -1,0 +1,97 @@
+"""The described system's ``accelerate.data_loader`` names, under overdrive.
+
+``prepare_data_loader`` here takes the described system's positional form
+``(dataloader, device, num_processes, process_index, split_batches, put_on_device, ...)``
+and shards for the processes that run (an Accelerator's, else one made from the
+environment). ``DataLoaderShard`` and ``DataLoaderDispatcher`` name the prepared loader
+class, so ``isinstance`` checks written for the described system hold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from overdrive.data import PreparedDataLoader, SeedableRandomSampler, skip_first_batches
+from overdrive.errors import ConfigError
+
+DataLoaderShard = PreparedDataLoader
+DataLoaderDispatcher = PreparedDataLoader
+
+__all__ = [
+    "DataLoaderDispatcher",
+    "DataLoaderShard",
+    "SeedableRandomSampler",
+    "prepare_data_loader",
+    "skip_first_batches",
+]
+
+
+def prepare_data_loader(
+    dataloader: Any,
+    device: torch.device | str | None = None,
+    num_processes: int | None = None,
+    process_index: int | None = None,
+    split_batches: bool = False,
+    put_on_device: bool = False,
+    rng_types: Sequence[str] | None = None,
+    dispatch_batches: bool | None = None,
+    even_batches: bool = True,
+    slice_fn_for_dispatch: Any = None,
+    use_seedable_sampler: bool = False,
+    data_seed: int | None = None,
+    non_blocking: bool = False,
+    use_stateful_dataloader: bool = False,
+    torch_device_mesh: Any = None,
+) -> PreparedDataLoader:
+    """Shard ``dataloader`` across the running processes (the described system's form).
+
+    ``num_processes`` / ``process_index`` must describe the processes that run (they are
+    taken from the process state when None). Prepared loaders are always resumable
+    (``state_dict``), so ``use_stateful_dataloader`` needs nothing more.
+    """
+    from overdrive.compat.state_views import current_accelerator, current_partial_state
+    from overdrive.data import prepare_data_loader as prepare
+    from overdrive.loop_state import LoopState
+
+    state = current_partial_state()
+    for name, given, actual in (
+        ("num_processes", num_processes, state.num_processes),
+        ("process_index", process_index, state.process_index),
+    ):
+        if given is not None and given != actual:
+            raise ConfigError(
+                f"prepare_data_loader({name}={given}) but this process runs as {name}="
+                f"{actual}; overdrive shards for the processes that really run",
+                key=name,
+                fix=f"drop {name} (or pass {actual})",
+            )
+    for name, value in (
+        ("slice_fn_for_dispatch", slice_fn_for_dispatch),
+        ("torch_device_mesh", torch_device_mesh),
+    ):
+        if value is not None:
+            raise ConfigError(
+                f"prepare_data_loader({name}=...) is not supported by overdrive",
+                key=name,
+                fix=f"drop {name}; see docs/migrating.md",
+            )
+    accelerator = current_accelerator()
+    loop_state = accelerator.loop_state if accelerator is not None else LoopState()
+    target = torch.device(device) if device is not None else state.device
+    return prepare(
+        dataloader,
+        state=state,
+        loop_state=loop_state,
+        split_batches=split_batches,
+        dispatch_batches=dispatch_batches,
+        even_batches=even_batches,
+        use_seedable_sampler=use_seedable_sampler,
+        non_blocking=non_blocking,
+        data_seed=data_seed,
+        device=target,
+        put_on_device=put_on_device,
+        rng_types=list(rng_types or ()),
+    )
