@@ -17,7 +17,7 @@ import torch
 
 from overdrive.errors import ConfigError
 
-SAVE_STATE_ARGS = ("output_dir", "timeout", "safe_serialization")
+SAVE_STATE_ARGS = ("output_dir", "timeout", "safe_serialization", "async_save")
 LOAD_STATE_ARGS = ("input_dir", "timeout", "allow_unsafe_pickle", "load_kwargs", "strict")
 UNWRAP_ARGS = ("model", "keep_fp32_wrapper", "keep_torch_compile")
 
