@@ -45,11 +45,10 @@ def main() -> None:
         target = Path(args.out) / f"ckpt_{i}"
         acc.wait_for_everyone()
         start = time.perf_counter()
-        acc.save_state(str(target), async_save=args.async_save) if args.async_save else (
-            acc.save_state(str(target))
-        )
-        returned = time.perf_counter() - start
-        acc.wait_for_save() if args.async_save else None
+        pending = acc.save_state(str(target), async_save=args.async_save)
+        returned = time.perf_counter() - start  # when training could go on
+        if args.async_save:
+            pending.result()
         acc.wait_for_everyone()
         times.append((returned, time.perf_counter() - start))
         if acc.is_main_process:

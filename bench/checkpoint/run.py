@@ -1,0 +1,100 @@
+"""Checkpoint save speed against the disk's durable bandwidth, in one interleaved run.
+
+Each round writes the checkpoint's byte count with ``dd conv=fdatasync`` (the disk's
+durable bandwidth), then times ``save_state`` of a model with Adam state (``--gb`` of
+parameters) for each configuration: 1 process, 2 processes DDP, 2 processes FSDP2 with
+sharded state dicts, and the asynchronous save (time until training may go on, and until
+the checkpoint is complete). Reports medians and the ratio to dd.
+
+    .venv/bin/python bench/checkpoint/run.py [--gb 1.2] [--rounds 3] [--dir /tmp/ckpt-bench]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CONFIGS = {
+    "1 process": (1, []),
+    "2 processes DDP": (2, []),
+    "2 processes FSDP2 sharded": (
+        2,
+        ["--use_fsdp", "--fsdp_version", "2", "--fsdp_state_dict_type", "SHARDED_STATE_DICT"],
+    ),
+    "1 process, async_save": (1, ["ASYNC"]),
+}
+
+
+def dd_seconds(directory: Path, nbytes: int) -> float:
+    target = directory / "dd.bin"
+    count = max(1, nbytes // (16 << 20))
+    done = subprocess.run(
+        ["dd", "if=/dev/zero", f"of={target}", "bs=16M", f"count={count}", "conv=fdatasync"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    target.unlink()
+    seconds = float(re.search(r"copied, ([0-9.]+) s", done.stderr).group(1))  # type: ignore[union-attr]
+    return seconds * nbytes / (count * (16 << 20))
+
+
+def save_runs(directory: Path, nprocs: int, flags: list[str], gb: float) -> dict:
+    extra = ["--async_save"] if "ASYNC" in flags else []
+    flags = [f for f in flags if f != "ASYNC"]
+    cmd = [sys.executable, "-m", "overdrive", "launch", "--cpu", "-q", "--no_rank_prefix"]
+    cmd += ["--num_processes", str(nprocs), *flags, str(HERE / "worker.py")]
+    cmd += ["--out", str(directory), "--gb", str(gb), "--repeats", "2", *extra]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELERATE_", "OVERDRIVE_"))}
+    env.update(OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    lines = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
+    if done.returncode or not lines:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stdout}\n{done.stderr}")
+    return json.loads(lines[-1][len("RESULT ") :])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--gb", type=float, default=1.2)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--dir", default="/tmp/ckpt-bench")
+    args = p.parse_args()
+    directory = Path(args.dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    dd: list[float] = []
+    saves: dict[str, list[tuple[float, float]]] = {name: [] for name in CONFIGS}
+    nbytes = 0
+    for _ in range(args.rounds):
+        for name, (nprocs, flags) in CONFIGS.items():
+            out = save_runs(directory, nprocs, flags, args.gb)
+            nbytes = out["bytes"][0]
+            saves[name] += [(r, t) for r, t in out["times"]]
+            dd.append(dd_seconds(directory, nbytes))
+    shutil.rmtree(directory, ignore_errors=True)
+    dd_med = statistics.median(dd)
+    print(
+        f"checkpoint: {nbytes / 1e9:.2f} GB; dd conv=fdatasync median {dd_med:.2f} s "
+        f"({nbytes / dd_med / 1e9:.2f} GB/s) over {len(dd)} runs"
+    )
+    print("| configuration | median save (s) | GB/s | vs dd | median until training goes on (s) |")
+    print("|---|---|---|---|---|")
+    for name, values in saves.items():
+        total = statistics.median(t for _, t in values)
+        returned = statistics.median(r for r, _ in values)
+        print(
+            f"| {name} | {total:.2f} | {nbytes / total / 1e9:.2f} | {dd_med / total:.2f} | "
+            f"{returned:.2f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
