@@ -59,20 +59,42 @@ class FSDPStrategy(Strategy):
         if not any(p.requires_grad for p in model.parameters()):
             return super().setup_model(model, device_placement=device_placement)
         before = named_params(model)
-        p = self.policy
         empty = empty_ranks(model)  # processes that built the model on the meta device
         self._say_if_loading_is_not_efficient(empty)
         full_state = model.state_dict() if empty and self._is_main() else {}
+        model, fill_later = self._place(model, empty, device_placement)
+        wrapped = self._shard(model)
+        if fill_later:
+            self._fill_from_main(wrapped, full_state)
+        self._roots.append(wrapped)
+        mapping = replacement_map(before, named_params(wrapped))
+        self._replaced.update(mapping)
+        for optimizer in self._optimizers:
+            if rebind(optimizer, mapping):
+                self._owner[id(optimizer)] = wrapped
+        return wrapped
+
+    def _place(
+        self, model: nn.Module, empty: list[int], device_placement: bool
+    ) -> tuple[nn.Module, bool]:
+        """Move ``model`` to the device and give it rank 0's weights, or (FSDP2, empty models
+        on some processes) leave that until it is sharded; returns (model, fill later)."""
+        p = self.policy
         if empty and is_empty(model) and p.version == 1:
             # FSDP1 cannot fill empty shards from the main process on every device; the
             # weights pass through this process once (docs/fsdp.md).
             model = model.to_empty(device=self.device)
         elif device_placement and not p.offload_params and not is_empty(model):
             model = model.to(self.device)
-        fill_after_sharding = bool(empty) and p.version == 2
-        if (p.sync_module_states or empty) and not fill_after_sharding:
+        fill_later = bool(empty) and p.version == 2
+        if (p.sync_module_states or empty) and not fill_later:
             # Done here for both versions: FSDP1's own sync refuses CPU (rehearsal) modules.
             _broadcast_from_rank0(model, self.device)
+        return model, fill_later
+
+    def _shard(self, model: nn.Module) -> nn.Module:
+        """Choose the units, checkpoint their activations, shard them and the root."""
+        p = self.policy
         units = wrap_units(
             model,
             p.auto_wrap_policy,
@@ -95,14 +117,6 @@ class FSDPStrategy(Strategy):
             dp_mesh = data_parallel_mesh(self.mesh, flat=not hybrid)
             wrapped = apply_fsdp1(model, dp_mesh, p, units, self.device)
         self.units[id(wrapped)] = unit_paths
-        if fill_after_sharding:
-            self._fill_from_main(wrapped, full_state)
-        self._roots.append(wrapped)
-        mapping = replacement_map(before, named_params(wrapped))
-        self._replaced.update(mapping)
-        for optimizer in self._optimizers:
-            if rebind(optimizer, mapping):
-                self._owner[id(optimizer)] = wrapped
         return wrapped
 
     def _fill_from_main(self, model: nn.Module, full_state: dict[str, Any]) -> None:
