@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
 
 from overdrive.checkpoint.errors import CheckpointError
 from overdrive.checkpoint.serialization import writing
+from overdrive.checkpoint.tensor_file import write_safetensors
 
 _UNITS = {
     "": 1,
@@ -118,7 +118,7 @@ def write_model_files(
         metadata["tied_weights"] = json.dumps(tied)
     for name, group in zip(names, groups):
         if safe:
-            _replace_into(directory / name, lambda p, g=group: save_file(g, str(p), metadata))
+            _replace_into(directory / name, lambda p, g=group: write_safetensors(g, p, metadata))
         else:
             _replace_into(directory / name, lambda p, g=group: torch.save(g, p))
     written = list(names)

@@ -20,9 +20,10 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from overdrive.checkpoint.errors import CheckpointError, UnsafeCheckpointError
+from overdrive.checkpoint.tensor_file import write_safetensors
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl")
 _TAGS: tuple[str, ...] = ("__tensor__", "__ndarray__", "__float__", "__tuple__", "__dict__")
@@ -266,7 +267,7 @@ def save_tree(obj: Any, directory: Path, stem: str, *, what: str) -> list[str]:
     if tensors:
         path = directory / f"{stem}.safetensors"
         with writing(path, what):
-            save_file(tensors, str(path), metadata={"format": "pt"})
+            write_safetensors(tensors, path, {"format": "pt"})
         written.append(f"{stem}.safetensors")
     write_json(
         directory / f"{stem}.json", {"tensors": bool(tensors), "state": structure}, what=what

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from overdrive.checkpoint.errors import CheckpointError
-from overdrive.checkpoint.serialization import flatten, write_json
+from overdrive.checkpoint.serialization import flatten, write_json, writing
 from overdrive.checkpoint.shard_reader import (
     FORMAT,
     VERSION,
@@ -30,6 +30,7 @@ from overdrive.checkpoint.shard_reader import (
     merge_full,
     rank_file,
 )
+from overdrive.checkpoint.tensor_file import write_safetensors
 
 __all__ = [
     "BoxReader",
@@ -144,8 +145,6 @@ def save_shards(
         world_size = dist.get_world_size() if initialized else 1
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is outside a group of {world_size} process(es)")
-    from safetensors.torch import save_file
-
     chunks = _Chunks(what)
     structure, plain = flatten(tree, what=what, sharded=chunks, sharded_types=(LocalShard,))
     tensors = {**plain, **chunks.tensors} if rank == 0 else chunks.tensors
@@ -153,7 +152,8 @@ def save_shards(
     written = []
     if tensors:
         path = directory / rank_file(stem, rank, "safetensors")
-        save_file(tensors, str(path), metadata={"format": "pt"})
+        with writing(path, what):
+            write_safetensors(tensors, path, {"format": "pt"})
         written.append(path)
     table = {
         "format": FORMAT,

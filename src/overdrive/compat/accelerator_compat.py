@@ -34,7 +34,7 @@ class AcceleratorCompat(
         ``SchedulerKwargs(once_per_optimizer_step=True)``; said once in the log."""
         from overdrive.kwargs_handlers import SchedulerKwargs
 
-        handlers: dict[type, Any] = self.kwargs_handlers  # type: ignore[attr-defined]
+        handlers: dict[type, Any] = self.kwargs_handlers
         handler = handlers.get(SchedulerKwargs) or SchedulerKwargs()
         world = int(self.state.num_processes)
         if handler.once_per_optimizer_step or self.settings["split_batches"] or world == 1:

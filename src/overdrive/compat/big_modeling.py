@@ -31,7 +31,7 @@ def init_empty_weights(include_buffers: bool | None = None) -> Iterator[None]:
             meta = param.detach().to(torch.device("meta"))
             module._parameters[name] = type(param)(meta, requires_grad=param.requires_grad)
 
-    nn.Module.register_parameter = register_parameter  # type: ignore[method-assign]
+    nn.Module.register_parameter = register_parameter  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:

@@ -12,7 +12,7 @@ class GradientStateCompat:
 
     def _loop_state(self) -> Any:
         try:
-            return self._loop
+            return self._loop  # type: ignore[attr-defined]
         except AttributeError:
             return None
 

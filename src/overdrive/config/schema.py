@@ -21,7 +21,15 @@ SECTIONS = (
     "dynamo_config",
 )
 
-DISTRIBUTED_TYPES = ("NO", "MULTI_CPU", "MULTI_GPU", "DEEPSPEED", "FSDP", "MEGATRON_LM", "XLA")
+DISTRIBUTED_TYPES: tuple[str, ...] = (
+    "NO",
+    "MULTI_CPU",
+    "MULTI_GPU",
+    "DEEPSPEED",
+    "FSDP",
+    "MEGATRON_LM",
+    "XLA",
+)
 # The described system's other vendors' backends: accepted words, refused by backends.py.
 DISTRIBUTED_TYPES += ("MULTI_NPU", "MULTI_MLU", "MULTI_SDAA", "MULTI_MUSA", "MULTI_XPU")
 DISTRIBUTED_TYPES += ("MULTI_HPU", "MULTI_NEURON")
