@@ -12,8 +12,6 @@ the checkpoint is complete). Reports medians and the ratio to dd.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import re
 import shutil
 import statistics
@@ -22,6 +20,10 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from launched import launch_result  # noqa: E402
+
 CONFIGS = {
     "1 process": (1, []),
     "2 processes DDP": (2, []),
@@ -50,16 +52,8 @@ def dd_seconds(directory: Path, nbytes: int) -> float:
 def save_runs(directory: Path, nprocs: int, flags: list[str], gb: float) -> dict:
     extra = ["--async_save"] if "ASYNC" in flags else []
     flags = [f for f in flags if f != "ASYNC"]
-    cmd = [sys.executable, "-m", "overdrive", "launch", "--cpu", "-q", "--no_rank_prefix"]
-    cmd += ["--num_processes", str(nprocs), *flags, str(HERE / "worker.py")]
-    cmd += ["--out", str(directory), "--gb", str(gb), "--repeats", "2", *extra]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELERATE_", "OVERDRIVE_"))}
-    env.update(OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-    lines = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
-    if done.returncode or not lines:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stdout}\n{done.stderr}")
-    return json.loads(lines[-1][len("RESULT ") :])
+    worker = [str(HERE / "worker.py"), "--out", str(directory), "--gb", str(gb)]
+    return launch_result(nprocs, flags, [*worker, "--repeats", "2", *extra])
 
 
 def main() -> None:

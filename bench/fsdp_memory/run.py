@@ -10,13 +10,14 @@ reports the largest per-process total with its ratio to DDP and to DDP/N.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from launched import launch_result  # noqa: E402
+
 BACKENDS = {
     "DDP": [],
     "SHARD_GRAD_OP": ["--use_fsdp", "--fsdp_sharding_strategy", "SHARD_GRAD_OP"],
@@ -25,20 +26,12 @@ BACKENDS = {
 
 
 def run(nprocs: int, flags: list[str], args: argparse.Namespace) -> dict:
-    cmd = [sys.executable, "-m", "overdrive", "launch", "--cpu", "--num_processes", str(nprocs)]
-    cmd += ["--no_rank_prefix", "-q", *flags]
     if "--use_fsdp" in flags:
         # one unit per layer: only one layer is ever gathered whole
-        cmd += ["--fsdp_version", str(args.fsdp_version)]
-        cmd += ["--fsdp_transformer_layer_cls_to_wrap", "Linear"]
-    cmd += [str(HERE / "worker.py"), "--layers", str(args.layers), "--width", str(args.width)]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELERATE_", "OVERDRIVE_"))}
-    env.update(OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-    lines = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
-    if done.returncode or not lines:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stdout}\n{done.stderr}")
-    return json.loads(lines[-1][len("RESULT ") :])
+        flags = [*flags, "--fsdp_version", str(args.fsdp_version)]
+        flags += ["--fsdp_transformer_layer_cls_to_wrap", "Linear"]
+    worker = [str(HERE / "worker.py"), "--layers", str(args.layers), "--width", str(args.width)]
+    return launch_result(nprocs, flags, worker)
 
 
 def main() -> None:

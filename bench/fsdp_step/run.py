@@ -9,14 +9,14 @@ wrapping; reports median and p10 step times and their ratio (overdrive / by hand
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from launched import launch_result  # noqa: E402
 
 
 def main() -> None:
@@ -25,20 +25,12 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--rounds", type=int, default=30)
     args = p.parse_args()
-    cmd = [sys.executable, "-m", "overdrive", "launch", "--cpu", "-q", "--no_rank_prefix"]
-    cmd += ["--num_processes", str(args.nprocs), "--use_fsdp", "--fsdp_version", "2"]
-    cmd += ["--fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP"]
-    cmd += ["--fsdp_transformer_layer_cls_to_wrap", "Sequential"]
-    cmd += [str(HERE / "worker.py"), "--rounds", str(args.rounds)]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELERATE_", "OVERDRIVE_"))}
-    env.update(OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    flags = ["--use_fsdp", "--fsdp_version", "2", "--fsdp_auto_wrap_policy"]
+    flags += ["TRANSFORMER_BASED_WRAP", "--fsdp_transformer_layer_cls_to_wrap", "Sequential"]
+    worker = [str(HERE / "worker.py"), "--rounds", str(args.rounds)]
     times: dict[str, list[float]] = {"raw": [], "overdrive": []}
     for _ in range(args.repeats):
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-        lines = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
-        if done.returncode or not lines:
-            raise SystemExit(f"failed:\n{done.stdout}\n{done.stderr}")
-        for name, values in json.loads(lines[-1][len("RESULT ") :]).items():
+        for name, values in launch_result(args.nprocs, flags, worker).items():
             times[name].extend(values)
     raw_med = statistics.median(times["raw"])
     raw_p10 = statistics.quantiles(times["raw"], n=10)[0]

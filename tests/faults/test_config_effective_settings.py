@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 
 import pytest
 
 from overdrive.accelerator import Accelerator
 from tests.helpers.dist import run_launch
+from tests.helpers.env import forget_launcher
 
 SCRIPT = """\
 from overdrive.accelerator import Accelerator
@@ -25,15 +25,7 @@ print(f"rank {accelerator.process_index} ready", flush=True)
 
 @pytest.fixture
 def no_launcher(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in list(os.environ):
-        if name.startswith(("ACCELERATE_", "OVERDRIVE_", "TORCHELASTIC_")) or name in (
-            "RANK",
-            "WORLD_SIZE",
-            "LOCAL_RANK",
-            "LOCAL_WORLD_SIZE",
-        ):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    forget_launcher(monkeypatch, tmp_path / "cache")
 
 
 def _effective_lines(text: str) -> list[str]:

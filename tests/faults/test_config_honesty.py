@@ -7,7 +7,6 @@ is attributed to what the user actually typed (`--multi_gpu`, `fsdp_plugin=`, `c
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from overdrive.plugins import (
     MegatronLMPlugin,
 )
 from tests.faults.config_cli import assert_clean_refusal, overdrive
+from tests.helpers.env import forget_launcher
 
 # Files `launch` refuses on a machine without GPUs (the tests hide every GPU).
 REFUSED_BY_LAUNCH = {
@@ -164,15 +164,7 @@ def test_dry_run_attributes_each_flag_to_the_flag_typed(script: Path) -> None:
 
 @pytest.fixture
 def no_launcher(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in list(os.environ):
-        if name.startswith(("ACCELERATE_", "OVERDRIVE_", "TORCHELASTIC_")) or name in (
-            "RANK",
-            "WORLD_SIZE",
-            "LOCAL_RANK",
-            "LOCAL_WORLD_SIZE",
-        ):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    forget_launcher(monkeypatch, tmp_path / "cache")
 
 
 def _distributed_type_source(**kwargs: object) -> str:

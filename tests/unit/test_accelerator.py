@@ -20,19 +20,12 @@ from overdrive.optimizer import AcceleratedOptimizer
 from overdrive.scheduler import AcceleratedScheduler
 from overdrive.strategies import SingleDeviceStrategy
 from overdrive.types import DistributedType
+from tests.helpers.env import forget_launcher
 
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: os.PathLike[str]) -> None:
-    for name in list(os.environ):
-        if name.startswith(("ACCELERATE_", "OVERDRIVE_", "TORCHELASTIC_")) or name in (
-            "RANK",
-            "WORLD_SIZE",
-            "LOCAL_RANK",
-            "LOCAL_WORLD_SIZE",
-        ):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    forget_launcher(monkeypatch, tmp_path)
 
 
 def _parts() -> tuple[nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:

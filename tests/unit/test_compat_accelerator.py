@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import pickle
 import warnings
 from pathlib import Path
@@ -14,19 +13,12 @@ from torch.utils.data import DataLoader
 
 from overdrive import Accelerator, AcceleratorState, GradientState
 from overdrive.errors import ConfigError, OverdriveError
+from tests.helpers.env import forget_launcher
 
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in list(os.environ):
-        if name.startswith(("ACCELERATE_", "OVERDRIVE_", "TORCHELASTIC_")) or name in (
-            "RANK",
-            "WORLD_SIZE",
-            "LOCAL_RANK",
-            "LOCAL_WORLD_SIZE",
-        ):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    forget_launcher(monkeypatch, tmp_path)
 
 
 def _prepared(acc: Accelerator) -> tuple[nn.Module, torch.optim.Optimizer]:

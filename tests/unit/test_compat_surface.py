@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from overdrive.errors import ConfigError
+from tests.helpers.env import forget_launcher
 
 ISSUE_NAMES = [
     "set_seed",
@@ -68,15 +68,7 @@ TOP_LEVEL = [
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in list(os.environ):
-        if name.startswith(("ACCELERATE_", "OVERDRIVE_", "TORCHELASTIC_")) or name in (
-            "RANK",
-            "WORLD_SIZE",
-            "LOCAL_RANK",
-            "LOCAL_WORLD_SIZE",
-        ):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    forget_launcher(monkeypatch, tmp_path)
 
 
 @pytest.mark.parametrize("name", ISSUE_NAMES)
