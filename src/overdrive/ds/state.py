@@ -1,0 +1,211 @@
+"""The DeepSpeed engine's state as full tensors keyed by the user's parameter names.
+
+Checkpoints go through overdrive's own format (safetensors and JSON), never DeepSpeed's
+pickled checkpoint files. DeepSpeed's public fragment API (``deepspeed.utils.
+safe_get_full_fp32_param``, ``safe_get_full_optimizer_state`` and their setters) assembles
+each parameter's fp32 master weight and optimizer state from the ZeRO partitions of every
+process, and writes each process's partition back on load. Full tensors make a checkpoint
+independent of the ZeRO stage and of the number of processes (a universal checkpoint).
+Every function here is collective: call it on every process.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+_COUNTERS = ("global_steps", "global_samples", "skipped_steps", "micro_steps")
+
+
+def _partitioned(param: torch.Tensor) -> bool:
+    """Whether DeepSpeed keeps this parameter's fp32 master in ZeRO/bf16 partitions."""
+    # Every process has the attribute (None where another process holds the fragment), so
+    # every process takes the same, collective, path.
+    return hasattr(param, "ds_id") or hasattr(param, "_hp_mapping")
+
+
+def _unique(module: nn.Module) -> dict[str, nn.Parameter]:
+    """Every parameter name (tied names too) -> its parameter."""
+    return dict(module.named_parameters(remove_duplicate=False))
+
+
+def trainable(module: nn.Module) -> list[tuple[str, nn.Parameter]]:
+    """(first name, parameter) of each trainable parameter, in module order."""
+    return [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+
+
+def _gathered(deepspeed: Any, param: nn.Parameter) -> torch.Tensor:
+    if not hasattr(param, "ds_id"):
+        return param.detach().clone()
+    with deepspeed.zero.GatheredParameters([param]):
+        return param.detach().clone()
+
+
+def model_state_dict(
+    deepspeed: Any, engine: Any, *, fp32_masters: bool, main: bool
+) -> dict[str, torch.Tensor]:
+    """The full state dict (gathered from ZeRO-3 partitions): the model's own weights, or the
+    fp32 master weights of trainable parameters when ``fp32_masters``. Empty except on the
+    main process when parameters are partitioned."""
+    from deepspeed.utils import safe_get_full_fp32_param
+
+    module = engine.module
+    names = list(module.state_dict().keys())
+    params = _unique(module)
+    if not any(hasattr(p, "ds_id") for p in params.values()):
+        state = module.state_dict()
+        if fp32_masters:
+            for name, p in params.items():
+                if p.requires_grad and _partitioned(p):
+                    state[name] = safe_get_full_fp32_param(p).detach().cpu()
+        return state
+    buffers = dict(module.named_buffers())
+    done: dict[int, torch.Tensor] = {}
+    out: dict[str, torch.Tensor] = {}
+    for name in names:
+        if name in params:
+            p = params[name]
+            if id(p) not in done:
+                full = safe_get_full_fp32_param(p) if fp32_masters and p.requires_grad else None
+                done[id(p)] = (full if full is not None else _gathered(deepspeed, p)).cpu()
+            out[name] = done[id(p)]
+        elif name in buffers:
+            out[name] = buffers[name].detach().cpu()
+    return out if main else {}
+
+
+def load_model_state_dict(
+    deepspeed: Any, engine: Any, state: dict[str, torch.Tensor], strict: bool = True
+) -> Any:
+    """Load full weights into the (possibly partitioned) model and its fp32 masters."""
+    from deepspeed.utils import safe_set_full_fp32_param
+
+    module = engine.module
+    expected = set(module.state_dict().keys())
+    missing = sorted(expected - state.keys())
+    unexpected = sorted(state.keys() - expected)
+    if strict and (missing or unexpected):
+        raise RuntimeError(
+            f"state dict does not fit the model: missing {missing[:5]}, unexpected "
+            f"{unexpected[:5]}"
+        )
+    params = _unique(module)
+    loaded: set[int] = set()
+    with torch.no_grad():
+        for name, p in params.items():
+            if name not in state or id(p) in loaded:
+                continue
+            loaded.add(id(p))
+            value = state[name]
+            if hasattr(p, "ds_id"):
+                with deepspeed.zero.GatheredParameters([p], modifier_rank=0):
+                    p.data.copy_(value.to(device=p.device, dtype=p.dtype))
+            else:
+                p.data.copy_(value.to(device=p.device, dtype=p.dtype))
+            if p.requires_grad and _partitioned(p):
+                safe_set_full_fp32_param(p, value.to(dtype=torch.float32))
+        for name, buffer in module.named_buffers():
+            if name in state:
+                buffer.copy_(state[name].to(device=buffer.device, dtype=buffer.dtype))
+    return torch.nn.modules.module._IncompatibleKeys(missing, unexpected)
+
+
+def _state_keys(basic: torch.optim.Optimizer) -> list[str]:
+    """The optimizer-state entries shaped like their parameter (``exp_avg``...)."""
+    keys: list[str] = []
+    for group in basic.param_groups:
+        for q in group["params"]:
+            for key, value in basic.state.get(q, {}).items():
+                if torch.is_tensor(value) and value.shape == q.shape and key not in keys:
+                    keys.append(key)
+    return keys
+
+
+def _step_of(value: Any) -> dict[str, Any]:
+    if torch.is_tensor(value):
+        return {"value": float(value.item()), "tensor": True}
+    return {"value": value, "tensor": False}
+
+
+def optimizer_state_dict(engine: Any, basic: torch.optim.Optimizer) -> dict[str, Any]:
+    """Full fp32 masters, optimizer state per parameter name, step counts, hyper-parameters,
+    the engine's counters and loss scale: everything an exact resume needs."""
+    from deepspeed.utils import safe_get_full_fp32_param, safe_get_full_optimizer_state
+
+    keys = _state_keys(basic)
+    masters: dict[str, torch.Tensor] = {}
+    states: dict[str, dict[str, torch.Tensor]] = {}
+    for name, p in trainable(engine.module):
+        if _partitioned(p):
+            masters[name] = safe_get_full_fp32_param(p).detach().cpu()
+            states[name] = {k: safe_get_full_optimizer_state(p, k).detach().cpu() for k in keys}
+        else:  # ZeRO stage 0 in fp32: the torch optimizer steps the model's parameters
+            masters[name] = p.detach().float().cpu()
+            own = basic.state.get(p, {})
+            states[name] = {k: own[k].detach().cpu() for k in keys if k in own}
+    steps = []
+    for group in basic.param_groups:
+        found = [basic.state[q]["step"] for q in group["params"] if "step" in basic.state.get(q, {})]
+        steps.append(_step_of(found[0]) if found else None)
+    groups = [{k: v for k, v in g.items() if k != "params"} for g in basic.param_groups]
+    scaler = getattr(engine.optimizer, "loss_scaler", None)
+    return {
+        "masters": masters,
+        "state": states,
+        "steps": steps,
+        "param_groups": groups,
+        "engine": {name: int(getattr(engine, name, 0)) for name in _COUNTERS},
+        "loss_scaler": {
+            k: v for k, v in vars(scaler).items() if isinstance(v, (bool, int, float))
+        }
+        if scaler is not None
+        else {},
+    }
+
+
+def load_optimizer_state_dict(engine: Any, basic: torch.optim.Optimizer, saved: Any) -> None:
+    """Write a state from ``optimizer_state_dict`` back into every process's partitions."""
+    from deepspeed.utils import safe_set_full_fp32_param, safe_set_full_optimizer_state
+
+    params = trainable(engine.module)
+    names = [n for n, _ in params]
+    if sorted(names) != sorted(saved["masters"]):
+        raise ValueError(
+            f"the checkpoint holds optimizer state for {len(saved['masters'])} parameters, "
+            f"this model trains {len(names)} (different names)"
+        )
+    if len(saved["param_groups"]) != len(basic.param_groups):
+        raise ValueError(
+            f"the checkpoint has {len(saved['param_groups'])} parameter groups, this optimizer "
+            f"{len(basic.param_groups)}"
+        )
+    with torch.no_grad():
+        for name, p in params:
+            master, state = saved["masters"][name], saved["state"][name]
+            if _partitioned(p):
+                safe_set_full_fp32_param(p, master.float())
+                for key, value in state.items():
+                    safe_set_full_optimizer_state(p, value.float(), key)
+            else:
+                p.data.copy_(master.to(device=p.device, dtype=p.dtype))
+                own = basic.state.setdefault(p, {})
+                for key, value in state.items():
+                    own[key] = value.to(device=p.device, dtype=p.dtype).clone()
+    for group, step, hyper in zip(basic.param_groups, saved["steps"], saved["param_groups"]):
+        group.update({k: v for k, v in hyper.items() if k in group})
+        if step is None:
+            continue
+        for q in group["params"]:
+            own = basic.state.setdefault(q, {})
+            if step["tensor"]:
+                own["step"] = torch.tensor(step["value"], dtype=torch.float32)
+            else:
+                own["step"] = step["value"]
+    for name, value in saved["engine"].items():
+        setattr(engine, name, value)
+    scaler = getattr(engine.optimizer, "loss_scaler", None)
+    for key, value in saved.get("loss_scaler", {}).items():
+        if scaler is not None and hasattr(scaler, key):
+            setattr(scaler, key, value)
