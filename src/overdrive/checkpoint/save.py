@@ -59,6 +59,23 @@ def rank_state(accelerator: Any) -> dict[str, Any]:
     return state
 
 
+def _check_window(accelerator: Any) -> None:
+    """Inside an accumulation window the summed gradients are training state; a backend that
+    keeps them where they cannot be saved (DeepSpeed's ZeRO buffers) refuses the save."""
+    gradient_state = getattr(accelerator, "gradient_state", None)
+    strategy = getattr(accelerator, "strategy", None)
+    if gradient_state is None or getattr(strategy, "checkpoints_mid_window", True):
+        return
+    if gradient_state.state_dict().get("micro_batches"):
+        raise CheckpointError(
+            f"save_state() was called inside an accumulation window, after "
+            f"{gradient_state.micro_batches} of {gradient_state.num_steps} micro-batches; "
+            f"the {strategy.name} backend keeps the summed gradients inside its engine, where "
+            "they cannot be saved\n  fix: save when a window closes (when "
+            "accelerator.sync_gradients is True, after optimizer.step())"
+        )
+
+
 def _local(tensor: Any) -> Any:
     """This process's part of a sharded (DTensor) gradient; a plain tensor as it is."""
     to_local = getattr(tensor, "to_local", None)
@@ -134,6 +151,7 @@ def save_state(
 ) -> Path:
     """Save everything needed to resume exactly; collective (call it on every process)."""
     require_prepared(accelerator, "save_state")
+    _check_window(accelerator)
     state = accelerator.state
     rank, world = state.process_index, state.num_processes
     rv = Rendezvous("save_state", rank=rank, world_size=world, timeout=timeout or state.timeout)

@@ -184,8 +184,7 @@ class _Builder:
 
     def conflict(self, path: str, fixed: Any, key: str, ours: Any, our_source: str) -> ConfigError:
         return ConfigError(
-            f"{self.origin} sets {path} = {json.dumps(fixed)}, but {key} = {ours!r} "
-            f"({our_source})",
+            f"{self.origin} sets {path} = {json.dumps(fixed)}, but {key} = {ours!r} ({our_source})",
             key=key,
             fix=f'make them equal, write "{path.rsplit(".", 1)[-1]}": "auto" in the JSON to use '
             f"the setting, or remove the setting",

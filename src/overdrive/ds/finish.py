@@ -30,7 +30,7 @@ def _batch_sizes(
     if fixed_micro == AUTO:
         if micro is None:
             raise ConfigError(
-                f"{MICRO_BATCH} is \"auto\" in {cfg.origin}, and no prepared dataloader gives a "
+                f'{MICRO_BATCH} is "auto" in {cfg.origin}, and no prepared dataloader gives a '
                 "batch size",
                 key=MICRO_BATCH,
                 fix="pass the training dataloader to the same accelerator.prepare() call as the "

@@ -420,7 +420,5 @@ def _is_new_scheduler(obj: Any, strategy: DeepSpeedStrategy) -> bool:
     if isinstance(obj, DummyScheduler):
         return True
     return (
-        is_scheduler(obj)
-        and not isinstance(obj, AcceleratedScheduler)
-        and strategy.engine is None
+        is_scheduler(obj) and not isinstance(obj, AcceleratedScheduler) and strategy.engine is None
     )
