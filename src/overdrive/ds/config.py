@@ -43,6 +43,15 @@ _LAUNCHER_ONLY = (  # read only by DeepSpeed's own multi-machine launchers
     "deepspeed_config.deepspeed_inclusion_filter",
     "deepspeed_config.deepspeed_exclusion_filter",
 )
+# fp16 loss-scaling options: DeepSpeed's bf16 section refuses them (bf16 needs no scaling).
+_LOSS_SCALING = (
+    "loss_scale",
+    "initial_scale_power",
+    "loss_scale_window",
+    "hysteresis",
+    "consecutive_hysteresis",
+    "min_loss_scale",
+)
 MICRO_BATCH = "train_micro_batch_size_per_gpu"
 BATCH = "train_batch_size"
 GAS = "gradient_accumulation_steps"
@@ -252,9 +261,11 @@ class _Builder:
             section_key = "bfloat16" if name == "bf16" and "bfloat16" in self.config else name
             path = f"{section_key}.enabled"
             found = _get(self.config, path)
-            table = self.s[f"deepspeed_config.{name}"] or {}
+            table = dict(self.s[f"deepspeed_config.{name}"] or {})
             if not self.from_file:
                 if ours == name:
+                    if name == "bf16":
+                        table = self._without_loss_scaling(table)
                     _set(self.config, section_key, {**table, "enabled": True})
                     self.sources[path] = source
                 continue
@@ -268,6 +279,17 @@ class _Builder:
                 if found is True:
                     chosen = name
         return chosen
+
+    def _without_loss_scaling(self, table: dict[str, Any]) -> dict[str, Any]:
+        key = "deepspeed_config.bf16"
+        dropped = [k for k in table if k in _LOSS_SCALING]
+        if dropped:
+            self.notes.append(
+                f"{key}.{', '.join(dropped)} ({self.s.source(key)}) has no effect: bf16 needs no "
+                "loss scaling, and DeepSpeed's bf16 section takes no such option, so it is left "
+                "out\n  fix: remove it (loss scaling options belong to the fp16 section)"
+            )
+        return {k: v for k, v in table.items() if k not in _LOSS_SCALING}
 
     def launcher(self) -> None:
         key = "deepspeed_config.deepspeed_multinode_launcher"

@@ -49,6 +49,10 @@ def import_deepspeed(device: torch.device) -> Any:
             key="distributed_type",
             fix="pip install 'overdrive[deepspeed]' (or deepspeed>=0.16)",
         ) from None
+    import torch.distributed as dist
+
+    if dist.is_initialized():  # DeepSpeed's comm layer on the process group we already run
+        deepspeed.init_distributed(dist_backend=dist.get_backend(), dist_init_required=False)
     name = get_accelerator().device_name()
     if name != wanted:
         raise ConfigError(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,6 +23,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from overdrive.config import HANDOVER_VARIABLE
 from overdrive.ds import state as ds_state
 from overdrive.ds.config import DeepSpeedConfig
 from overdrive.ds.dummies import DummyOptim, DummyScheduler
@@ -69,8 +71,10 @@ class DeepSpeedStrategy(Strategy):
         self._hf = HfZero3Config(self._init_config()) if self.zero3_init else None
         if self._hf is not None:
             self._hf.register()
+        launched = HANDOVER_VARIABLE in os.environ  # the launcher said those it could see
         for note in config.notes:
-            say(note, logging.WARNING)
+            if not launched or "code Accelerator(" in note:
+                say(note, logging.WARNING)
 
     @property
     def deepspeed(self) -> Any:
