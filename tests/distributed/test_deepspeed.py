@@ -30,17 +30,19 @@ def _yaml(tmp_path: Path, section: dict) -> Path:
     return path
 
 
-def _train(tmp_path: Path, config: Path, name: str) -> dict:
+def _train(tmp_path: Path, config: Path, name: str, *extra: str) -> dict:
     out = tmp_path / name
     result = run_launch(
-        SCRIPT, launch_args=["--config_file", str(config)], args=["--out", str(out)]
+        SCRIPT, launch_args=["--config_file", str(config)], args=["--out", str(out), *extra]
     )
     assert_ok(result)
     (row,) = result_rows(result.stdout)
-    assert row["type"] == "DEEPSPEED"
+    assert row["type"] == "DEEPSPEED" and row["unwrapped"] == "Net"
     assert row["accumulation"] == 2  # DeepSpeed's value, reported by the accelerator
     assert row["steps"] == 6  # 2 epochs x windows of 2, 2 and 1 micro-batches
-    assert row["lr"] == row["ref_lr"] == 1e-2 * 0.5**3  # StepLR(2): once per real step
+    assert row["lr"] == row["ref_lr"]
+    if not extra:
+        assert row["lr"] == 1e-2 * 0.5**3  # StepLR(2): once per optimizer step that ran
     assert row["max_diff"] < 1e-5 and row["saved_diff"] == 0.0 and row["norm_diff"] < 2e-5
     return row
 
@@ -86,3 +88,30 @@ def test_json_with_auto_values_trains_like_the_yaml(tmp_path: Path) -> None:
     a = load_file(str(from_yaml / "run" / "model" / "model.safetensors"))
     b = load_file(str(tmp_path / "run" / "model" / "model.safetensors"))
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)  # the same run
+
+
+def test_json_optimizer_and_scheduler_through_dummies(tmp_path: Path) -> None:
+    ds_json = {
+        "gradient_clipping": "auto",  # without it the setting is reported as having no effect
+        "zero_optimization": {"stage": "auto"},
+        "optimizer": {
+            "type": "AdamW",
+            "params": {"lr": "auto", "weight_decay": "auto", "betas": [0.9, 0.999], "eps": 1e-8},
+        },
+        "scheduler": {
+            "type": "WarmupLR",
+            "params": {
+                "warmup_min_lr": "auto",
+                "warmup_max_lr": "auto",
+                "warmup_num_steps": "auto",
+                "warmup_type": "linear",
+            },
+        },
+    }
+    (tmp_path / "ds.json").write_text(json.dumps(ds_json))
+    section = {"zero_stage": 2, "gradient_accumulation_steps": 2, "gradient_clipping": MAX_NORM}
+    config = _yaml(tmp_path, {**section, "deepspeed_config_file": str(tmp_path / "ds.json")})
+    row = _train(tmp_path, config, "run", "--dummy")
+    assert row["stage"] == 2
+    assert (row["basic_optimizer"], row["scheduler"]) == ("AdamW", "WarmupLR")  # DeepSpeed's
+    assert row["lr"] == 1e-2  # warmed up over 4 of the 6 steps

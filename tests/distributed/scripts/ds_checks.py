@@ -12,7 +12,8 @@ DeepSpeed JSON). Checks, for the ZeRO stage in force:
    a ``model.safetensors`` that plain ``safetensors`` reads back.
 
 Prints ``RESULT {json}`` on the main process. ``--dummy``: the optimizer and scheduler come
-from the DeepSpeed JSON (DummyOptim/DummyScheduler) and the reference uses the same rule.
+from the DeepSpeed JSON (DummyOptim/DummyScheduler: AdamW and a linear WarmupLR) and the
+reference follows the same rule.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -28,9 +30,11 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from overdrive.accelerator import Accelerator
+from overdrive.ds.dummies import DummyOptim, DummyScheduler
 
 ATOL = 1e-5
 NORM_RTOL = 2e-5
+WARMUP = 4
 BATCHES_PER_EPOCH = 5
 
 
@@ -70,12 +74,20 @@ def make_data(n: int) -> TensorDataset:
 
 
 class Reference:
-    """One plain process: steps on the gathered samples of each window, clips, schedules."""
+    """One plain process: steps on the gathered samples of each window, clips, schedules.
 
-    def __init__(self, max_norm: float) -> None:
+    ``warmup``: DeepSpeed's linear WarmupLR from 0 as a LambdaLR (else a StepLR). WarmupLR
+    sets the learning rate of iteration i = (its steps so far) - 1, from 0 at iteration 0, so
+    its first two optimizer steps both run at warmup_min_lr."""
+
+    def __init__(self, max_norm: float, warmup: int = 0) -> None:
         self.model = make_model()
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-2)
-        self.sched = torch.optim.lr_scheduler.StepLR(self.opt, step_size=2, gamma=0.5)
+        if warmup:
+            rule = lambda step: min(1.0, max(0, step - 1) / warmup)  # noqa: E731
+            self.sched: Any = torch.optim.lr_scheduler.LambdaLR(self.opt, rule)
+        else:
+            self.sched = torch.optim.lr_scheduler.StepLR(self.opt, step_size=2, gamma=0.5)
         self.max_norm = max_norm
 
     def window(self, ds: TensorDataset, batches: list[torch.Tensor]) -> float:
@@ -93,14 +105,19 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--max_norm", type=float, default=0.05)
+    parser.add_argument("--dummy", action="store_true")
     args = parser.parse_args()
     acc = Accelerator()
     world, b = acc.num_processes, 4
     ds = make_data(world * b * BATCHES_PER_EPOCH)
     model = make_model()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
-    ref = Reference(args.max_norm)
+    if args.dummy:  # the optimizer and scheduler of the DeepSpeed JSON
+        opt: Any = DummyOptim(model.parameters(), lr=1e-2, weight_decay=0.01)
+        sched: Any = DummyScheduler(opt, warmup_num_steps=WARMUP)
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    ref = Reference(args.max_norm, warmup=WARMUP if args.dummy else 0)
     model, opt, sched, dl = acc.prepare(model, opt, sched, DataLoader(ds, batch_size=b))
     k = acc.gradient_accumulation_steps
     window: list[torch.Tensor] = []
@@ -141,8 +158,9 @@ def main() -> None:
             "max_diff": diff,
             "saved_diff": saved_diff,
             "norm_diff": norm_diff,
-            "optimizer": type(acc.unwrap_model(model)).__name__,
+            "unwrapped": type(acc.unwrap_model(model)).__name__,
             "basic_optimizer": type(opt.optimizer).__name__,
+            "scheduler": type(getattr(sched.scheduler, "scheduler", sched.scheduler)).__name__,
         }
         print("RESULT " + json.dumps(row), flush=True)
         # The norm is a float32 sum over partitions in another order (offload: per-parameter
