@@ -64,7 +64,7 @@ def _check_window(accelerator: Any) -> None:
     keeps them where they cannot be saved (DeepSpeed's ZeRO buffers) refuses the save."""
     gradient_state = getattr(accelerator, "gradient_state", None)
     strategy = getattr(accelerator, "strategy", None)
-    if gradient_state is None or getattr(strategy, "checkpoints_mid_window", True):
+    if gradient_state is None or strategy is None or strategy.checkpoints_mid_window:
         return
     if gradient_state.state_dict().get("micro_batches"):
         raise CheckpointError(

@@ -102,7 +102,8 @@ def _set_hp(param: nn.Parameter, value: torch.Tensor, key: str | None = None) ->
     group = getattr(param, "ds_process_group", None)
     world = dist.get_world_size(group) if dist.is_initialized() else 1
     rank = dist.get_rank(group) if dist.is_initialized() else 0
-    size = param.partition_numel()
+    zero3: Any = param
+    size = int(zero3.partition_numel())  # this process's partition, padding included
     padded = torch.zeros(size * world, dtype=torch.float32)
     padded[: value.numel()] = value.flatten().cpu()
     local = padded.narrow(0, rank * size, size)

@@ -17,7 +17,7 @@ import logging
 import math
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -241,7 +241,7 @@ class DeepSpeedStrategy(Strategy):
 
     def unwrap(self, model: nn.Module) -> nn.Module:
         if self.engine is not None and model is self.engine:
-            model = self.engine.module
+            return super().unwrap(cast(nn.Module, self.engine.module))
         return super().unwrap(model)
 
     # --- the step ------------------------------------------------------------------
@@ -278,10 +278,13 @@ class DeepSpeedStrategy(Strategy):
         """Batches of the active prepared loader from this one on (None: unknown)."""
         assert self._loop is not None
         active = self._loop.loop_state.active
+        if active is None:
+            return None
+        index = active.batch_index
         for loader in self._loop.dataloaders:
-            if active is not None and getattr(loader, "progress", None) is active:
+            if getattr(loader, "progress", None) is active:
                 try:
-                    return len(loader) - active.batch_index
+                    return len(loader) - index
                 except TypeError:  # an iterable dataset: no length
                     return None
         return None
