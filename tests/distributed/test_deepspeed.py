@@ -14,6 +14,7 @@ import pytest
 import yaml
 from safetensors.torch import load_file
 
+from tests.helpers.deepspeed import DS_ENV
 from tests.helpers.dist import assert_ok, result_rows, run_launch
 
 pytest.importorskip("deepspeed")
@@ -33,7 +34,10 @@ def _yaml(tmp_path: Path, section: dict) -> Path:
 def _train(tmp_path: Path, config: Path, name: str, *extra: str) -> dict:
     out = tmp_path / name
     result = run_launch(
-        SCRIPT, launch_args=["--config_file", str(config)], args=["--out", str(out), *extra]
+        SCRIPT,
+        launch_args=["--config_file", str(config)],
+        args=["--out", str(out), *extra],
+        env=DS_ENV,
     )
     assert_ok(result)
     (row,) = result_rows(result.stdout)

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from safetensors.torch import load_file
 
+from tests.helpers.deepspeed import DS_ENV
 from tests.helpers.dist import assert_ok, result_rows, run_launch
 
 pytest.importorskip("deepspeed")
@@ -26,6 +27,7 @@ FLAGS = ["--use_deepspeed", "--gradient_accumulation_steps", "2", "--gradient_cl
 def _launch(out: Path, phase: str, stage: int, nprocs: int = 2) -> list[dict[str, Any]]:
     result: subprocess.CompletedProcess[str] = run_launch(
         SCRIPT,
+        env=DS_ENV,
         nprocs=nprocs,
         launch_args=[*FLAGS, "--zero_stage", str(stage)],
         args=["--out", str(out), "--phase", phase],

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.deepspeed import DS_ENV
 from tests.helpers.dist import assert_ok, result_rows, run_launch
 
 pytest.importorskip("deepspeed")
@@ -31,6 +32,7 @@ def test_seed_deepspeed_example_trains_a_llama(config: str, tmp_path: Path) -> N
     # The files ask for 8 GPUs; the flag (above the file) makes it a 2-process rehearsal.
     result = run_launch(
         "ds_seed_llama.py",
+        env=DS_ENV,
         nprocs=2,
         launch_args=["--config_file", str(CONFIGS / config)],
         args=args,

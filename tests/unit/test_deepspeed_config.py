@@ -267,3 +267,12 @@ def test_a_conflicting_json_stops_the_launch_within_seconds(tmp_path: Path) -> N
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "zero_optimization.stage = 3" in done.stderr and "ds.json" in done.stderr
     assert "a worker started" not in done.stderr + done.stdout
+
+
+def test_env_reports_deepspeed_and_its_compiled_ops() -> None:
+    deepspeed_version = pytest.importorskip("importlib.metadata").version("deepspeed")
+    done = _cli("env")
+    assert done.returncode == 0, done.stderr
+    assert f"DeepSpeed: {deepspeed_version} (accelerator: cpu)" in done.stdout
+    assert "ops compiled at install:" in done.stdout
+    assert "ops compiled on first use (" in done.stdout
