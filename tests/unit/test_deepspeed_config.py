@@ -270,9 +270,38 @@ def test_a_conflicting_json_stops_the_launch_within_seconds(tmp_path: Path) -> N
 
 
 def test_env_reports_deepspeed_and_its_compiled_ops() -> None:
-    deepspeed_version = pytest.importorskip("importlib.metadata").version("deepspeed")
+    import importlib.metadata
+
+    pytest.importorskip("deepspeed")
+    deepspeed_version = importlib.metadata.version("deepspeed")
     done = _cli("env")
     assert done.returncode == 0, done.stderr
     assert f"DeepSpeed: {deepspeed_version} (accelerator: cpu)" in done.stdout
     assert "ops compiled at install:" in done.stdout
     assert "ops compiled on first use (" in done.stdout
+
+
+def test_cpu_workers_get_deepspeeds_cpu_accelerator(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("")
+    done = _cli("launch", "--dry_run", "--cpu", "--num_processes", "2", "--use_deepspeed",
+                str(script))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    workers = [line for line in done.stdout.splitlines() if "LOCAL_RANK=" in line]
+    assert len(workers) == 2 and all("DS_ACCELERATOR=cpu" in line for line in workers)
+
+
+def test_clip_grad_norm_with_another_max_norm_than_deepspeeds_is_refused(tmp_path: Path) -> None:
+    from overdrive.strategies.deepspeed import DeepSpeedStrategy
+
+    cfg = build(settings_for(tmp_path, {"deepspeed_config": {"gradient_clipping": 1.0}}))
+    strategy = DeepSpeedStrategy(torch.device("cpu"), cfg)
+    strategy.engine = object()  # only the check before any engine call runs here
+    strategy._loop = object()  # type: ignore[assignment]
+    params = [torch.nn.Parameter(torch.zeros(2))]
+    with pytest.raises(ConfigError) as info:
+        strategy.clip_grad_norm_(params, 0.5)
+    text = str(info.value)
+    assert "max_norm=0.5" in text and "gradient_clipping = 1.0" in text
+    assert line_of(tmp_path, "gradient_clipping") in text
+    assert "fix: set deepspeed_config.gradient_clipping: 0.5" in text
