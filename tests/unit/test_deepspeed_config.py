@@ -305,3 +305,18 @@ def test_clip_grad_norm_with_another_max_norm_than_deepspeeds_is_refused(tmp_pat
     assert "max_norm=0.5" in text and "gradient_clipping = 1.0" in text
     assert line_of(tmp_path, "gradient_clipping") in text
     assert "fix: set deepspeed_config.gradient_clipping: 0.5" in text
+
+
+def test_a_config_dict_in_code_is_checked_when_the_accelerator_is_made() -> None:
+    from overdrive.accelerator import Accelerator
+    from overdrive.plugins import DeepSpeedPlugin
+    from overdrive.utils import DummyOptim as PublicDummyOptim
+
+    assert PublicDummyOptim is DummyOptim  # where the described system's users import it
+    plugin = DeepSpeedPlugin(zero_stage=2, hf_ds_config={"zero_optimization": {"stage": 3}})
+    with pytest.raises(ConfigError) as info:
+        Accelerator(cpu=True, deepspeed_plugin=plugin)
+    text = str(info.value)
+    assert "the DeepSpeed config dict given in code" in text
+    assert "zero_optimization.stage = 3" in text and "deepspeed_config.zero_stage = 2" in text
+    assert "code Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=...))" in text

@@ -131,7 +131,7 @@ def main() -> None:
                 opt.step()
                 sched.step()
                 opt.zero_grad()
-            window.append(acc.gather(idx))
+            window.append(acc.gather(idx).cpu())
             if acc.sync_gradients:
                 want = ref.window(ds, window)
                 norm_diff = max(norm_diff, abs(float(norm) - want) / want)
@@ -145,8 +145,8 @@ def main() -> None:
         saved = load_file(str(out / "model" / "model.safetensors"))
         expected = ref.model.state_dict()
         assert sorted(state) == sorted(expected) == sorted(saved), (sorted(state), sorted(saved))
-        diff = max((state[n] - expected[n]).abs().max().item() for n in expected)
-        saved_diff = max((saved[n] - state[n]).abs().max().item() for n in expected)
+        diff = max((state[n].cpu() - expected[n]).abs().max().item() for n in expected)
+        saved_diff = max((saved[n] - state[n].cpu()).abs().max().item() for n in expected)
         row = {
             "rank": acc.process_index,
             "type": str(acc.distributed_type),
