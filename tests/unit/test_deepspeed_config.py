@@ -24,6 +24,8 @@ from overdrive.ds.finish import describe, finish
 from overdrive.errors import ConfigError
 from tests.helpers.dist import REPO, clean_env
 
+pytestmark = pytest.mark.deepspeed
+
 
 def settings_for(tmp_path: Path, data: dict[str, Any], ds_json: dict[str, Any] | None = None):
     data = {"distributed_type": "DEEPSPEED", **data}
@@ -314,8 +316,12 @@ def test_a_config_dict_in_code_is_checked_when_the_accelerator_is_made() -> None
 
     assert PublicDummyOptim is DummyOptim  # where the described system's users import it
     plugin = DeepSpeedPlugin(zero_stage=2, hf_ds_config={"zero_optimization": {"stage": 3}})
-    with pytest.raises(ConfigError) as info:
-        Accelerator(cpu=True, deepspeed_plugin=plugin)
+    try:
+        with pytest.raises(ConfigError) as info:
+            Accelerator(cpu=True, deepspeed_plugin=plugin)
+    finally:  # the refused Accelerator's process state had made a (one-process) group
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
     text = str(info.value)
     assert "the DeepSpeed config dict given in code" in text
     assert "zero_optimization.stage = 3" in text and "deepspeed_config.zero_stage = 2" in text

@@ -1,5 +1,6 @@
 """Migration aid: the seeds import these from ``accelerate.utils``."""
 
+from overdrive.ds.dummies import DummyOptim, DummyScheduler
 from overdrive.kwargs_handlers import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
@@ -22,6 +23,8 @@ __all__ = [
     "DeepSpeedPlugin",
     "DistributedDataParallelKwargs",
     "DistributedType",
+    "DummyOptim",
+    "DummyScheduler",
     "FullyShardedDataParallelPlugin",
     "GradScalerKwargs",
     "GradientAccumulationPlugin",
