@@ -49,6 +49,7 @@ def test_seed_deepspeed_example_trains_a_llama(config: str, tmp_path: Path) -> N
     assert (row["offload_optimizer"], row["offload_param"]) == (offload_opt, offload_param)
     assert row["optimizer"] == "DeepSpeedCPUAdam"  # the AdamW, mapped for ZeRO-Offload
     assert row["born_partitioned"] is born  # zero3_init_flag: built already partitioned
+    assert row["plain_born_partitioned"] is born  # nn.Module in cpu_ram_efficient_init()
     assert row["last"] < 0.5 * row["first"], row  # it trained
     assert row["saved_equals_state"]
     if "loss_scale_window" in (CONFIGS / config).read_text():

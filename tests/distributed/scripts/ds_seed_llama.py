@@ -2,7 +2,8 @@
 file gives (launched with ``--config_file``), for tests/distributed/test_deepspeed_seeds.py.
 
 The model is built with ``AutoModelForCausalLM.from_config`` after the Accelerator exists, so
-with ``zero3_init_flag`` under ZeRO-3 it is created already partitioned. It learns a fixed
+with ``zero3_init_flag`` under ZeRO-3 transformers creates it already partitioned; a plain
+``nn.Linear`` built inside ``accelerator.cpu_ram_efficient_init()`` is too. It learns a fixed
 next-token rule; ``save_model`` writes the full weights. Prints ``RESULT {json}`` on the main
 process: the settings in force, whether the model was born partitioned, first and last loss.
 """
@@ -41,6 +42,12 @@ def sequences(n: int) -> torch.Tensor:
     return torch.cat(rows, dim=1)
 
 
+def _partitioned(module: torch.nn.Module) -> bool:
+    """Built by ``deepspeed.zero.Init``: every parameter a ZeRO-3 placeholder."""
+    params = list(module.parameters())
+    return all(hasattr(p, "ds_id") and p.numel() == 0 for p in params)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
@@ -48,11 +55,12 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=6)
     args = parser.parse_args()
     acc = Accelerator()
+    with acc.cpu_ram_efficient_init():  # a plain nn.Module is built partitioned in here
+        plain = torch.nn.Linear(64, 64)
     torch.manual_seed(0)
-    with acc.cpu_ram_efficient_init():  # a plain nn.Module would need it; from_config does not
-        model = AutoModelForCausalLM.from_config(CONFIG)
-    born = [p for p in model.parameters() if hasattr(p, "ds_id")]
-    partitioned = bool(born) and all(p.numel() == 0 for p in born)
+    model = AutoModelForCausalLM.from_config(CONFIG)  # transformers partitions by itself
+    plain_partitioned = _partitioned(plain)
+    partitioned = _partitioned(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.0)
     loader = DataLoader(TensorDataset(sequences(32 * acc.num_processes)), batch_size=2)
     model, optimizer, loader = acc.prepare(model, optimizer, loader)
@@ -89,6 +97,7 @@ def main() -> None:
             "accumulation": acc.gradient_accumulation_steps,
             "clipping": acc.strategy.config.gradient_clipping,
             "born_partitioned": partitioned,
+            "plain_born_partitioned": plain_partitioned,
             "first": losses[0],
             "last": losses[-1],
             "steps": len(losses),
