@@ -37,6 +37,7 @@ from overdrive.ds.engine import (
     say,
 )
 from overdrive.ds.finish import finish
+from overdrive.ds.window import WindowScale
 from overdrive.errors import ConfigError, OverdriveError
 from overdrive.strategies.base import Params, PrepareOne, Strategy, TrainingLoop
 
@@ -63,10 +64,7 @@ class DeepSpeedStrategy(Strategy):
         self._loop: TrainingLoop | None = None
         self._stepped: bool | None = None  # set when clip_grad_norm_ ran this window's step
         self._last_norm = torch.tensor(float("nan"))
-        self._window = 1.0  # k/m for the open window (m known at its first micro-batch)
-        self._open = False
-        self._expected: int | None = None
-        self._said_window = False
+        self._window = WindowScale(say)
         self._replaced: Any = None  # the user's optimizer, when DeepSpeed's CPU Adam replaced it
         self._hf = HfZero3Config(self._init_config()) if self.zero3_init else None
         if self._hf is not None:
@@ -258,49 +256,9 @@ class DeepSpeedStrategy(Strategy):
         shorter (m < k batches left in the epoch) is scaled to its own mean."""
         engine = self._require_engine("backward")
         assert self._loop is not None
-        gs = self._loop.gradient_state
-        k = gs.num_steps
-        if not self._open:  # this micro-batch opens a window
-            if gs.sync_gradients:  # ... and closes it: gs.rescale is k/m, known
-                self._window, self._expected = gs.rescale, None
-            else:
-                left = self._batches_left()
-                self._expected = left if left is not None and 0 < left < k else k
-                self._window = k / self._expected
-        engine.set_gradient_accumulation_boundary(gs.sync_gradients)
-        scaled = loss * self._window if self._window != 1.0 else loss
-        engine.backward(scaled, scale_wrt_gas=False, **kwargs)
-        self._open = not gs.sync_gradients
-        if gs.sync_gradients and self._expected is not None:
-            self._check_window(round(k / gs.rescale), k)
-
-    def _batches_left(self) -> int | None:
-        """Batches of the active prepared loader from this one on (None: unknown)."""
-        assert self._loop is not None
-        active = self._loop.loop_state.active
-        if active is None:
-            return None
-        index = active.batch_index
-        for loader in self._loop.dataloaders:
-            if getattr(loader, "progress", None) is active:
-                try:
-                    return len(loader) - index
-                except TypeError:  # an iterable dataset: no length
-                    return None
-        return None
-
-    def _check_window(self, seen: int, k: int) -> None:
-        """Say once if a window closed after a number of micro-batches nobody knew ahead."""
-        if seen == self._expected or self._said_window:
-            return
-        self._said_window = True
-        say(
-            f"an accumulation window closed after {seen} micro-batch(es) where "
-            f"{self._expected} were expected (gradient_accumulation_steps {k}); its gradients "
-            f"are scaled by 1/{self._expected} instead of 1/{seen}, since DeepSpeed sums them "
-            "inside the engine and the dataloader's length was not known ahead (said once)",
-            logging.WARNING,
-        )
+        factor = self._window.factor(self._loop)
+        engine.set_gradient_accumulation_boundary(self._loop.gradient_state.sync_gradients)
+        engine.backward(loss * factor if factor != 1.0 else loss, scale_wrt_gas=False, **kwargs)
 
     def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager[None]:
         # The engine reduces at the window's boundary (set in backward), not in each backward.
