@@ -9,7 +9,7 @@ PIP := $(BIN)/python -m pip
 DEMO_STAMP := $(VENV)/.installed-demo
 STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test faults compat lint typecheck venv clean
+.PHONY: demo test faults compat deepspeed lint typecheck venv clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,8 +35,14 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# The heavy DeepSpeed runs (CPU Adam, whose first use compiles it for minutes; the seeds'
+# Llama examples) run in `make deepspeed`; the rest of the DeepSpeed tests run here.
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -q tests
+
+# Every DeepSpeed test: ZeRO 0-3 and offload on CPU processes, resume, the seeds' examples.
+deepspeed: $(STAMP)
+	$(BIN)/python -m pytest -q tests -m deepspeed
 
 # The fault attacks alone (they also run in `make test`).
 faults: $(STAMP)

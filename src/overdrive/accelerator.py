@@ -46,9 +46,10 @@ from overdrive.plugins import (
 )
 from overdrive.precision import FP8RecipeKwargs, make_precision
 from overdrive.random_state import check_rng_types
-from overdrive.scheduler import AcceleratedScheduler
+from overdrive.scheduler import AcceleratedScheduler, is_scheduler
 from overdrive.state import PartialState
 from overdrive.strategies import check_available, select_strategy
+from overdrive.strategies.base import TrainingLoop
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -137,6 +138,7 @@ class Accelerator(AcceleratorCompat):
             self.settings,
             ddp_kwargs=handlers.get(DistributedDataParallelKwargs),
             fsdp_wrap=_callable_wrap_policy(fsdp_plugin),
+            deepspeed_plugin=deepspeed_plugin,
         )
         export_for_transformers(self.settings, self.state.distributed_type)
         self.precision = make_precision(
@@ -255,16 +257,16 @@ class Accelerator(AcceleratorCompat):
                 f"prepare() got {len(objects)} objects but {len(device_placement)} "
                 "device_placement values; pass one per object"
             )
-        out = list(objects)
-        for i, obj in enumerate(objects):
-            if not _is_scheduler(obj):
-                out[i] = self._prepare_one(obj, device_placement[i])
-        for i, obj in enumerate(objects):
-            if _is_scheduler(obj):
-                out[i] = self.prepare_scheduler(obj)
+        loop = TrainingLoop(
+            self.gradient_state, self.loop_state, self._dataloaders, self.num_processes
+        )
+        out = self.strategy.prepare(objects, device_placement, self._prepare_one, loop)
         return out[0] if len(out) == 1 else tuple(out)
 
     def _prepare_one(self, obj: Any, place: bool) -> Any:
+        """One object, as the strategy's ``prepare`` hands it over."""
+        if is_scheduler(obj):
+            return self.prepare_scheduler(obj)
         if isinstance(obj, nn.Module):
             return self.prepare_model(obj, device_placement=place)
         if isinstance(obj, torch.optim.Optimizer):
@@ -301,7 +303,7 @@ class Accelerator(AcceleratorCompat):
             # State loaded before prepare (a resumed run) must live where the params live.
             raw.load_state_dict(raw.state_dict())
         self.precision.register_optimizer(raw)
-        wrapped = AcceleratedOptimizer(raw, self.gradient_state, self.precision)
+        wrapped = AcceleratedOptimizer(raw, self.gradient_state, self.precision, self.strategy)
         self._optimizers.append(wrapped)
         return wrapped
 
@@ -356,7 +358,8 @@ class Accelerator(AcceleratorCompat):
             and self.settings["fsdp_config.fsdp_cpu_ram_efficient_loading"]
             and not self.is_main_process
         )
-        return init_empty_weights() if efficient else contextlib.nullcontext()
+        # Otherwise the backend's own way, if it has one (DeepSpeed ZeRO-3: zero3_init_flag).
+        return init_empty_weights() if efficient else self.strategy.model_init_context()
 
     def unwrap_model(
         self,
@@ -604,15 +607,6 @@ class Accelerator(AcceleratorCompat):
         for tracker in self.trackers:
             tracker.finish()
         self.wait_for_everyone()
-
-
-def _is_scheduler(obj: Any) -> bool:
-    return isinstance(obj, (torch.optim.lr_scheduler.LRScheduler, AcceleratedScheduler)) or (
-        hasattr(obj, "optimizer")
-        and callable(getattr(obj, "step", None))
-        and hasattr(obj, "state_dict")
-        and not isinstance(obj, (torch.optim.Optimizer, nn.Module))
-    )
 
 
 def _callable_wrap_policy(plugin: FullyShardedDataParallelPlugin | None) -> Any:

@@ -10,7 +10,6 @@ from overdrive.config import Settings
 from overdrive.errors import ConfigError
 
 _NOT_BUILT = {
-    "DEEPSPEED": "DeepSpeed",
     "MEGATRON_LM": "Megatron-LM tensor/pipeline parallelism",
     "XLA": "XLA (TPU)",
     # Other vendors' accelerators the described system names (overdrive runs CPU and CUDA).

@@ -8,6 +8,7 @@ import torch
 
 from overdrive.accumulation import GradientState
 from overdrive.precision import Precision
+from overdrive.strategies.base import Strategy
 
 
 class AcceleratedOptimizer(torch.optim.Optimizer):
@@ -17,6 +18,9 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
     accumulation window. ``step()`` asks the precision policy to step; under fp16 it may
     skip the step (inf/NaN gradients), which ``step_was_skipped`` reports. Everything else
     (``param_groups``, ``state``, ``state_dict`` ...) is the wrapped optimizer's.
+
+    The step, ``zero_grad`` and a partial window's rescale go through ``strategy`` (plain
+    PyTorch by default), so a backend whose engine owns the step (DeepSpeed) runs it there.
     """
 
     def __init__(
@@ -24,11 +28,13 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         optimizer: torch.optim.Optimizer,
         gradient_state: GradientState,
         precision: Precision,
+        strategy: Strategy | None = None,
     ) -> None:
         # Deliberately no super().__init__: the wrapped optimizer owns params and hooks.
         self.optimizer = optimizer
         self._gradient_state = gradient_state
         self._precision = precision
+        self._strategy = strategy if strategy is not None else Strategy(torch.device("cpu"))
         self.step_was_skipped = False
         self.steps_taken = 0  # optimizer steps that really ran; schedulers follow this
         self._pending_rescale = 1.0
@@ -92,14 +98,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self._precision.unscale_(self.optimizer)
         if self._pending_rescale != 1.0:
             factor, self._pending_rescale = self._pending_rescale, 1.0
-            grads = [
-                p.grad
-                for g in self.optimizer.param_groups
-                for p in g["params"]
-                if p.grad is not None
-            ]
-            if grads:
-                torch._foreach_mul_(grads, factor)
+            self._strategy.rescale_grads(self.optimizer, factor)
 
     def step(self, closure: Any = None) -> None:  # type: ignore[override]
         """Step when the accumulation window closes; no-op on the other micro-batches."""
@@ -107,10 +106,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
             return
         if self._pending_rescale != 1.0:
             self.prepare_grads()
-        if closure is None:
-            ran = self._precision.optimizer_step(self.optimizer)
-        else:
-            ran = self._precision.optimizer_step(self.optimizer, closure=closure)
+        ran = self._strategy.optimizer_step(self.optimizer, self._precision, closure)
         self._precision.after_step()
         self._unscaled = False
         self.step_was_skipped = not ran
@@ -120,4 +116,4 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear gradients, except inside an accumulation window (they are being summed)."""
         if self._gradient_state.sync_gradients:
-            self.optimizer.zero_grad(set_to_none=set_to_none)
+            self._strategy.zero_grad(self.optimizer, set_to_none)

@@ -42,6 +42,26 @@ def _check_precision(settings: Settings, device: str) -> None:
     check_fp8_available(torch.device("cpu"), str(settings.source("mixed_precision")))
 
 
+def _check_deepspeed(settings: Settings, warn: Callable[[str], None]) -> None:
+    """DeepSpeed is installed and its config holds together (the JSON against the settings)."""
+    if settings["distributed_type"] != "DEEPSPEED":
+        return
+    import importlib.util
+
+    from overdrive.ds.config import build
+    from overdrive.errors import ConfigError
+
+    if importlib.util.find_spec("deepspeed") is None:
+        raise ConfigError(
+            f"distributed_type DEEPSPEED ({settings.source('distributed_type')}) needs the "
+            "deepspeed package, which is not installed",
+            key="distributed_type",
+            fix="pip install 'overdrive[deepspeed]' (or deepspeed>=0.16)",
+        )
+    for note in build(settings).notes:
+        warn(note)
+
+
 def plan_launch(
     settings: Settings,
     target: str,
@@ -80,6 +100,7 @@ def plan_launch(
     layout_from_settings(settings, plan.world_size)  # a layout that cannot factor stops here
     _check_precision(settings, plan.device)
     _check_compile(settings)
+    _check_deepspeed(settings, warn)
     for note in inert_sections(settings):
         warn(note)
     return plan

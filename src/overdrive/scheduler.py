@@ -5,7 +5,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import torch
+from torch import nn
+
 from overdrive.optimizer import AcceleratedOptimizer
+
+
+def is_scheduler(obj: Any) -> bool:
+    """A learning-rate scheduler (torch's, a prepared one, or anything shaped like one)."""
+    return isinstance(obj, (torch.optim.lr_scheduler.LRScheduler, AcceleratedScheduler)) or (
+        hasattr(obj, "optimizer")
+        and callable(getattr(obj, "step", None))
+        and hasattr(obj, "state_dict")
+        and not isinstance(obj, (torch.optim.Optimizer, nn.Module))
+    )
 
 
 class AcceleratedScheduler:

@@ -24,10 +24,13 @@ from tests.helpers.env import forget_launcher
 
 # Files `launch` refuses on a machine without GPUs (the tests hide every GPU).
 REFUSED_BY_LAUNCH = {
-    "deepspeed": "distributed_type: DEEPSPEED\nnum_processes: 2\n",
+    "deepspeed_pdsh": (
+        "distributed_type: DEEPSPEED\nnum_machines: 2\nmain_process_ip: 10.0.0.1\n"
+        "deepspeed_config:\n  deepspeed_multinode_launcher: pdsh\n"
+    ),
     "megatron": "distributed_type: MEGATRON_LM\n",
     "xla": "distributed_type: XLA\n",
-    "use_deepspeed": "use_deepspeed: true\n",
+    "use_megatron_lm": "use_megatron_lm: true\n",
     "multi_gpu_without_gpu": "distributed_type: MULTI_GPU\nnum_processes: 2\n",
     "fp8_on_cpu": "use_cpu: true\nmixed_precision: fp8\n",
     "dynamo_mode_without_inductor": (
@@ -37,6 +40,8 @@ REFUSED_BY_LAUNCH = {
 ACCEPTED_BY_LAUNCH = {
     "cpu_pair": "distributed_type: MULTI_CPU\nnum_processes: 2\nmixed_precision: bf16\n",
     "defaults_plus_one": "gradient_accumulation_steps: 4\n",
+    "deepspeed_zero3": "distributed_type: DEEPSPEED\nnum_processes: 2\n"
+    "deepspeed_config:\n  zero_stage: 3\n",
 }
 
 
@@ -70,12 +75,12 @@ def test_validate_accepts_what_launch_accepts(tmp_path: Path, script: Path, name
 def test_validate_sees_the_environment_launch_sees(tmp_path: Path, script: Path) -> None:
     path = tmp_path / "cfg.yaml"
     path.write_text("num_processes: 2\n")
-    env = {"ACCELERATE_USE_DEEPSPEED": "true"}
+    env = {"ACCELERATE_USE_MEGATRON_LM": "true"}
     launched = assert_clean_refusal(
         overdrive("launch", "--dry_run", "--config_file", path, script, env=env)
     )
     validated = assert_clean_refusal(overdrive("config", "validate", path, env=env))
-    assert validated == launched and "env ACCELERATE_USE_DEEPSPEED" in validated
+    assert validated == launched and "env ACCELERATE_USE_MEGATRON_LM" in validated
 
 
 @pytest.mark.parametrize(

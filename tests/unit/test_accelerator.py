@@ -102,8 +102,8 @@ def test_backend_not_built_names_setting_and_source() -> None:
 
 
 def test_backend_from_environment_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
-    with pytest.raises(ConfigError, match="env ACCELERATE_USE_DEEPSPEED"):
+    monkeypatch.setenv("ACCELERATE_USE_MEGATRON_LM", "true")
+    with pytest.raises(ConfigError, match="env ACCELERATE_USE_MEGATRON_LM"):
         Accelerator()
 
 

@@ -79,12 +79,12 @@ def test_a_backend_not_built_yet_stops_before_any_worker_starts(
 ) -> None:
     script = tmp_path / "t.py"
     script.write_text("")
-    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    monkeypatch.setenv("ACCELERATE_USE_MEGATRON_LM", "true")
     code = main(["launch", "--cpu", "--num_processes", "2", str(script)])
     err = capsys.readouterr().err
     assert code == 2
-    assert "DEEPSPEED" in err and "not available yet" in err
-    assert "env ACCELERATE_USE_DEEPSPEED" in err
+    assert "MEGATRON_LM" in err and "not available yet" in err
+    assert "env ACCELERATE_USE_MEGATRON_LM" in err
     assert "Traceback" not in err and "RANK" not in err
 
 

@@ -38,6 +38,23 @@ def target_dir(accelerator: Any, output_dir: str | Path | None) -> tuple[Path, b
     return root / layout.checkpoint_name(index), True
 
 
+def _check_window(accelerator: Any) -> None:
+    """Inside an accumulation window the summed gradients are training state; a backend that
+    keeps them where they cannot be saved (DeepSpeed's ZeRO buffers) refuses the save."""
+    gradient_state = getattr(accelerator, "gradient_state", None)
+    strategy = getattr(accelerator, "strategy", None)
+    if gradient_state is None or strategy is None or strategy.checkpoints_mid_window:
+        return
+    if gradient_state.state_dict().get("micro_batches"):
+        raise CheckpointError(
+            f"save_state() was called inside an accumulation window, after "
+            f"{gradient_state.micro_batches} of {gradient_state.num_steps} micro-batches; "
+            f"the {strategy.name} backend keeps the summed gradients inside its engine, where "
+            "they cannot be saved\n  fix: save when a window closes (when "
+            "accelerator.sync_gradients is True, after optimizer.step())"
+        )
+
+
 def _manifest(accelerator: Any, final: Path, files: dict[str, Any]) -> dict[str, Any]:
     from overdrive import __version__
 
@@ -76,6 +93,7 @@ def save_state(
     """
     require_prepared(accelerator, "save_state")
     wait_for_pending(accelerator)
+    _check_window(accelerator)
     state = accelerator.state
     rank, world = state.process_index, state.num_processes
     rv = Rendezvous("save_state", rank=rank, world_size=world, timeout=timeout or state.timeout)

@@ -149,6 +149,12 @@ def _show(args: argparse.Namespace) -> int:
     print(f"config file: {file_used}{'' if file_used.is_file() else ' (not found, not used)'}")
     print("precedence: code > launch flag > environment > config file > default\n")
     print(render_table(settings, changed_only=args.changed))
+    if settings["distributed_type"] == "DEEPSPEED":
+        from overdrive.ds.config import build
+        from overdrive.ds.finish import describe
+
+        print()
+        print("\n".join(describe(build(settings))))
     return 0
 
 

@@ -83,6 +83,40 @@ def _config_lines(config_file: str | None) -> list[str]:
     return lines
 
 
+def extension_dir() -> Path:
+    """Where torch keeps C++ extensions compiled on first use (DeepSpeed's JIT ops)."""
+    import torch
+
+    given = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if given:
+        return Path(given)
+    build = f"cu{torch.version.cuda.replace('.', '')}" if torch.version.cuda else "cpu"
+    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return root / "torch_extensions" / f"py{sys.version_info[0]}{sys.version_info[1]}_{build}"
+
+
+def _deepspeed_lines() -> list[str]:
+    """DeepSpeed's version, its accelerator and which of its C++ ops are compiled."""
+    if importlib.util.find_spec("deepspeed") is None:
+        return []
+    try:
+        import deepspeed
+        from deepspeed.accelerator import get_accelerator
+        from deepspeed.git_version_info import installed_ops
+    except Exception as exc:  # a broken install is what this report is for
+        return [f"DeepSpeed: cannot be imported ({type(exc).__name__}: {exc})"]
+    built = sorted(name for name, ok in installed_ops.items() if ok)
+    cache = extension_dir()
+    jit = sorted(
+        d.name for d in cache.iterdir() if d.is_dir() and any(d.glob("*.so"))
+    ) if cache.is_dir() else []  # fmt: skip
+    return [
+        f"DeepSpeed: {deepspeed.__version__} (accelerator: {get_accelerator().device_name()})",
+        f"  ops compiled at install: {', '.join(built) or 'none'}",
+        f"  ops compiled on first use ({cache}): {', '.join(jit) or 'none yet'}",
+    ]
+
+
 def report(config_file: str | None = None) -> str:
     """The full report as text."""
     import overdrive
@@ -96,6 +130,7 @@ def report(config_file: str | None = None) -> str:
     ]
     for name, version in backend_versions().items():
         lines.append(f"  {name}: {version or 'not installed'}")
+    lines += _deepspeed_lines()
     lines += _config_lines(config_file)
     relevant = sorted(k for k in os.environ if k.startswith(("ACCELERATE_", "OVERDRIVE_")))
     lines.append("environment: " + (", ".join(relevant) if relevant else "no ACCELERATE_* set"))

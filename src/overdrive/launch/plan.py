@@ -93,6 +93,8 @@ class LaunchPlan:
             env["CUDA_VISIBLE_DEVICES"] = self.cuda_visible_devices
         if self.omp_num_threads is not None:
             env["OMP_NUM_THREADS"] = str(self.omp_num_threads)
+        if self.device == "cpu" and self.settings["distributed_type"] == "DEEPSPEED":
+            env["DS_ACCELERATOR"] = "cpu"  # DeepSpeed's CPU accelerator on CPU processes
         return env
 
     def rank_env(self, local_rank: int) -> dict[str, str]:

@@ -27,9 +27,11 @@ def select_strategy(
     *,
     ddp_kwargs: DistributedDataParallelKwargs | None = None,
     fsdp_wrap: Callable[..., Any] | None = None,
+    deepspeed_plugin: Any = None,
 ) -> Strategy:
-    """The strategy for this run: FSDP when asked for, DDP when several processes run, else
-    one device. ``fsdp_wrap`` is a callable wrap policy given in code.
+    """The strategy for this run: FSDP or DeepSpeed when asked for, DDP when several processes
+    run, else one device. ``fsdp_wrap`` is a callable wrap policy given in code;
+    ``deepspeed_plugin.hf_ds_config`` may hold a DeepSpeed config dict given in code.
 
     ``state`` is the process state (``num_processes``, ``device``). A backend that is asked
     for but not built yet is an error naming the setting and where it came from.
@@ -42,6 +44,14 @@ def select_strategy(
 
         layout = layout_from_settings(settings, state.num_processes)
         return FSDPStrategy(state.device, layout, policy_from_settings(settings, fsdp_wrap))
+    if settings["distributed_type"] == "DEEPSPEED":
+        from overdrive.ds.config import build
+        from overdrive.strategies.deepspeed import DeepSpeedStrategy
+
+        given = getattr(deepspeed_plugin, "hf_ds_config", None)
+        config = build(settings, code_config=given if isinstance(given, dict) else None)
+        zero3_init = bool(settings["deepspeed_config.zero3_init_flag"])
+        return DeepSpeedStrategy(state.device, config, zero3_init=zero3_init)
     if state.num_processes > 1:
         return DDPStrategy(state.device, ddp_kwargs)
     return SingleDeviceStrategy(state.device)

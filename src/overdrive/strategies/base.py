@@ -7,13 +7,31 @@ A new backend is a new file implementing these methods.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
+if TYPE_CHECKING:
+    from overdrive.accumulation import GradientState
+    from overdrive.loop_state import LoopState
+    from overdrive.precision import Precision
+
 Params = Iterable[torch.Tensor] | torch.Tensor
+PrepareOne = Callable[[Any, bool], Any]
+"""The Accelerator's routine for one object: ``prepare_one(obj, device_placement)``."""
+
+
+@dataclass(frozen=True)
+class TrainingLoop:
+    """What a strategy may read of the Accelerator's loop while it prepares objects."""
+
+    gradient_state: GradientState
+    loop_state: LoopState
+    dataloaders: list[Any]  # the Accelerator's prepared dataloaders (the same list)
+    num_processes: int
 
 
 class Strategy:
@@ -24,7 +42,49 @@ class Strategy:
     def __init__(self, device: torch.device) -> None:
         self.device = device
 
+    # Whether save_state may be called inside an accumulation window (the summed gradients
+    # are then saved from ``param.grad``); engines that keep them elsewhere say False.
+    checkpoints_mid_window = True
+
     # --- models and optimizers -------------------------------------------------------
+    def prepare(
+        self,
+        objects: Sequence[Any],
+        placements: Sequence[bool],
+        prepare_one: PrepareOne,
+        loop: TrainingLoop,
+    ) -> list[Any]:
+        """Prepare ``objects`` for ``accelerator.prepare``; returns them in order.
+
+        By default each object goes through ``prepare_one`` on its own, schedulers last (so
+        they find their optimizer prepared). A backend whose engine must see the model,
+        optimizer, scheduler and dataloader together (DeepSpeed) overrides this.
+        """
+        from overdrive.ds.dummies import DummyOptim, DummyScheduler
+        from overdrive.scheduler import is_scheduler
+
+        for obj in objects:
+            if isinstance(obj, (DummyOptim, DummyScheduler)):
+                from overdrive.errors import ConfigError
+
+                raise ConfigError(
+                    f"prepare() got {type(obj).__name__}, a stand-in for an optimizer or "
+                    f"scheduler defined in a DeepSpeed config, but the backend is {self.name}",
+                    key="distributed_type",
+                    fix="set distributed_type: DEEPSPEED with a deepspeed_config_file that "
+                    "defines it, or pass a real torch optimizer/scheduler",
+                )
+        out = list(objects)
+        for schedulers in (False, True):
+            for i, obj in enumerate(objects):
+                if is_scheduler(obj) == schedulers:
+                    out[i] = prepare_one(obj, placements[i])
+        return out
+
+    def model_init_context(self) -> contextlib.AbstractContextManager[Any]:
+        """Where a model is built so this backend can create it efficiently (nothing here)."""
+        return contextlib.nullcontext()
+
     def setup_model(self, model: nn.Module, *, device_placement: bool) -> nn.Module:
         """Move ``model`` to the device (when asked) and wrap it for this backend."""
         if device_placement:
@@ -61,6 +121,24 @@ class Strategy:
 
     def clip_grad_value_(self, parameters: Params, clip_value: float) -> None:
         torch.nn.utils.clip_grad_value_(parameters, clip_value)
+
+    def optimizer_step(
+        self, optimizer: torch.optim.Optimizer, precision: Precision, closure: Any = None
+    ) -> bool:
+        """One optimizer step when a window closes; returns whether it really ran."""
+        if closure is None:
+            return precision.optimizer_step(optimizer)
+        return precision.optimizer_step(optimizer, closure=closure)
+
+    def zero_grad(self, optimizer: torch.optim.Optimizer, set_to_none: bool = True) -> None:
+        """Clear the gradients ``optimizer`` steps (after a window closed)."""
+        optimizer.zero_grad(set_to_none=set_to_none)
+
+    def rescale_grads(self, optimizer: torch.optim.Optimizer, factor: float) -> None:
+        """Multiply the summed gradients by ``factor`` (a window closed early: k/m)."""
+        grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        if grads:
+            torch._foreach_mul_(grads, factor)
 
     # --- state dicts (used by overdrive.checkpoint) -------------------------------------
     def model_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:

@@ -52,6 +52,9 @@ _LAZY = {
     "should_reduce_batch_size": "overdrive.utils.memory",
     # data
     "skip_first_batches": "overdrive.data_loader",
+    # DeepSpeed placeholders for an optimizer / scheduler defined in its JSON
+    "DummyOptim": "overdrive.ds.dummies",
+    "DummyScheduler": "overdrive.ds.dummies",
     # models
     "init_empty_weights": "overdrive.compat.big_modeling",
     "merge_fsdp_weights": "overdrive.compat.fsdp_files",

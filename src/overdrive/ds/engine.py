@@ -1,0 +1,207 @@
+"""Starting DeepSpeed: importing it for the right device, fitting the optimizer to ZeRO-Offload,
+and building the engine with one ``deepspeed.initialize`` call."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+from typing import Any
+
+import torch
+
+from overdrive.ds.config import DeepSpeedConfig
+from overdrive.ds.dummies import DummyOptim
+from overdrive.errors import ConfigError
+
+LOGGER = "overdrive.deepspeed"
+
+
+def say(text: str, level: int = logging.INFO) -> None:
+    """Report on the main process: to the application's logging if it handles the
+    ``overdrive.deepspeed`` logger, else to standard error (as the effective settings are)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized() and dist.get_rank() != 0:
+        return
+    logger = logging.getLogger(LOGGER)
+    if logger.hasHandlers():
+        logger.log(level, text)
+        return
+    prefix = "overdrive: warning: " if level >= logging.WARNING else "overdrive: "
+    sys.stderr.write(prefix + text + "\n")
+    sys.stderr.flush()
+
+
+def import_deepspeed(device: torch.device) -> Any:
+    """``deepspeed``, set up for ``device``: on CPU processes DeepSpeed's CPU accelerator."""
+    wanted = "cpu" if device.type == "cpu" else device.type
+    if wanted == "cpu":
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    try:
+        import deepspeed
+        from deepspeed.accelerator import get_accelerator
+    except ImportError as exc:
+        raise ConfigError(
+            f"distributed_type DEEPSPEED needs the deepspeed package, which cannot be imported "
+            f"({exc})",
+            key="distributed_type",
+            fix="pip install 'overdrive[deepspeed]' (or deepspeed>=0.16)",
+        ) from None
+    import torch.distributed as dist
+
+    if dist.is_initialized():  # DeepSpeed's comm layer on the process group we already run
+        deepspeed.init_distributed(dist_backend=dist.get_backend(), dist_init_required=False)
+    name = get_accelerator().device_name()
+    if name != wanted:
+        raise ConfigError(
+            f"DeepSpeed runs on its {name!r} accelerator but this process trains on {device} "
+            f"(DS_ACCELERATOR={os.environ.get('DS_ACCELERATOR', 'unset')})",
+            key="use_cpu",
+            fix="set DS_ACCELERATOR=cpu for CPU processes (overdrive launch does), or unset it "
+            "on GPU machines; import deepspeed only after creating the Accelerator",
+        )
+    return deepspeed
+
+
+def check_precision(cfg: DeepSpeedConfig, device: torch.device) -> None:
+    """fp16 needs an accelerator that has it (most CPUs have none)."""
+    if cfg.mixed_precision != "fp16" or device.type != "cpu":
+        return
+    from deepspeed.accelerator import get_accelerator
+
+    if not get_accelerator().is_fp16_supported():
+        raise ConfigError(
+            "mixed_precision fp16 with DeepSpeed: DeepSpeed's CPU accelerator has no fp16 on "
+            "this CPU",
+            key="mixed_precision",
+            fix="rehearse with bf16 (or no mixed precision) on CPU processes; fp16 runs on GPUs",
+        )
+
+
+def fit_optimizer(optimizer: Any, cfg: DeepSpeedConfig, config: dict[str, Any]) -> Any:
+    """The optimizer DeepSpeed should step: under ZeRO-Offload a torch Adam/AdamW becomes
+    DeepSpeed's CPU Adam (same update, same parameter groups and hyper-parameters)."""
+    if optimizer is None or isinstance(optimizer, DummyOptim) or cfg.offload_optimizer == "none":
+        return optimizer
+    from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+    if isinstance(optimizer, DeepSpeedCPUAdam):
+        return optimizer
+    kind = type(optimizer)
+    if kind in (torch.optim.Adam, torch.optim.AdamW):
+        group = optimizer.param_groups[0]
+        unsupported = [k for k in ("amsgrad", "maximize") if group.get(k)]
+        if unsupported:
+            raise ConfigError(
+                f"offload_optimizer_device {cfg.offload_optimizer}: the {kind.__name__} has "
+                f"{', '.join(unsupported)} on, which DeepSpeed's CPU Adam cannot run",
+                key="deepspeed_config.offload_optimizer_device",
+                fix="turn it off, or train without optimizer offload",
+            )
+        decoupled = kind is torch.optim.AdamW or bool(group.get("decoupled_weight_decay"))
+        mapped = DeepSpeedCPUAdam(
+            optimizer.param_groups,  # the same group dicts: a scheduler on them still acts
+            lr=group["lr"],
+            betas=group["betas"],
+            eps=group["eps"],
+            weight_decay=group["weight_decay"],
+            adamw_mode=decoupled,
+        )
+        say(
+            f"offload_optimizer_device {cfg.offload_optimizer}: your {kind.__name__} runs as "
+            "DeepSpeed's CPU Adam (DeepSpeedCPUAdam, the same update rule, parameter groups "
+            "and hyper-parameters), since ZeRO-Offload steps the optimizer on the CPU"
+        )
+        return mapped
+    config["zero_force_ds_cpu_optimizer"] = False
+    say(
+        f"offload_optimizer_device {cfg.offload_optimizer}: your {kind.__name__} has no DeepSpeed "
+        "CPU version; it runs as it is on the CPU (slower than DeepSpeed's CPU Adam)",
+        logging.WARNING,
+    )
+    return optimizer
+
+
+def initialize(
+    deepspeed: Any, model: torch.nn.Module, optimizer: Any, config: dict[str, Any]
+) -> Any:
+    """One ``deepspeed.initialize`` call; returns the engine (which holds everything)."""
+    kwargs: dict[str, Any] = {"model": model, "config": config, "dist_init_required": False}
+    if isinstance(optimizer, DummyOptim):
+        kwargs["model_parameters"] = optimizer.params
+    elif optimizer is not None:
+        kwargs["optimizer"] = optimizer
+    with _quiet_torch_warnings():
+        engine, *_ = deepspeed.initialize(**kwargs)
+    return engine
+
+
+@contextlib.contextmanager
+def _quiet_torch_warnings() -> Any:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
+        yield
+
+
+class EngineScheduler:
+    """The scheduler DeepSpeed built from its config's ``scheduler`` section.
+
+    The engine advances it inside its own step, so ``step()`` here does nothing; its state is
+    saved and restored with the checkpoint like any scheduler's.
+    """
+
+    def __init__(self, scheduler: Any) -> None:
+        self.scheduler = scheduler
+        self.optimizer = getattr(scheduler, "optimizer", None)
+
+    def step(self, *args: Any, **kwargs: Any) -> None:
+        return None  # advanced by the engine's step
+
+    def state_dict(self) -> dict[str, Any]:
+        return dict(self.scheduler.state_dict())
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.scheduler.load_state_dict(state)
+
+    def get_last_lr(self) -> list[float]:
+        return list(self.scheduler.get_last_lr())
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "scheduler":
+            raise AttributeError(name)
+        return getattr(self.scheduler, name)
+
+
+class HfZero3Config:
+    """What transformers' ``from_pretrained``/``from_config`` read to build a model already
+    partitioned under ZeRO-3 (``is_zero3()`` and ``config``); registered while alive."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+
+    def is_zero3(self) -> bool:
+        return True
+
+    def is_offload(self) -> bool:
+        return False
+
+    def register(self) -> bool:
+        """Tell transformers (when installed) to build models under ``deepspeed.zero.Init``."""
+        import importlib.util
+
+        if importlib.util.find_spec("transformers") is None:
+            return False
+        from transformers.integrations import deepspeed as hf_deepspeed
+
+        hf_deepspeed.set_hf_deepspeed_config(self)
+        return True
+
+    @staticmethod
+    def unregister() -> None:
+        module = sys.modules.get("transformers.integrations.deepspeed")
+        if module is not None:
+            module.unset_hf_deepspeed_config()

@@ -1,0 +1,167 @@
+"""Completing a DeepSpeed config at ``prepare``: batch sizes from the prepared dataloader and the
+number of processes, optimizer and scheduler values from ``DummyOptim``/``DummyScheduler``.
+
+A value the config fixes that the prepared objects contradict is an error naming both; an
+``"auto"`` nothing can fill is an error naming its key and the config's origin.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from overdrive.ds.config import (
+    AUTO,
+    BATCH,
+    GAS,
+    MICRO_BATCH,
+    DeepSpeedConfig,
+    auto_paths,
+)
+from overdrive.ds.dummies import DummyOptim, DummyScheduler
+from overdrive.errors import ConfigError
+
+
+def _batch_sizes(
+    cfg: DeepSpeedConfig, out: dict[str, Any], micro: int | None, micro_source: str, world: int
+) -> None:
+    fixed_micro = out.get(MICRO_BATCH)
+    if fixed_micro == AUTO:
+        if micro is None:
+            raise ConfigError(
+                f'{MICRO_BATCH} is "auto" in {cfg.origin}, and no prepared dataloader gives a '
+                "batch size",
+                key=MICRO_BATCH,
+                fix="pass the training dataloader to the same accelerator.prepare() call as the "
+                f"model, or set {MICRO_BATCH} in the DeepSpeed config",
+            )
+        out[MICRO_BATCH] = micro
+        cfg.sources[MICRO_BATCH] = micro_source
+    elif micro is not None and fixed_micro != micro:
+        raise ConfigError(
+            f"{cfg.origin} sets {MICRO_BATCH} = {json.dumps(fixed_micro)}, but {micro_source} "
+            f"is {micro}",
+            key=MICRO_BATCH,
+            fix=f'write "{MICRO_BATCH}": "auto" to take the dataloader\'s batch size, or build '
+            "the dataloader with that batch size",
+        )
+    total = int(out[MICRO_BATCH]) * int(out[GAS]) * world
+    if out.get(BATCH) == AUTO:
+        out[BATCH] = total
+        cfg.sources[BATCH] = f"{MICRO_BATCH} x {GAS} x {world} process(es)"
+    elif out.get(BATCH) != total:
+        raise ConfigError(
+            f"{cfg.origin} sets {BATCH} = {json.dumps(out.get(BATCH))}, but {MICRO_BATCH} "
+            f"{out[MICRO_BATCH]} x {GAS} {out[GAS]} x {world} process(es) = {total}",
+            key=BATCH,
+            fix=f'write "{BATCH}": "auto", or make it equal to that product',
+        )
+
+
+def _fill_section(
+    cfg: DeepSpeedConfig, out: dict[str, Any], name: str, values: dict[str, Any], label: str
+) -> None:
+    params = out[name].setdefault("params", {})
+    for key, value in list(params.items()):
+        if value == AUTO and key in values:
+            params[key] = values[key]
+            cfg.sources[f"{name}.params.{key}"] = f'{label}, for "auto"'
+
+
+def _section(
+    cfg: DeepSpeedConfig,
+    out: dict[str, Any],
+    name: str,
+    given: Any,
+    dummy: type,
+    example: str,
+) -> None:
+    """The optimizer or scheduler section against the object passed to prepare()."""
+    has_section = isinstance(out.get(name), dict)
+    is_dummy = isinstance(given, dummy)
+    if has_section and given is not None and not is_dummy:
+        raise ConfigError(
+            f"{cfg.origin} defines the {name} ({out[name].get('type')}), and prepare() also got "
+            f"a {type(given).__name__}",
+            key=f"{name}",
+            fix=f"pass {example} to prepare() to use the JSON's {name}, or remove the {name} "
+            "section to use your own",
+        )
+    if is_dummy and not has_section:
+        raise ConfigError(
+            f"prepare() got {dummy.__name__}, a stand-in for the {name} of a DeepSpeed config, "
+            f"but {cfg.origin} defines no {name}",
+            key=f"{name}",
+            fix=f"pass your own torch {name}, or add a {name} section to the DeepSpeed JSON",
+        )
+    if has_section and given is None:
+        raise ConfigError(
+            f"{cfg.origin} defines the {name} ({out[name].get('type')}), but prepare() got no "
+            f"{name} to stand for it, so it would be neither stepped by the loop nor saved",
+            key=f"{name}",
+            fix=f"pass {example} to the same accelerator.prepare() call",
+        )
+    if is_dummy:
+        _fill_section(cfg, out, name, given.hyperparameters(), f"{dummy.__name__}(...)")
+
+
+def finish(
+    cfg: DeepSpeedConfig,
+    *,
+    micro_batch: int | None,
+    micro_source: str,
+    world_size: int,
+    optimizer: Any,
+    scheduler: Any,
+    on_cpu: bool,
+) -> dict[str, Any]:
+    """The config for ``deepspeed.initialize``; raises on contradictions and unfilled autos."""
+    out = copy.deepcopy(cfg.config)
+    _batch_sizes(cfg, out, micro_batch, micro_source, world_size)
+    _section(cfg, out, "optimizer", optimizer, DummyOptim, "DummyOptim(model.parameters(), lr=...)")
+    if optimizer is not None and "optimizer" not in out and "scheduler" in out:
+        raise ConfigError(
+            f"{cfg.origin} defines a scheduler but no optimizer; DeepSpeed builds its scheduler "
+            "only around an optimizer it builds itself",
+            key="scheduler",
+            fix="remove the scheduler section and pass your own torch scheduler, or define the "
+            "optimizer in the JSON too (and pass DummyOptim)",
+        )
+    _section(cfg, out, "scheduler", scheduler, DummyScheduler, "DummyScheduler(optimizer, ...)")
+    section = out.get("optimizer")
+    if on_cpu and isinstance(section, dict) and cfg.offload_optimizer == "none":
+        kind = str(section.get("type", "")).lower()
+        if kind in ("adam", "adamw") and "torch_adam" not in section.get("params", {}):
+            # DeepSpeed's fused Adam needs CUDA; on CPU processes torch's Adam runs instead.
+            section["params"]["torch_adam"] = True
+            cfg.sources["optimizer.params.torch_adam"] = "overdrive (CPU processes: torch's Adam)"
+    left = auto_paths(out)
+    if left:
+        raise ConfigError(
+            f'{cfg.origin} leaves "auto" at {", ".join(left)}, and nothing overdrive knows '
+            "fills it",
+            key=left[0],
+            fix="write a value there (or pass it to DummyOptim/DummyScheduler for the optimizer "
+            "and scheduler sections)",
+        )
+    return out
+
+
+def describe(cfg: DeepSpeedConfig) -> list[str]:
+    """Lines for ``overdrive config show``: the config, then every value's source."""
+    shown = copy.deepcopy(cfg.config)
+    lines = [f"DeepSpeed config (from {cfg.origin}):"]
+    lines += ["  " + line for line in json.dumps(shown, indent=2).splitlines()]
+    lines.append("where each value comes from:")
+    width = max((len(p) for p in cfg.sources), default=0)
+    lines += [f"  {path:<{width}}  {source}" for path, source in sorted(cfg.sources.items())]
+    pending = [p for p in auto_paths(shown)]
+    if pending:
+        lines.append(
+            '"auto" values are filled when accelerator.prepare() runs: '
+            f"{MICRO_BATCH} from the prepared dataloader's batch size, {BATCH} = {MICRO_BATCH} "
+            f"x {GAS} x processes, optimizer/scheduler values from DummyOptim/DummyScheduler"
+        )
+    lines += [f"note: {note}" for note in cfg.notes]
+    return lines

@@ -1,0 +1,389 @@
+"""DeepSpeed ZeRO stages 0-3 (with CPU/NVMe offload), its engine adapted to the Strategy
+interface so the plain loop stays the plain loop.
+
+DeepSpeed's engine owns the model, optimizer, backward, gradient accumulation, clipping and
+loss scaling. ``prepare`` builds it with one ``deepspeed.initialize`` call from the model, the
+optimizer and the dataloader's batch size; ``backward`` goes to ``engine.backward`` (told
+whether the micro-batch closes a window), the optimizer step to ``engine.step``, and
+``clip_grad_norm_`` returns the global norm the engine clips by. Checkpoints hold full
+tensors gathered through DeepSpeed's fragment API (``overdrive.ds.state``), not DeepSpeed's
+pickled files. Semantics and limits: ``docs/deepspeed.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+from collections.abc import Sequence
+from typing import Any, cast
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from overdrive.config import HANDOVER_VARIABLE
+from overdrive.ds import state as ds_state
+from overdrive.ds.config import DeepSpeedConfig
+from overdrive.ds.dummies import DummyOptim, DummyScheduler
+from overdrive.ds.engine import (
+    EngineScheduler,
+    HfZero3Config,
+    check_precision,
+    fit_optimizer,
+    import_deepspeed,
+    initialize,
+    say,
+)
+from overdrive.ds.finish import finish
+from overdrive.ds.window import WindowScale
+from overdrive.errors import ConfigError, OverdriveError
+from overdrive.strategies.base import Params, PrepareOne, Strategy, TrainingLoop
+
+
+def _trains(obj: Any) -> bool:
+    return isinstance(obj, nn.Module) and any(p.requires_grad for p in obj.parameters())
+
+
+class DeepSpeedStrategy(Strategy):
+    """One DeepSpeed engine per Accelerator: one trained model, its optimizer and scheduler."""
+
+    name = "deepspeed"
+    checkpoints_mid_window = False  # ZeRO keeps the summed gradients in its own buffers
+
+    def __init__(
+        self, device: torch.device, config: DeepSpeedConfig, *, zero3_init: bool = False
+    ) -> None:
+        super().__init__(device)
+        self.config = config
+        self.zero3_init = zero3_init and config.zero_stage == 3
+        self.engine: Any = None
+        self.basic_optimizer: Any = None
+        self._deepspeed: Any = None
+        self._loop: TrainingLoop | None = None
+        self._stepped: bool | None = None  # set when clip_grad_norm_ ran this window's step
+        self._last_norm = torch.tensor(float("nan"))
+        self._window = WindowScale(say)
+        self._replaced: Any = None  # the user's optimizer, when DeepSpeed's CPU Adam replaced it
+        self._hf = HfZero3Config(self._init_config()) if self.zero3_init else None
+        if self._hf is not None:
+            self._hf.register()
+        launched = HANDOVER_VARIABLE in os.environ  # the launcher said those it could see
+        for note in config.notes:
+            if not launched or "code Accelerator(" in note:
+                say(note, logging.WARNING)
+
+    @property
+    def deepspeed(self) -> Any:
+        if self._deepspeed is None:
+            self._deepspeed = import_deepspeed(self.device)
+            check_precision(self.config, self.device)
+        return self._deepspeed
+
+    def _init_config(self) -> dict[str, Any]:
+        """What ``deepspeed.zero.Init`` reads (partitioning, offload, dtype); batch sizes are
+        placeholders there, the real ones are filled at prepare()."""
+        import torch.distributed as dist
+
+        world = dist.get_world_size() if dist.is_initialized() else 1
+        keep = ("zero_optimization", "bf16", "bfloat16", "fp16")
+        init = {k: v for k, v in self.config.config.items() if k in keep}
+        return {**init, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+                "train_batch_size": world}  # fmt: skip
+
+    def model_init_context(self) -> contextlib.AbstractContextManager[Any]:
+        """With zero3_init_flag under ZeRO-3: build the model already partitioned."""
+        if not self.zero3_init:
+            return contextlib.nullcontext()
+        return self.deepspeed.zero.Init(config_dict_or_path=self._init_config())
+
+    # --- prepare: one deepspeed.initialize for model, optimizer, scheduler, batch size -------
+    def prepare(
+        self,
+        objects: Sequence[Any],
+        placements: Sequence[bool],
+        prepare_one: PrepareOne,
+        loop: TrainingLoop,
+    ) -> list[Any]:
+        self._loop = loop
+        models = [i for i, o in enumerate(objects) if _trains(o) and not self._is_ours(o)]
+        optimizers = [
+            i for i, o in enumerate(objects) if isinstance(o, (torch.optim.Optimizer, DummyOptim))
+        ]
+        optimizers = [i for i in optimizers if objects[i] is not self.basic_optimizer]
+        schedulers = [i for i, o in enumerate(objects) if _is_new_scheduler(o, self)]
+        if not models and not optimizers and not schedulers:
+            return self._prepare_plain(objects, placements, prepare_one)
+        self._check_one_engine(objects, models, optimizers, schedulers)
+        out = list(objects)
+        engine_parts = {*models, *optimizers, *schedulers}
+        for i, obj in enumerate(objects):  # dataloaders first: they give the micro-batch size
+            if i not in engine_parts:
+                out[i] = prepare_one(obj, placements[i])
+        micro, micro_source = self._micro_batch(objects, out, loop)
+        model = objects[models[0]]
+        optimizer = objects[optimizers[0]] if optimizers else None
+        scheduler = objects[schedulers[0]] if schedulers else None
+        config = finish(
+            self.config,
+            micro_batch=micro,
+            micro_source=micro_source,
+            world_size=loop.num_processes,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            on_cpu=self.device.type == "cpu",
+        )
+        self._use_accumulation(loop)
+        deepspeed = self.deepspeed
+        fitted = fit_optimizer(optimizer, self.config, config)
+        self._replaced = optimizer if fitted is not optimizer else None
+        self.engine = initialize(deepspeed, model, fitted, config)
+        self.basic_optimizer = self.engine.basic_optimizer
+        out[models[0]] = prepare_one(self.engine, False)
+        if optimizers:
+            out[optimizers[0]] = prepare_one(self.basic_optimizer, False)
+        if schedulers:
+            built = scheduler
+            if isinstance(scheduler, DummyScheduler):
+                built = EngineScheduler(self.engine.lr_scheduler)
+            out[schedulers[0]] = prepare_one(built, False)
+        return out
+
+    def _prepare_plain(
+        self, objects: Sequence[Any], placements: Sequence[bool], prepare_one: PrepareOne
+    ) -> list[Any]:
+        """Dataloaders, evaluation-only models, or objects prepared before: one by one."""
+        dummies = [o for o in objects if isinstance(o, (DummyOptim, DummyScheduler))]
+        if dummies:
+            raise ConfigError(
+                f"prepare() got {type(dummies[0]).__name__} without the model it belongs to",
+                key="distributed_type",
+                fix="pass the model, DummyOptim and DummyScheduler to one prepare() call",
+            )
+        from overdrive.scheduler import is_scheduler
+
+        out = list(objects)
+        for schedulers in (False, True):
+            for i, obj in enumerate(objects):
+                if is_scheduler(obj) == schedulers:
+                    out[i] = prepare_one(obj, placements[i])
+        return out
+
+    def _is_ours(self, obj: Any) -> bool:
+        return self.engine is not None and (obj is self.engine or obj is self.engine.module)
+
+    def _check_one_engine(
+        self,
+        objects: Sequence[Any],
+        models: list[int],
+        optimizers: list[int],
+        schedulers: list[int],
+    ) -> None:
+        fix = (
+            "pass the model, its optimizer, its scheduler and the training dataloader to one "
+            "accelerator.prepare() call; DeepSpeed builds them together, one engine per "
+            "Accelerator"
+        )
+        if self.engine is not None:
+            raise OverdriveError(
+                "DeepSpeed already runs an engine in this Accelerator (prepared earlier); a "
+                f"second model, optimizer or scheduler cannot join it\n  fix: {fix}"
+            )
+        counts = {"models": models, "optimizers": optimizers, "schedulers": schedulers}
+        many = [f"{len(v)} {k}" for k, v in counts.items() if len(v) > 1]
+        if many or not models:
+            what = ", ".join(many) if many else "an optimizer or scheduler but no model to train"
+            raise OverdriveError(f"DeepSpeed prepare() got {what}\n  fix: {fix}")
+
+    @staticmethod
+    def _micro_batch(
+        objects: Sequence[Any], out: list[Any], loop: TrainingLoop
+    ) -> tuple[int | None, str]:
+        loaders = [out[i] for i, o in enumerate(objects) if isinstance(o, DataLoader)]
+        loaders += loop.dataloaders
+        for loader in loaders:
+            size = getattr(loader, "batch_size", None)
+            if size is not None:
+                return int(size), f"the prepared dataloader's batch size per process ({size})"
+        return None, "no prepared dataloader"
+
+    def _use_accumulation(self, loop: TrainingLoop) -> None:
+        steps = self.config.gradient_accumulation_steps
+        gs = loop.gradient_state
+        if gs.num_steps != steps:
+            say(
+                f"gradient_accumulation_steps is {steps}, as {self.config.origin} fixes it "
+                f"(the loop's value was {gs.num_steps})"
+            )
+            gs.num_steps = steps
+
+    # --- models and optimizers prepared one by one --------------------------------------
+    def setup_model(self, model: nn.Module, *, device_placement: bool) -> nn.Module:
+        if self._is_ours(model):
+            return self.engine
+        if _trains(model):
+            raise OverdriveError(
+                "under DeepSpeed a model to train is prepared together with its optimizer\n"
+                "  fix: call accelerator.prepare(model, optimizer, dataloader[, scheduler])"
+            )
+        return super().setup_model(model, device_placement=device_placement)
+
+    def setup_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        if optimizer is not self.basic_optimizer or optimizer is None:
+            raise OverdriveError(
+                "under DeepSpeed an optimizer is prepared together with its model\n"
+                "  fix: call accelerator.prepare(model, optimizer, dataloader[, scheduler])"
+            )
+        return optimizer
+
+    def unwrap(self, model: nn.Module) -> nn.Module:
+        if self.engine is not None and model is self.engine:
+            return super().unwrap(cast(nn.Module, self.engine.module))
+        return super().unwrap(model)
+
+    # --- the step ------------------------------------------------------------------
+    def _require_engine(self, what: str) -> Any:
+        if self.engine is None or self._loop is None:
+            raise OverdriveError(
+                f"{what} under DeepSpeed needs the engine, which prepare() builds\n"
+                "  fix: call accelerator.prepare(model, optimizer, dataloader) first"
+            )
+        return self.engine
+
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """``engine.backward``; the loss arrives divided by k, and a window known to be
+        shorter (m < k batches left in the epoch) is scaled to its own mean."""
+        engine = self._require_engine("backward")
+        assert self._loop is not None
+        factor = self._window.factor(self._loop)
+        engine.set_gradient_accumulation_boundary(self._loop.gradient_state.sync_gradients)
+        engine.backward(loss * factor if factor != 1.0 else loss, scale_wrt_gas=False, **kwargs)
+
+    def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager[None]:
+        # The engine reduces at the window's boundary (set in backward), not in each backward.
+        return contextlib.nullcontext()
+
+    def rescale_grads(self, optimizer: torch.optim.Optimizer, factor: float) -> None:
+        return None  # a short window's losses were already scaled to its mean in backward
+
+    def _step(self) -> bool:
+        if self._stepped is not None:
+            ran, self._stepped = self._stepped, None
+            return ran
+        engine = self._require_engine("optimizer.step()")
+        engine.step()
+        ran = bool(engine.was_step_applied())
+        if ran and self._replaced is not None:
+            # A torch scheduler watches the user's optimizer, which CPU Adam stands in for.
+            self._replaced._opt_called = True
+        return ran
+
+    def optimizer_step(
+        self, optimizer: torch.optim.Optimizer, precision: Any, closure: Any = None
+    ) -> bool:
+        if closure is not None:
+            raise OverdriveError(
+                "optimizer.step(closure) is not supported under DeepSpeed: the engine steps "
+                "once per window\n  fix: call optimizer.step() without a closure"
+            )
+        return self._step()
+
+    def zero_grad(self, optimizer: torch.optim.Optimizer, set_to_none: bool = True) -> None:
+        return None  # the engine clears gradients after its step
+
+    def clip_grad_norm_(
+        self, parameters: Params, max_norm: float, norm_type: float = 2.0
+    ) -> torch.Tensor:
+        """DeepSpeed clips inside its step by ``gradient_clipping``; this runs that step now
+        (the following ``optimizer.step()`` does nothing) and returns the global norm before
+        clipping. Inside a window nothing is clipped; the last step's norm is returned."""
+        engine = self._require_engine("clip_grad_norm_")
+        self._check_clipping(max_norm, norm_type)
+        assert self._loop is not None
+        if not self._loop.gradient_state.sync_gradients:
+            return self._last_norm
+        norm = None
+        if not hasattr(engine.optimizer, "_global_grad_norm"):  # stage 0 in fp32: torch clips
+            grads = [p.grad for p in engine.module.parameters() if p.grad is not None]
+            norm = float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
+        self._stepped = None
+        self._stepped = self._step()
+        if norm is None:
+            norm = engine.get_global_grad_norm()
+        value = float(norm) if norm is not None else math.nan
+        self._last_norm = torch.tensor(value)
+        return self._last_norm
+
+    def _check_clipping(self, max_norm: float, norm_type: float) -> None:
+        configured = self.config.gradient_clipping
+        source = self.config.sources.get("gradient_clipping", "DeepSpeed's default: off")
+        if norm_type != 2.0 or not math.isclose(float(max_norm), configured, rel_tol=1e-9):
+            shown = configured if configured > 0 else "off"
+            raise ConfigError(
+                f"clip_grad_norm_(max_norm={max_norm}, norm_type={norm_type}) cannot take "
+                f"effect under DeepSpeed: the engine clips the 2-norm inside its step by "
+                f"gradient_clipping = {shown} ({source})",
+                key="deepspeed_config.gradient_clipping",
+                fix=f"set deepspeed_config.gradient_clipping: {max_norm} (or "
+                f'"gradient_clipping" in the DeepSpeed JSON) to clip there',
+            )
+
+    # --- state dicts (full tensors; see overdrive.ds.state) -------------------------------
+    def _main(self) -> bool:
+        import torch.distributed as dist
+
+        return not dist.is_initialized() or dist.get_rank() == 0
+
+    def model_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        if not self._is_ours(model):
+            return super().model_state_dict(model)
+        fp32 = self.config.zero_stage == 3 and not self.config.get(
+            "zero_optimization.stage3_gather_16bit_weights_on_model_save", False
+        )
+        return ds_state.model_state_dict(
+            self.deepspeed, self.engine, fp32_masters=fp32, main=self._main()
+        )
+
+    def load_model_state_dict(
+        self, model: nn.Module, state_dict: dict[str, torch.Tensor], strict: bool = True
+    ) -> Any:
+        if not self._is_ours(model):
+            return super().load_model_state_dict(model, state_dict, strict)
+        return ds_state.load_model_state_dict(self.deepspeed, self.engine, state_dict, strict)
+
+    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        engine = self._require_engine("save_state")
+        if engine.fp16_enabled() and self.config.zero_stage == 0:
+            raise OverdriveError(
+                "save_state under DeepSpeed fp16 with ZeRO stage 0 is not supported: that "
+                "optimizer keeps its fp32 masters outside DeepSpeed's fragment API\n"
+                "  fix: use zero_stage 1 or higher (or bf16)"
+            )
+        return ds_state.optimizer_state_dict(engine, self.basic_optimizer)
+
+    def load_optimizer_state_dict(
+        self, optimizer: torch.optim.Optimizer, state: dict[str, Any]
+    ) -> None:
+        engine = self._require_engine("load_state")
+        ds_state.load_optimizer_state_dict(engine, self.basic_optimizer, state)
+
+    def teardown(self) -> None:
+        if self.engine is not None:
+            with contextlib.suppress(Exception):
+                self.engine.destroy()
+        self.engine = None
+        self.basic_optimizer = None
+        if self._hf is not None:
+            HfZero3Config.unregister()
+            self._hf = None
+
+
+def _is_new_scheduler(obj: Any, strategy: DeepSpeedStrategy) -> bool:
+    from overdrive.scheduler import AcceleratedScheduler, is_scheduler
+
+    if isinstance(obj, DummyScheduler):
+        return True
+    return (
+        is_scheduler(obj) and not isinstance(obj, AcceleratedScheduler) and strategy.engine is None
+    )
