@@ -73,4 +73,6 @@ def test_one_process_resumes_a_checkpoint_two_processes_saved(full: Path) -> Non
     (row,) = _launch(full, "one", stage=3, nprocs=1)
     assert row["model_equal"] and row["masters_equal"] and row["state_equal"], row
     assert row["steps"] == [3.0]  # three optimizer steps in epoch 0 (windows 2, 2, 1)
-    assert row["lr"] == 1e-2 * 0.5  # StepLR(step_size=2) after 3 steps
+    # StepLR(step_size=2) after 3 optimizer steps of 2 processes: 6 advances (once per
+    # process per step, the described system's default), restored as saved
+    assert row["lr"] == 1e-2 * 0.5**3

@@ -80,8 +80,9 @@ class Reference:
     sets the learning rate of iteration i = (its steps so far) - 1, from 0 at iteration 0, so
     its first two optimizer steps both run at warmup_min_lr."""
 
-    def __init__(self, max_norm: float, warmup: int = 0) -> None:
+    def __init__(self, max_norm: float, warmup: int = 0, advances: int = 1) -> None:
         self.model = make_model()
+        self.advances = advances  # scheduler steps per optimizer step
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-2)
         if warmup:
             rule = lambda step: min(1.0, max(0, step - 1) / warmup)  # noqa: E731
@@ -96,7 +97,8 @@ class Reference:
             (F.mse_loss(self.model(x), y) / len(batches)).backward()
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_norm)
         self.opt.step()
-        self.sched.step()
+        for _ in range(self.advances):
+            self.sched.step()
         self.opt.zero_grad()
         return float(norm)
 
@@ -117,7 +119,10 @@ def main() -> None:
     else:
         opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
         sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
-    ref = Reference(args.max_norm, warmup=WARMUP if args.dummy else 0)
+    # A prepared torch scheduler advances once per process per optimizer step (the described
+    # system's default); the JSON's scheduler belongs to the engine, which steps it once.
+    advances = 1 if args.dummy else acc.num_processes
+    ref = Reference(args.max_norm, warmup=WARMUP if args.dummy else 0, advances=advances)
     model, opt, sched, dl = acc.prepare(model, opt, sched, DataLoader(ds, batch_size=b))
     k = acc.gradient_accumulation_steps
     window: list[torch.Tensor] = []

@@ -83,6 +83,12 @@ def crafted(acc: Accelerator, source: Path, out: Path) -> Path:
             (target / f"optimizer_0{suffix}").unlink(missing_ok=True)
         with open(target / "optimizer_0.pt", "wb") as f:
             pickle.dump(Payload(out / "PICKLE_RAN"), f)
+        # An attacker edits the manifest too, so the checksums do not stop the load first.
+        manifest_path = target / "overdrive_checkpoint.json"
+        manifest = json.loads(manifest_path.read_text())
+        for suffix in (".json", ".safetensors"):
+            manifest.get("files", {}).pop(f"optimizer_0{suffix}", None)
+        manifest_path.write_text(json.dumps(manifest))
     acc.wait_for_everyone()
     return target
 
