@@ -18,9 +18,11 @@ from torch.utils.data import DataLoader
 
 from overdrive import effective_settings
 from overdrive.accelerator_setup import (
+    callable_wrap_policy,
     code_settings,
     export_for_transformers,
     project_configuration,
+    registrable,
     sort_handlers,
 )
 from overdrive.accumulation import GradientState
@@ -137,7 +139,7 @@ class Accelerator(AcceleratorCompat):
             self.state,
             self.settings,
             ddp_kwargs=handlers.get(DistributedDataParallelKwargs),
-            fsdp_wrap=_callable_wrap_policy(fsdp_plugin),
+            fsdp_wrap=callable_wrap_policy(fsdp_plugin),
             deepspeed_plugin=deepspeed_plugin,
         )
         export_for_transformers(self.settings, self.state.distributed_type)
@@ -284,7 +286,9 @@ class Accelerator(AcceleratorCompat):
         model = self.precision.convert_module(model)  # also runs forward under autocast
         model = self.strategy.setup_model(model, device_placement=place)
         if self.settings["dynamo_config.dynamo_backend"] != "no":
-            model = _compile(model, self.settings)
+            from overdrive.compile import compile_model
+
+            model = compile_model(model, self.settings)
         self._models.append(model)
         return model
 
@@ -518,20 +522,7 @@ class Accelerator(AcceleratorCompat):
 
     def register_for_checkpointing(self, *objects: Any) -> None:
         """Save and restore ``objects`` (each with state_dict/load_state_dict) in save_state."""
-        bad = [
-            repr(o)
-            for o in objects
-            if not (
-                callable(getattr(o, "state_dict", None))
-                and callable(getattr(o, "load_state_dict", None))
-            )
-        ]
-        if bad:
-            raise OverdriveError(
-                f"register_for_checkpointing() needs objects with state_dict() and "
-                f"load_state_dict(); these have not: {', '.join(bad)}"
-            )
-        self._custom_objects.extend(objects)
+        self._custom_objects.extend(registrable(objects))
 
     def save_state(self, output_dir: str | None = None, **kwargs: Any) -> Any:
         from overdrive import checkpoint
@@ -607,22 +598,3 @@ class Accelerator(AcceleratorCompat):
         for tracker in self.trackers:
             tracker.finish()
         self.wait_for_everyone()
-
-
-def _callable_wrap_policy(plugin: FullyShardedDataParallelPlugin | None) -> Any:
-    policy = getattr(plugin, "auto_wrap_policy", None)
-    return policy if callable(policy) else None
-
-
-def _compile(model: nn.Module, settings: Settings) -> nn.Module:
-    try:
-        from overdrive.compile import compile_model
-    except ImportError:
-        source = settings.source("dynamo_config.dynamo_backend")
-        raise ConfigError(
-            f"dynamo_backend {settings['dynamo_config.dynamo_backend']!r} ({source}) is not "
-            "available yet in this version of overdrive",
-            key="dynamo_config.dynamo_backend",
-            fix=f"remove that setting ({source}) or compile the model yourself with torch.compile",
-        ) from None
-    return compile_model(model, settings)

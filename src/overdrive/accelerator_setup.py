@@ -8,7 +8,7 @@ from typing import Any
 
 from overdrive.config import Settings
 from overdrive.config.provenance import Labelled
-from overdrive.errors import ConfigError
+from overdrive.errors import ConfigError, OverdriveError
 from overdrive.kwargs_handlers import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
@@ -134,3 +134,28 @@ def export_for_transformers(settings: Settings, distributed_type: Any) -> None:
     if distributed_type == "FSDP" and settings["fsdp_config.fsdp_cpu_ram_efficient_loading"]:
         os.environ["ACCELERATE_USE_FSDP"] = "true"
         os.environ["FSDP_CPU_RAM_EFFICIENT_LOADING"] = "true"
+
+
+def callable_wrap_policy(plugin: Any) -> Any:
+    """A callable ``auto_wrap_policy`` given to ``FullyShardedDataParallelPlugin`` in code."""
+    policy = getattr(plugin, "auto_wrap_policy", None)
+    return policy if callable(policy) else None
+
+
+def registrable(objects: Iterable[Any]) -> list[Any]:
+    """``objects`` for register_for_checkpointing: each needs state_dict and load_state_dict."""
+    objects = list(objects)
+    bad = [
+        repr(o)
+        for o in objects
+        if not (
+            callable(getattr(o, "state_dict", None))
+            and callable(getattr(o, "load_state_dict", None))
+        )
+    ]
+    if bad:
+        raise OverdriveError(
+            "register_for_checkpointing() needs objects with state_dict() and "
+            f"load_state_dict(); these have not: {', '.join(bad)}"
+        )
+    return objects
