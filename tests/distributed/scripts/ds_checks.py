@@ -25,52 +25,20 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from overdrive.accelerator import Accelerator
-from overdrive.ds.dummies import DummyOptim, DummyScheduler
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fsdp_checks import make_data, make_model  # noqa: E402  (the same model and data)
+
+from overdrive.accelerator import Accelerator  # noqa: E402
+from overdrive.ds.dummies import DummyOptim, DummyScheduler  # noqa: E402
 
 ATOL = 1e-5
 NORM_RTOL = 2e-5
 WARMUP = 4
 BATCHES_PER_EPOCH = 5
-
-
-class Block(nn.Module):
-    def __init__(self, width: int) -> None:
-        super().__init__()
-        self.fc = nn.Linear(width, width)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + torch.tanh(self.fc(x))
-
-
-class Net(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.inp = nn.Linear(5, 16)
-        self.blocks = nn.ModuleList([Block(16) for _ in range(3)])
-        self.out = nn.Linear(16, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.inp(x)
-        for block in self.blocks:
-            h = block(h)
-        return self.out(h)
-
-
-def make_model() -> nn.Module:
-    torch.manual_seed(0)
-    return Net()
-
-
-def make_data(n: int) -> TensorDataset:
-    g = torch.Generator().manual_seed(1)
-    return TensorDataset(
-        torch.arange(n), torch.randn(n, 5, generator=g), torch.randn(n, 1, generator=g)
-    )
 
 
 class Reference:
