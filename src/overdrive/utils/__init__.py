@@ -8,26 +8,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from overdrive.compat.enums import DDPCommunicationHookType, LoggerType, PrecisionType, RNGType
-from overdrive.kwargs_handlers import (
-    AutocastKwargs,
-    DistributedDataParallelKwargs,
-    GradScalerKwargs,
-    InitProcessGroupKwargs,
-    KwargsHandler,
-    ProfileKwargs,
-    SchedulerKwargs,
-)
-from overdrive.plugins import (
-    DataLoaderConfiguration,
-    DeepSpeedPlugin,
-    FullyShardedDataParallelPlugin,
-    GradientAccumulationPlugin,
-    MegatronLMPlugin,
-    ParallelismConfig,
-    ProjectConfiguration,
-)
-from overdrive.types import ComputeEnvironment, DistributedType
+from overdrive.kwargs_handlers import SchedulerKwargs
+from overdrive.utils.dataclasses import *  # noqa: F403  (plugins, kwargs handlers, enums)
+from overdrive.utils.dataclasses import __all__ as _DATACLASSES
 from overdrive.utils.environment import patch_environment, write_basic_config
 from overdrive.utils.imports import *  # noqa: F403  (the is_*_available checks)
 from overdrive.utils.imports import __all__ as _IMPORT_CHECKS
@@ -81,26 +64,8 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "AutocastKwargs",
-    "ComputeEnvironment",
-    "DDPCommunicationHookType",
-    "DataLoaderConfiguration",
-    "DeepSpeedPlugin",
-    "DistributedDataParallelKwargs",
-    "DistributedType",
-    "FullyShardedDataParallelPlugin",
-    "GradScalerKwargs",
-    "GradientAccumulationPlugin",
-    "InitProcessGroupKwargs",
-    "KwargsHandler",
-    "LoggerType",
-    "MegatronLMPlugin",
-    "ParallelismConfig",
-    "PrecisionType",
-    "ProfileKwargs",
-    "ProjectConfiguration",
+    *_DATACLASSES,
     "SchedulerKwargs",
-    "RNGType",
     "patch_environment",
     "write_basic_config",
     *_IMPORT_CHECKS,
