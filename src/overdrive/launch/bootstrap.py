@@ -17,6 +17,7 @@ from types import TracebackType
 
 from overdrive.launch.failure import write_error_file
 from overdrive.launch.rankfiles import register_worker, report_collective_timeout
+from overdrive.launch.worker_exit import finish
 
 _PR_SET_PDEATHSIG = 1
 
@@ -128,8 +129,7 @@ def main() -> None:
     register_worker(os.environ)
     code = run(sys.argv[1:])
     _release_process_group()
-    sys.stdout.flush()
-    sys.exit(code)
+    finish(code)
 
 
 if __name__ == "__main__":
