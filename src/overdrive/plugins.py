@@ -26,8 +26,16 @@ class Plugin:
             key = self.KEYS.get(f.name)
             value = getattr(self, f.name)
             if key is not None and value is not None and not callable(value):
-                out[key] = value
+                out[key] = _plain(value)
         return out
+
+
+def _plain(value: Any) -> Any:
+    """A torch enum member (``ShardingStrategy.FULL_SHARD``, ``StateDictType...``) as its
+    name, the spelling the settings take; other values as they are."""
+    import enum
+
+    return value.name if isinstance(value, enum.Enum) else value
 
 
 @dataclass
@@ -102,6 +110,36 @@ class FullyShardedDataParallelPlugin(Plugin):
         "activation_checkpointing": "fsdp_config.fsdp_activation_checkpointing",
         "use_orig_params": "fsdp_config.fsdp_use_orig_params",
     }
+
+    def set_auto_wrap_policy(self, model: Any) -> None:
+        """Fill what the wrap policy needs from ``model``, as the described system does:
+        TRANSFORMER_BASED_WRAP without layer classes takes the model's ``_no_split_modules``;
+        a named layer class the model does not contain is an error."""
+        from overdrive.errors import ConfigError
+
+        policy = self.auto_wrap_policy
+        if not isinstance(policy, str) or policy.upper() not in (
+            "TRANSFORMER_BASED_WRAP",
+            "TRANSFORMER_LAYER",
+        ):
+            return
+        origin = "code: FullyShardedDataParallelPlugin(transformer_cls_names_to_wrap=...)"
+        if self.transformer_cls_names_to_wrap is None:
+            no_split = getattr(model, "_no_split_modules", None) or []
+            self.transformer_cls_names_to_wrap = list(no_split)
+            origin = f"the model's _no_split_modules ({type(model).__name__})"
+        names = self.transformer_cls_names_to_wrap
+        wanted = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
+        present = {type(m).__name__ for m in model.modules()}
+        missing = [n for n in wanted if n not in present]
+        if missing:
+            raise ConfigError(
+                f"fsdp_config.fsdp_transformer_layer_cls_to_wrap ({origin}) names "
+                f"{', '.join(missing)}, which the model ({type(model).__name__}) does not contain",
+                key="fsdp_config.fsdp_transformer_layer_cls_to_wrap",
+                fix="name a layer class the model has, e.g. "
+                + (", ".join(sorted(present)[:5]) or "its decoder layer class"),
+            )
 
 
 @dataclass

@@ -84,10 +84,4 @@ INTENTIONAL = {
 }
 
 # (script, call) -> why overdrive does not pass it yet (the issue stays open for these).
-NOT_YET = {
-    ("test_merge_weights.py", "<import>"): (
-        "overdrive.commands.merge (merge_command) and the described system's FSDP file layout "
-        "(save_fsdp_model / merge_fsdp_weights) are not provided; overdrive's sharded "
-        "checkpoints go through save_state and `overdrive merge-weights`"
-    ),
-}
+NOT_YET: dict[tuple[str, str], str] = {}

@@ -65,10 +65,14 @@ CASES = [pytest.param(c, marks=pytest.mark.slow) if c == "3-offload" else c for 
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)
-def test_zero_stage_trains_like_one_process(tmp_path: Path, case: int | str) -> None:
+def test_zero_stage_trains_like_one_process(
+    tmp_path: Path, case: int | str, request: pytest.FixtureRequest
+) -> None:
     stage = int(str(case)[0])
     section = {"zero_stage": stage, "gradient_accumulation_steps": 2}
     section.update({"gradient_clipping": MAX_NORM, **STAGES[case]})
+    if "offload_optimizer_device" in section:
+        request.getfixturevalue("cpu_adam_built")
     row = _train(tmp_path, _yaml(tmp_path, section), "run")
     assert row["stage"] == stage
     offload = "offload_optimizer_device" in section

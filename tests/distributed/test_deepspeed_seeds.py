@@ -26,7 +26,9 @@ EXPECTED = {
 
 
 @pytest.mark.parametrize("config", list(EXPECTED))
-def test_seed_deepspeed_example_trains_a_llama(config: str, tmp_path: Path) -> None:
+def test_seed_deepspeed_example_trains_a_llama(
+    config: str, tmp_path: Path, cpu_adam_built: None
+) -> None:
     precision, accumulation, clipping, offload_opt, offload_param, born = EXPECTED[config]
     args = ["--out", str(tmp_path)] + (["--max_norm", str(clipping)] if clipping else [])
     # The files ask for 8 GPUs; the flag (above the file) makes it a 2-process rehearsal.

@@ -11,6 +11,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from overdrive.commands.merge import merge_command, merge_command_parser
+from overdrive.utils import merge_fsdp_weights
 from tests.helpers.dist import REPO, assert_ok, clean_env, run_launch
 
 SCRIPT = "fsdp_ckpt.py"
@@ -61,8 +63,23 @@ def test_merge_weights_writes_the_full_model(tmp_path: Path) -> None:
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
+    at_save = torch.load(tmp_path / "at_save.pt")
     merged = load_file(out / "model.safetensors")  # plain safetensors, no overdrive needed
-    assert _max_diff(merged, torch.load(tmp_path / "at_save.pt")) == 0.0
+    assert _max_diff(merged, at_save) == 0.0
+    # The described system's spelling: save_fsdp_model's folder, merge_fsdp_weights, and its
+    # command's --unsafe_serialization (a .bin that torch.load reads without unpickling code).
+    folder = tmp_path / "fsdp_files" / "pytorch_model_fsdp_0"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        f"model.rank{r}.{ext}" for r in (0, 1) for ext in ("json", "safetensors")
+    ]
+    assert merge_fsdp_weights(folder, tmp_path / "m1") == ["model.safetensors"]
+    assert _max_diff(load_file(tmp_path / "m1" / "model.safetensors"), at_save) == 0.0
+    args = merge_command_parser().parse_args(
+        [str(folder), str(tmp_path / "m2"), "--unsafe_serialization"]
+    )
+    assert merge_command(args) == ["pytorch_model.bin"]
+    unsafe = torch.load(tmp_path / "m2" / "pytorch_model.bin", weights_only=True)
+    assert _max_diff(unsafe, at_save) == 0.0
 
 
 @pytest.mark.distributed
@@ -70,6 +87,8 @@ def test_full_state_dict_checkpoint_resumes_bitwise(tmp_path: Path) -> None:
     _run(tmp_path, "full", 2, 2, "FULL_STATE_DICT")
     names = {p.name for p in (tmp_path / "ckpt").iterdir()}
     assert {"model_0.safetensors", "optimizer_0.safetensors"} <= names
+    saved = load_file(tmp_path / "fsdp_files" / "pytorch_model_fsdp_0.safetensors")
+    assert _max_diff(saved, torch.load(tmp_path / "at_save.pt")) == 0.0
     _run(tmp_path, "resume", 2, 2, "FULL_STATE_DICT")
     assert _max_diff(torch.load(tmp_path / "full.pt"), torch.load(tmp_path / "resume.pt")) == 0
 

@@ -274,6 +274,21 @@ def test_merge_weights_writes_every_model_in_the_hf_layout(
     assert f"model_1: {out / 'model_1'} (model.safetensors)" in capsys.readouterr().out
 
 
+def test_merge_weights_unsafe_serialization_and_remove_checkpoint_dir(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ckpt, out = tmp_path / "ckpt", tmp_path / "out"
+    ckpt.mkdir()
+    full = _save_model(ckpt)
+    _checkpoint(ckpt, [_model_part(0, sharded=True)])
+    argv = ["merge-weights", str(ckpt), str(out), "--unsafe_serialization"]
+    assert main([*argv, "--remove_checkpoint_dir"]) == 0, capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["pytorch_model.bin"]
+    merged = torch.load(out / "pytorch_model.bin", weights_only=True)
+    assert merged.keys() == full.keys() and all(torch.equal(merged[k], full[k]) for k in full)
+    assert not ckpt.exists()
+
+
 def _cli_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     assert main(["merge-weights", *argv]) == 2
     err = capsys.readouterr().err

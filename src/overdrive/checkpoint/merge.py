@@ -1,7 +1,8 @@
 """merge_weights: a checkpoint's model parts as full weights in the Hugging Face file layout.
 
 Sharded parts (written by several processes) are assembled from their boxes; plain parts are
-read as they are. Runs in one process without any process group.
+read as they are. A folder that ``save_fsdp_model`` wrote (``pytorch_model_fsdp_<i>``) is
+one sharded model. Runs in one process without any process group.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from overdrive.checkpoint.layout import MANIFEST, newest_complete
 from overdrive.checkpoint.model_files import parse_size, write_model_files
 from overdrive.checkpoint.parts import FORMAT
 from overdrive.checkpoint.serialization import load_tree, read_json
-from overdrive.checkpoint.shard_reader import merge_full
+from overdrive.checkpoint.shard_reader import merge_full, rank_file
 
+SHARDED_STEM = "model"  # the shard files' stem in a save_fsdp_model folder
 _STEM = re.compile(r"[A-Za-z0-9_.-]+")
 _FIX_DIR = "pass a directory that save_state() wrote, e.g. runs/exp1/checkpoints/checkpoint_3"
 
@@ -71,8 +73,22 @@ def _state(checkpoint: Path, part: dict[str, Any]) -> dict[str, torch.Tensor]:
     return {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
 
 
+def is_fsdp_model_folder(folder: Path) -> bool:
+    """Whether ``folder`` holds one model's shards as ``save_fsdp_model`` writes them."""
+    return (folder / rank_file(SHARDED_STEM, 0, "json")).is_file() and not (
+        folder / MANIFEST
+    ).exists()
+
+
+def merge_into(folder: Path, output: Path, *, safe: bool = True) -> list[str]:
+    """The first model of ``folder`` (a ``save_fsdp_model`` folder or a checkpoint) as full
+    weights in ``output``; ``safe=False`` writes ``pytorch_model.bin`` instead."""
+    done = merge_weights(folder, output, safe=safe)
+    return done[0][2]
+
+
 def merge_weights(
-    checkpoint: Path, output: Path, max_shard_size: int | str = "10GB"
+    checkpoint: Path, output: Path, max_shard_size: int | str = "10GB", *, safe: bool = True
 ) -> list[tuple[str, Path, list[str]]]:
     """Write each model part: ``model_0`` into ``output``, ``model_<i>`` into
     ``output/model_<i>``. Returns (part, directory, file names) for each."""
@@ -84,7 +100,11 @@ def merge_weights(
             "  fix: pass bytes, or text like 10GB, 500MB or 2GiB"
         ) from None
     checkpoint, output = Path(checkpoint), Path(output)
-    models = _model_parts(_manifest(checkpoint), checkpoint)
+    models: list[dict[str, Any]]
+    if is_fsdp_model_folder(checkpoint):
+        models = [{"index": 0, "file": SHARDED_STEM, "sharded": True, "class": "model"}]
+    else:
+        models = _model_parts(_manifest(checkpoint), checkpoint)
     if output.exists() and not output.is_dir():
         raise CheckpointError(
             f"merge-weights: {output} exists and is not a directory\n  fix: choose another path"
@@ -94,9 +114,11 @@ def merge_weights(
             f"merge-weights: the output directory is the checkpoint itself ({output})\n"
             "  fix: write the weights to another directory"
         )
-    done = []
+    done: list[tuple[str, Path, list[str]]] = []
     for part in models:
         state = _state(checkpoint, part)
         target = output if part["index"] == 0 else output / part["file"]
-        done.append((part["file"], target, write_model_files(state, target, max_shard_size, True)))
+        done.append(
+            (str(part["file"]), target, write_model_files(state, target, max_shard_size, safe))
+        )
     return done

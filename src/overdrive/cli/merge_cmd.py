@@ -16,7 +16,8 @@ def register(commands: Any) -> None:
         help="write a checkpoint's model weights as full safetensors files (merging shards)",
         description="Read a checkpoint that save_state() wrote (sharded over processes or not) "
         "and write each model's full weights in the Hugging Face layout: model_0 into "
-        "OUTPUT_DIR, model_<i> into OUTPUT_DIR/model_<i>. Needs no process group.",
+        "OUTPUT_DIR, model_<i> into OUTPUT_DIR/model_<i>. A pytorch_model_fsdp_<i> folder "
+        "that save_fsdp_model() wrote is one model. Needs no process group.",
         allow_abbrev=False,
     )
     parser.add_argument("checkpoint_dir", metavar="CHECKPOINT_DIR", help="checkpoint directory")
@@ -27,13 +28,33 @@ def register(commands: Any) -> None:
         default="10GB",
         help="largest weight file before splitting, e.g. 5GB or 500MiB (default 10GB)",
     )
+    add_flag(
+        parser,
+        "unsafe_serialization",
+        action="store_true",
+        help="write pytorch_model.bin (a pickle) instead of model.safetensors",
+    )
+    add_flag(
+        parser,
+        "remove_checkpoint_dir",
+        action="store_true",
+        help="delete CHECKPOINT_DIR once the weights are written",
+    )
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
+    import shutil
+
     from overdrive.checkpoint.merge import merge_weights
 
-    done = merge_weights(Path(args.checkpoint_dir), Path(args.output_dir), args.max_shard_size)
+    checkpoint = Path(args.checkpoint_dir)
+    done = merge_weights(
+        checkpoint, Path(args.output_dir), args.max_shard_size, safe=not args.unsafe_serialization
+    )
     for part, directory, files in done:
         print(f"{part}: {directory} ({', '.join(files)})")
+    if args.remove_checkpoint_dir:
+        shutil.rmtree(checkpoint)
+        print(f"removed {checkpoint}")
     return 0

@@ -1,33 +1,87 @@
-"""The described system's FSDP file helpers: refused, with overdrive's way named.
+"""The described system's FSDP file helpers, in overdrive's pickle-free formats.
 
-Its FSDP checkpoints are ``torch.distributed.checkpoint`` folders
-(``pytorch_model_fsdp_0``); overdrive writes sharded checkpoints with ``save_state`` (each
-process its own safetensors shards, checksummed) and merges them with
-``overdrive merge-weights``. The names exist so that imports work; calling them says so.
+``save_fsdp_model`` writes what the described system's does, under its names: with a sharded
+state dict a folder ``pytorch_model_fsdp_<i>`` where every process writes its own boxes
+(``checkpoint/shards.py``'s safetensors + JSON tables, not ``torch.distributed.checkpoint``'s
+pickled metadata); with a full state dict one ``pytorch_model_fsdp_<i>.safetensors`` from the
+main process. ``merge_fsdp_weights`` turns such a folder (or a ``save_state`` checkpoint) into
+full weights, as ``overdrive merge-weights`` does.
 """
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
 from overdrive.errors import OverdriveError
 
 
-def save_fsdp_model(*args: Any, **kwargs: Any) -> None:
-    """Refused: use ``accelerator.save_state()`` or ``accelerator.save_model()``."""
-    raise OverdriveError(
-        "save_fsdp_model() writes the described system's torch.distributed.checkpoint "
-        "layout, which overdrive does not use\n"
-        "  fix: accelerator.save_state(dir) (sharded, resumable) or "
-        "accelerator.save_model(model, dir) (full weights); see docs/migrating.md"
-    )
+def save_fsdp_model(
+    fsdp_plugin: Any,
+    accelerator: Any,
+    model: Any,
+    output_dir: str | Path,
+    model_index: int = 0,
+    adapter_only: bool = False,
+) -> Path:
+    """Write ``model``'s weights under ``output_dir``; returns the folder or file written.
+
+    Call it on every process (the sharded form is written by all of them). Whether it is
+    sharded follows the prepared model's FSDP ``state_dict_type``.
+    """
+    if adapter_only:
+        raise OverdriveError(
+            "save_fsdp_model(adapter_only=True) saves PEFT adapters, which overdrive does not "
+            "handle\n  fix: save the adapter with PEFT's own save_pretrained()"
+        )
+    strategy = accelerator.strategy
+    output = Path(output_dir)
+    if getattr(strategy, "sharded_checkpoints", False):
+        from overdrive.checkpoint.merge import SHARDED_STEM
+        from overdrive.checkpoint.shards import save_shards
+
+        folder = output / f"pytorch_model_fsdp_{model_index}"
+        folder.mkdir(parents=True, exist_ok=True)
+        tree = strategy.sharded_model_state_dict(model)
+        save_shards(
+            tree, folder, SHARDED_STEM, rank=accelerator.process_index, what=f"model {model_index}"
+        )
+        accelerator.wait_for_everyone()
+        return folder
+    from overdrive.checkpoint.tensor_file import write_safetensors
+
+    state = accelerator.get_state_dict(model)
+    path = output / f"pytorch_model_fsdp_{model_index}.safetensors"
+    if accelerator.is_main_process:
+        output.mkdir(parents=True, exist_ok=True)
+        write_safetensors({k: v.contiguous() for k, v in state.items()}, path, {"format": "pt"})
+    accelerator.wait_for_everyone()
+    return path
 
 
-def merge_fsdp_weights(*args: Any, **kwargs: Any) -> None:
-    """Refused: use ``overdrive merge-weights CHECKPOINT OUT`` on a ``save_state`` folder."""
-    raise OverdriveError(
-        "merge_fsdp_weights() reads the described system's pytorch_model_fsdp_0 folders, "
-        "which overdrive does not write\n"
-        "  fix: `overdrive merge-weights <checkpoint dir> <output dir>` (or "
-        "overdrive.checkpoint.merge.merge_weights) on a folder written by save_state()"
-    )
+def merge_fsdp_weights(
+    checkpoint_dir: str | Path,
+    output_path: str | Path,
+    safe_serialization: bool = True,
+    remove_checkpoint_dir: bool = False,
+) -> list[str]:
+    """Write the full weights of ``checkpoint_dir`` into ``output_path`` (``model.safetensors``,
+    or ``pytorch_model.bin`` with ``safe_serialization=False``); returns the file names.
+
+    In a process group only the main process writes and every process waits for it, as
+    in the described system, so a script may call it on every rank.
+    """
+    import torch.distributed as dist
+
+    from overdrive.checkpoint.merge import merge_into
+
+    grouped = dist.is_available() and dist.is_initialized()
+    written: list[str] = []
+    if not grouped or dist.get_rank() == 0:
+        written = merge_into(Path(checkpoint_dir), Path(output_path), safe=safe_serialization)
+        if remove_checkpoint_dir:
+            shutil.rmtree(checkpoint_dir)
+    if grouped:
+        dist.barrier()
+    return written

@@ -2,6 +2,7 @@
 
 full:   train 8 optimizer steps (global batch 6, split between the processes, so any of 1,
         2, 3 processes trains the same), save_state after step 4, dump the final parameters.
+        Also writes the model with save_fsdp_model into OUT/fsdp_files.
 resume: load_state() from that checkpoint (possibly on another number of processes), train
         the remaining 4 steps, dump the final parameters.
 Run with FSDP settings (state dict type, version) as launch flags.
@@ -23,6 +24,7 @@ from fsdp_checks import make_model  # noqa: E402
 
 from overdrive import DataLoaderConfiguration  # noqa: E402
 from overdrive.accelerator import Accelerator  # noqa: E402
+from overdrive.utils import save_fsdp_model  # noqa: E402
 
 STEPS, SAVE_AT, GLOBAL_BATCH = 8, 4, 6
 
@@ -55,6 +57,7 @@ def main() -> None:
         step += 1
         if args.phase == "full" and step == SAVE_AT:
             acc.save_state(str(out / "ckpt"))
+            save_fsdp_model(None, acc, model, out / "fsdp_files")  # the described system's name
             at_save = acc.get_state_dict(model)
             if acc.is_main_process:
                 torch.save({k: v.clone() for k, v in at_save.items()}, out / "at_save.pt")

@@ -1,0 +1,1 @@
+"""The described system's ``accelerate.commands`` modules, for scripts that import them."""

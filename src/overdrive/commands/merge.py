@@ -1,0 +1,45 @@
+"""``merge_command_parser`` / ``merge_command``: the described system's merge-weights command
+as functions (its test scripts call them), backed by ``overdrive.checkpoint.merge``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def merge_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
+    """The ``merge-weights`` arguments: CHECKPOINT_DIRECTORY OUTPUT_PATH
+    [--unsafe_serialization] [--remove_checkpoint_dir]."""
+    description = (
+        "Merge a sharded model (a save_fsdp_model folder or a save_state checkpoint) into "
+        "full weights (model.safetensors)."
+    )
+    if subparsers is not None:
+        parser = subparsers.add_parser("merge-weights", description=description)
+    else:
+        parser = argparse.ArgumentParser("overdrive merge-weights", description=description)
+    parser.add_argument("checkpoint_directory", help="the folder holding the shards")
+    parser.add_argument("output_path", help="where to write the full weights")
+    parser.add_argument(
+        "--unsafe_serialization",
+        action="store_true",
+        help="write pytorch_model.bin (a pickle) instead of model.safetensors",
+    )
+    parser.add_argument(
+        "--remove_checkpoint_dir", action="store_true", help="delete the shards afterwards"
+    )
+    if subparsers is not None:
+        parser.set_defaults(func=merge_command)
+    return parser
+
+
+def merge_command(args: argparse.Namespace) -> list[str]:
+    """Run the merge the parsed ``args`` ask for; returns the written file names."""
+    from overdrive.compat.fsdp_files import merge_fsdp_weights
+
+    return merge_fsdp_weights(
+        args.checkpoint_directory,
+        args.output_path,
+        safe_serialization=not args.unsafe_serialization,
+        remove_checkpoint_dir=args.remove_checkpoint_dir,
+    )
