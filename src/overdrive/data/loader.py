@@ -69,13 +69,17 @@ def _loader_kwargs(
 
 
 def _draw_seed(state: PartialState, generator: torch.Generator | None, seedable: bool) -> int:
-    """One shuffle seed for all ranks, chosen on rank 0 (so set_seed there decides it)."""
-    box: list[Any] = [None]
-    if state.process_index == 0:
-        if seedable:
-            box[0] = generator.initial_seed() if generator is not None else torch.initial_seed()
-        else:
-            box[0] = int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
+    """One shuffle seed for all ranks, rank 0's (so set_seed there decides it).
+
+    Every rank makes the draw, as the described system does at prepare: the stream it comes
+    from (torch's global RNG when the sampler has no generator) then moves the same way on
+    every rank, and what the script draws next (dropout) matches a run under it.
+    """
+    if seedable:
+        drawn = generator.initial_seed() if generator is not None else torch.initial_seed()
+    else:
+        drawn = int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
+    box: list[Any] = [drawn]
     if state.use_distributed and state.num_processes > 1:
         ops.broadcast_object_list(box, from_process=0)
     return int(box[0])
@@ -214,6 +218,7 @@ class PreparedDataLoader:
         except TypeError:
             pass
         generator = self.base_dataloader.generator
+        own = self._sampler_generator()
         return {
             "epoch": epoch,
             "batches_yielded": yielded,
@@ -224,9 +229,19 @@ class PreparedDataLoader:
             "worker_seed": (p.worker_seed if p.in_epoch else p.resume_seed) if yielded else None,
             # The DataLoader's own generator, drawn from at every epoch start.
             "generator": None if generator is None else generator.get_state().tolist(),
+            # The sampler's generator when it is not the DataLoader's (prepare gave it one).
+            "sampler_generator": None if own is None else own.get_state().tolist(),
             # Mid-epoch, for a sampler that draws its order: the streams it drew it from.
             "order_rng": self._order_record() if yielded else None,
         }
+
+    def _sampler_generator(self) -> torch.Generator | None:
+        """The shuffling sampler's generator, unless it is the DataLoader's own."""
+        sampler = getattr(self._batch_sampler, "sampler", None)
+        gen = getattr(sampler, "generator", None)
+        if isinstance(gen, torch.Generator) and gen is not self.base_dataloader.generator:
+            return gen
+        return None
 
     def _order_record(self) -> dict[str, Any] | None:
         if self._order is None:
@@ -251,6 +266,9 @@ class PreparedDataLoader:
         generator = self.base_dataloader.generator
         if generator is not None and state.get("generator") is not None:
             generator.set_state(torch.tensor(state["generator"], dtype=torch.uint8))
+        own = self._sampler_generator()
+        if own is not None and state.get("sampler_generator") is not None:
+            own.set_state(torch.tensor(state["sampler_generator"], dtype=torch.uint8))
         p = self._progress
         p.epoch, p.resume_skip, p.yielded, p.in_epoch = int(state["epoch"]), yielded, 0, False
         seed = state.get("worker_seed")

@@ -85,18 +85,20 @@ def prepare_data_loader(
     batch_sampler: Any = None if iterable else given_batches
     # Exact types only: a subclass may order batches its own way (then rank 0's order is sent).
     rng_types = list(rng_types)
-    if (
-        type(batch_sampler) is BatchSampler
-        and type(batch_sampler.sampler) is RandomSampler
-        and batch_sampler.sampler.generator is not None
-        and not use_seedable_sampler
-        and data_seed is None
-    ):
-        # The user's own generator decides the order, as in plain PyTorch and the described
-        # system: rank 0's generator state is copied to every rank at each epoch start.
-        if "generator" not in rng_types:
+    shuffled = type(batch_sampler) is BatchSampler and type(batch_sampler.sampler) is RandomSampler
+    if shuffled and not use_seedable_sampler and data_seed is None:
+        # The order comes from the sampler's generator, as in plain PyTorch and the described
+        # system: without one, every rank draws a seed from torch's RNG (as it does at
+        # prepare) and rank 0's seeds a generator the sampler keeps across epochs; rank 0's
+        # generator state is copied to every rank at each epoch start. One process is left
+        # as it is: the sampler draws from torch's RNG each epoch, as a plain loader does.
+        user_sampler = batch_sampler.sampler
+        if user_sampler.generator is None and world > 1:
+            user_sampler.generator = torch.Generator()
+            user_sampler.generator.manual_seed(_draw_seed(state, None, False))
+        if user_sampler.generator is not None and "generator" not in rng_types:
             rng_types.append("generator")
-    elif type(batch_sampler) is BatchSampler and type(batch_sampler.sampler) is RandomSampler:
+    elif shuffled:
         user_sampler = batch_sampler.sampler
         seed = data_seed
         if seed is None:
