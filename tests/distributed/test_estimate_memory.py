@@ -1,0 +1,51 @@
+"""`overdrive estimate-memory` against the bytes each of 2 CPU processes holds after an AdamW
+step of the tiny transformers Llama (parameters, gradients, optimizer state; within 15%)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from overdrive.cli.main import main
+from tests.helpers.dist import assert_ok, result_rows, run_launch
+from tests.unit.test_estimate_memory import TOLERANCE, tiny_llama_config
+
+pytest.importorskip("transformers")
+
+FSDP = ["--use_fsdp", "--fsdp_version", "2"]
+FSDP += ["--fsdp_transformer_layer_cls_to_wrap", "LlamaDecoderLayer"]
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize(
+    ("strategy", "dtype", "flags"),
+    [
+        ("FSDP FULL_SHARD", "fp32", [*FSDP, "--fsdp_sharding_strategy", "FULL_SHARD"]),
+        ("FSDP FULL_SHARD", "bf16", [*FSDP, "--mixed_precision", "bf16"]),
+        ("DDP", "fp32", []),
+    ],
+)
+def test_per_rank_bytes_match_two_processes(
+    strategy: str,
+    dtype: str,
+    flags: list[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    config = tiny_llama_config(tmp_path)
+    argv = ["estimate-memory", str(config), "--num_processes", "2", "--dtypes", dtype, "--json"]
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    (estimated,) = [r for r in report["estimates"] if r["strategy"] == strategy]
+    result = run_launch("memory_bytes.py", nprocs=2, launch_args=flags, args=[str(config)])
+    assert_ok(result)
+    ranks = result_rows(result.stdout)
+    assert len(ranks) == 2
+    for part in ("params", "grads", "optimizer"):
+        measured = max(r[part] for r in ranks)
+        assert abs(estimated[part] - measured) <= TOLERANCE * measured, (part, estimated, ranks)
+    if strategy != "DDP":  # sharded: each process holds about half
+        total = sum(r["params"] for r in ranks)
+        assert max(r["params"] for r in ranks) <= 0.55 * total, ranks
