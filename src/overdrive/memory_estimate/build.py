@@ -76,7 +76,15 @@ def _from_config_file(path: Path, trust_remote_code: bool) -> ModelSpec:
         )
         with torch.device("meta"):
             module = _model_from_config(transformers, config, trust_remote_code)
-    except (ValueError, KeyError, OSError, ImportError, TypeError, AttributeError) as exc:
+    except (
+        ValueError,
+        KeyError,
+        OSError,
+        ImportError,
+        TypeError,
+        AttributeError,
+        RuntimeError,
+    ) as exc:
         raise ConfigError(
             f"model {path}: transformers could not build a model from it: {exc}",
             key="model",

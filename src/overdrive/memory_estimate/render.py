@@ -49,7 +49,9 @@ def assumptions(spec: ModelSpec, layout: Layout, batch_size: int, seq_len: int) 
         f"pp={layout.pp}: the {spec.num_layers} repeated layers"
         + (f" ({spec.layers_name})" if spec.layers_name else "")
         + " split evenly over the stages, parameters before them on the first stage and "
-        f"after them on the last; shown: stage {counts.stage} ({counts.layers} layers)",
+        f"after them on the last; shown: stage {counts.stage} ({counts.layers} "
+        f"layer{'' if counts.layers == 1 else 's'})"
+        + ("; activations: the stage holding the most" if layout.pp > 1 else ""),
         "total: every column summed (an upper bound of the peak; activations and gradients "
         "are not all alive at once)",
     ]
