@@ -3,6 +3,7 @@ step of the tiny transformers Llama (parameters, gradients, optimizer state; wit
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -75,3 +76,32 @@ def test_tp2_bytes_match_raw_dtensor_split(
     # the split is real: each rank holds well under the whole model (4 bytes a parameter)
     whole = 4 * report["model"]["parameters"]
     assert max(r["params"] for r in ranks) < 0.6 * whole, ranks
+
+
+@pytest.mark.distributed
+@pytest.mark.deepspeed
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_zero_stages_in_bf16_match_deepspeed(
+    stage: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """bf16 weights and fp32 master weights beside AdamW's states, sharded by stage."""
+    if importlib.util.find_spec("deepspeed") is None:  # importing it here would print
+        pytest.skip("deepspeed is not installed")
+    from tests.helpers.deepspeed import DS_ENV
+
+    config = tiny_llama_config(tmp_path)
+    argv = ["estimate-memory", str(config), "--num_processes", "2", "--dtypes", "bf16"]
+    assert main([*argv, "--strategies", f"ZeRO-{stage}", "--json"]) == 0
+    (estimated,) = json.loads(capsys.readouterr().out)["estimates"]
+    flags = ["--use_deepspeed", "--zero_stage", str(stage), "--mixed_precision", "bf16"]
+    result = run_launch("memory_bytes_ds.py", launch_args=flags, args=[str(config)], env=DS_ENV)
+    assert_ok(result)
+    ranks = result_rows(result.stdout)
+    assert len(ranks) == 2 and ranks[0]["param_dtype"] == "torch.bfloat16"
+    pairs = {
+        "params": (estimated["params"], max(r["params"] for r in ranks)),
+        "optimizer": (estimated["optimizer"], max(r["states"] + r["masters"] for r in ranks)),
+        "master": (estimated["master_weights"], max(r["masters"] for r in ranks)),
+    }
+    for part, (guess, measured) in pairs.items():
+        assert abs(guess - measured) <= TOLERANCE * measured, (part, estimated, ranks)

@@ -198,6 +198,7 @@ def test_layouts_that_do_not_fit_are_config_errors(layout: Layout, words: str) -
     [
         (["/nonexistent/config.json"], "no such file, and not module:Class"),
         (["no_such_module_xyz:Net"], "cannot import 'no_such_module_xyz'"),
+        (["meta-llama/Llama-3-8B", "--library_name", "transformers"], "downloads nothing"),
         (["json:NoSuchClass"], "json has no 'NoSuchClass'"),
         (["json:JSONDecoder"], "is not a torch.nn.Module"),
         (["torch.nn:Linear"], "Linear() failed on the meta device"),

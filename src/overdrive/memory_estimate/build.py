@@ -44,6 +44,13 @@ def load_spec(
         return _from_config_file(path, trust_remote_code)
     if ":" in model and library_name != "transformers":
         return _from_class(model)
+    if library_name == "transformers":
+        raise ConfigError(
+            f"model {model}: --library_name transformers needs a config.json (or a directory "
+            "holding one); no such file",
+            key="model",
+            fix=f"pass the path of a local config.json; {_NO_DOWNLOAD}",
+        )
     raise ConfigError(
         f"model {model}: no such file, and not module:Class",
         key="model",
