@@ -11,7 +11,7 @@ import argparse
 import json
 
 import torch
-from torch import nn
+from model import Stack
 
 from overdrive import Accelerator
 
@@ -30,7 +30,7 @@ def main() -> None:
     args = p.parse_args()
     acc = Accelerator(cpu=True)
     torch.manual_seed(0)
-    model = nn.Sequential(*[nn.Linear(args.width, args.width) for _ in range(args.layers)])
+    model = Stack(args.layers, args.width)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model, opt = acc.prepare(model, opt)
     loss = model(torch.randn(4, args.width)).square().mean()

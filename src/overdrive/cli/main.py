@@ -22,7 +22,14 @@ def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``overdrive`` parser with every subcommand registered."""
-    from overdrive.cli import config_cmd, env_cmd, launch_cmd, merge_cmd, test_cmd
+    from overdrive.cli import (
+        config_cmd,
+        env_cmd,
+        estimate_memory_cmd,
+        launch_cmd,
+        merge_cmd,
+        test_cmd,
+    )
 
     parser = argparse.ArgumentParser(
         prog="overdrive",
@@ -30,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in (config_cmd, launch_cmd, env_cmd, test_cmd, merge_cmd):
+    for module in (config_cmd, launch_cmd, env_cmd, test_cmd, merge_cmd, estimate_memory_cmd):
         module.register(commands)
     for sub in _subparsers(parser):
         sub.allow_abbrev = False  # --config-fil must not quietly mean --config-file

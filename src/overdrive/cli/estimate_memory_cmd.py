@@ -1,0 +1,129 @@
+"""`overdrive estimate-memory`: per-rank training memory of a model under each strategy."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from overdrive.cli.flags import add_flag
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be 1 or more")
+    return value
+
+
+def register(commands: Any) -> None:
+    """Add the ``estimate-memory`` subcommand."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "estimate-memory",
+        help="per-rank memory for training a model under DDP, ZeRO/FSDP and tp/pp/dp",
+        description="Build MODEL on the meta device (nothing downloaded or allocated) and print, "
+        "per rank, the bytes of parameters, gradients, AdamW state, working buffers and a rough "
+        "activation figure under DDP, DeepSpeed ZeRO-1/2/3 and FSDP SHARD_GRAD_OP/FULL_SHARD, "
+        "for the process layout and precisions asked. MODEL is a transformers config.json "
+        "(or a directory holding one), module:Class or path/to/file.py:Class (an nn.Module "
+        "constructed with no arguments), or a timm model name with --library_name timm.",
+        allow_abbrev=False,
+    )
+    parser.add_argument("model", metavar="MODEL", help="config.json, directory, or module:Class")
+    add_flag(
+        parser,
+        "library_name",
+        choices=("transformers", "timm"),
+        default=None,
+        help="how to read MODEL (default: a file is a transformers config, A:B is module:Class)",
+    )
+    add_flag(
+        parser,
+        "dtypes",
+        nargs="+",
+        default=["fp32", "bf16"],
+        metavar="DTYPE",
+        help="training precisions: fp32 bf16 fp16 (or float32 bfloat16 float16; default fp32 bf16)",
+    )
+    add_flag(
+        parser,
+        "trust_remote_code",
+        action="store_true",
+        help="let transformers run the config's own model code (auto_map)",
+    )
+    add_flag(parser, "num_processes", type=_positive, default=1, help="world size (default 1)")
+    add_flag(parser, "tp", type=_positive, default=1, help="tensor-parallel degree (default 1)")
+    add_flag(parser, "pp", type=_positive, default=1, help="pipeline-parallel degree (default 1)")
+    add_flag(
+        parser,
+        "batch_size",
+        type=_positive,
+        default=1,
+        help="micro-batch per process, for the activation figure (default 1)",
+    )
+    add_flag(
+        parser,
+        "seq_len",
+        type=_positive,
+        default=2048,
+        help="sequence length, for the activation figure (default 2048)",
+    )
+    add_flag(
+        parser,
+        "strategies",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help="only these rows: DDP ZeRO-1 ZeRO-2 ZeRO-3 SHARD_GRAD_OP FULL_SHARD (default all)",
+    )
+    add_flag(parser, "json", action="store_true", help="print JSON (sizes in bytes)")
+    parser.set_defaults(handler=handle)
+
+
+def _strategies(names: list[str] | None) -> list[Any]:
+    from overdrive.errors import ConfigError
+    from overdrive.memory_estimate import STRATEGIES
+
+    if not names:
+        return list(STRATEGIES)
+    by_name = {s.name.lower(): s for s in STRATEGIES}
+    by_name |= {s.name.split()[-1].lower(): s for s in STRATEGIES}
+    chosen = []
+    for name in names:
+        strategy = by_name.get(name.lower())
+        if strategy is None:
+            raise ConfigError(
+                f"--strategies {name}: no such strategy",
+                key="strategies",
+                fix="choose from DDP ZeRO-1 ZeRO-2 ZeRO-3 SHARD_GRAD_OP FULL_SHARD",
+            )
+        chosen.append(strategy)
+    return list(dict.fromkeys(chosen))
+
+
+def handle(args: argparse.Namespace) -> int:
+    from overdrive.memory_estimate import Layout, estimate, normalize_dtype
+    from overdrive.memory_estimate.arithmetic import check_layout
+    from overdrive.memory_estimate.build import load_spec
+    from overdrive.memory_estimate.render import as_json, table
+
+    dtypes = list(dict.fromkeys(normalize_dtype(d) for d in args.dtypes))
+    strategies = _strategies(args.strategies)
+    layout = Layout(args.num_processes, args.tp, args.pp)
+    spec = load_spec(
+        args.model, library_name=args.library_name, trust_remote_code=args.trust_remote_code
+    )
+    check_layout(spec, layout)
+    rows = [
+        estimate(spec, layout, dtype, s, batch_size=args.batch_size, seq_len=args.seq_len)
+        for dtype in dtypes
+        for s in strategies
+    ]
+    if args.json:
+        print(json.dumps(as_json(spec, layout, rows, args.batch_size, args.seq_len), indent=2))
+    else:
+        print(table(spec, layout, rows, args.batch_size, args.seq_len))
+    return 0
