@@ -110,12 +110,12 @@ def test_env_report_lists_versions_backends_and_config(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text("mixed_precision: bf16\n")
     before = {name for name in OPTIONAL_BACKENDS if name in sys.modules}
-    text = report(str(cfg))
+    backend_versions()
+    assert {name for name in OPTIONAL_BACKENDS if name in sys.modules} == before  # none imported
+    text = report(str(cfg))  # its DeepSpeed section imports deepspeed on purpose (its ops)
     assert "torch: " in text and "Python: " in text and "GPUs visible: 0" in text
     assert f"config file (given): {cfg}" in text and "mixed_precision: bf16" in text
     assert all(f"  {name}: " in text for name in OPTIONAL_BACKENDS)
-    backend_versions()
-    assert {name for name in OPTIONAL_BACKENDS if name in sys.modules} == before  # none imported
 
 
 def test_env_command_runs(capsys: pytest.CaptureFixture[str]) -> None:
