@@ -41,7 +41,9 @@ def _join_threads() -> None:
 
 def _flush_open_files() -> None:
     """Flush every open file object: finalization would have flushed them as it freed them."""
-    files = [o for o in gc.get_objects() if isinstance(o, io.IOBase)]
+    # type(), not isinstance(): isinstance reads __class__, and some objects warn when any
+    # attribute is read (torch.distributed.reduce_op).
+    files = [o for o in gc.get_objects() if issubclass(type(o), io.IOBase)]
     for stream in [*files, sys.stdout, sys.stderr]:  # the standard streams last
         # A broken pipe or a detached buffer: nothing more Python would do either.
         with contextlib.suppress(OSError, ValueError):
