@@ -85,3 +85,30 @@ INTENTIONAL = {
 
 # (script, call) -> why overdrive does not pass it yet (the issue stays open for these).
 NOT_YET: dict[tuple[str, str], str] = {}
+
+
+# The same scripts under plain `python` (one process, no launcher), as a user runs them while
+# porting: the described system's calls and outcomes (recorded with harness.py --launcher
+# python --nprocs 1). test_notebook is left out: it always runs under plain python above.
+DESCRIBED_PYTHON = {
+    "test_ops.py": _passing(
+        "test_gather#0 test_gather_object#0 test_gather_non_contiguous#0 test_broadcast#0 "
+        "test_pad_across_processes#0 test_reduce_sum#0 test_reduce_mean#0 "
+        "test_reduce_max#0 test_op_checker#0 test_copy_tensor_to_devices#0"
+    ),
+    "test_script.py": _passing(
+        "init_state_check#0 process_execution_check#0 test_split_between_processes_list#0 "
+        "test_split_between_processes_nested_dict#0 test_split_between_processes_tensor#0 "
+        "test_split_between_processes_evenly#0 rng_sync_check#0 dl_preparation_check#0 "
+        "central_dl_preparation_check#0 custom_sampler_check#0 check_seedable_sampler#0 "
+        "check_seedable_sampler_with_data_seed#0 training_check#0 training_check#1 "
+        "test_trigger#0 test_reinstantiated_state#0"
+    ),
+    "test_sync.py": _passing(
+        "test_dataloader_break#0 test_noop_sync#0 "
+        "test_gradient_accumulation_with_opt_and_scheduler#0"
+    ),
+    "test_distributed_data_loop.py": {"create_accelerator#0": "fail", "<main>": "fail"},
+    "test_ddp_comm_hook.py": {f"test_ddp_comm_hook#{i}": "fail" for i in range(10)},
+    "test_merge_weights.py": _passing("setup#0"),
+}

@@ -54,3 +54,17 @@ def test_ported_script_passes_what_the_described_system_passes(ported: Path, scr
     assert not problems, f"{script}:\n" + "\n".join(problems)
     for call in ("<import>", "<main>", "<launch>"):
         assert call not in result.calls, f"{script}: {result.errors.get(call)}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", sorted(expected.DESCRIBED_PYTHON))
+def test_ported_script_under_plain_python_passes_what_the_described_system_passes(
+    ported: Path, script: str
+) -> None:
+    result = run_script(ported / script, launcher="python", nprocs=1, call_timeout=90)
+    problems = [
+        f"{call}: {result.calls.get(call, 'not reached')} ({result.errors.get(call, '')})"
+        for call, outcome in expected.DESCRIBED_PYTHON[script].items()
+        if outcome == "pass" and result.calls.get(call) != "pass"
+    ]
+    assert not problems, f"{script} under python:\n" + "\n".join(problems)

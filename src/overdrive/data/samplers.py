@@ -123,7 +123,7 @@ class ShardedBatchSampler:
         drop_last: bool,
         sync_indices: bool = False,
     ) -> None:
-        self.batch_sampler = batch_sampler
+        self._source = batch_sampler  # what an epoch walks (maybe a RecordedOrder)
         self.world, self.rank = world, rank
         self.per_rank = per_rank
         self.split, self.even, self.drop_last = split, even, drop_last
@@ -139,6 +139,12 @@ class ShardedBatchSampler:
         self.fewer = False
 
     @property
+    def batch_sampler(self) -> Any:
+        """The user's batch sampler, as the described system exposes it."""
+        source = self._source
+        return source.batch_sampler if isinstance(source, RecordedOrder) else source
+
+    @property
     def even_batches(self) -> bool:
         """The described system's name for ``even`` (read by its scripts)."""
         return self.even
@@ -148,7 +154,7 @@ class ShardedBatchSampler:
         self.even = bool(value)
 
     def __len__(self) -> int:
-        batches = len(self.batch_sampler)  # type: ignore[arg-type]
+        batches = len(self._source)  # type: ignore[arg-type]
         if self.split:
             rounds = batches
         else:
@@ -157,8 +163,8 @@ class ShardedBatchSampler:
 
     def _batches(self) -> Iterator[list[int]]:
         if not self.sync_indices or ops.world_size() == 1:
-            return (list(b) for b in self.batch_sampler)
-        box: list[Any] = [[list(b) for b in self.batch_sampler] if self.rank == 0 else None]
+            return (list(b) for b in self._source)
+        box: list[Any] = [[list(b) for b in self._source] if self.rank == 0 else None]
         ops.broadcast_object_list(box, from_process=0)
         return iter(box[0])
 
