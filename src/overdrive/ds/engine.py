@@ -80,6 +80,39 @@ def check_precision(cfg: DeepSpeedConfig, device: torch.device) -> None:
         )
 
 
+def check_offload(cfg: DeepSpeedConfig) -> None:
+    """NVMe offload needs a path and DeepSpeed's async I/O op (libaio); without them DeepSpeed
+    stops deep inside ``initialize``, after the model is built."""
+    targets = {
+        "zero_optimization.offload_optimizer": cfg.offload_optimizer,
+        "zero_optimization.offload_param": cfg.offload_param,
+    }
+    for section, device in targets.items():
+        if device != "nvme":
+            continue
+        where = cfg.sources.get(f"{section}.device", cfg.origin)
+        key = "deepspeed_config." + section.rsplit(".", 1)[1] + "_device"
+        path = cfg.get(f"{section}.nvme_path")
+        if not path or not os.path.isdir(str(path)):
+            raise ConfigError(
+                f"{key} is nvme ({where}) but its nvme_path is "
+                + (f"{path!r}, which is not a directory" if path else "not set"),
+                key=key,
+                fix=f"set {key.replace('_device', '_nvme_path')} to a directory on a fast local "
+                "disk, or offload to cpu",
+            )
+        from deepspeed.ops.op_builder import AsyncIOBuilder
+
+        if not AsyncIOBuilder().is_compatible(verbose=False):
+            raise ConfigError(
+                f"{key} is nvme ({where}), which needs DeepSpeed's async I/O op, and it cannot "
+                "be built here (libaio and its headers are missing)",
+                key=key,
+                fix="install libaio (e.g. apt install libaio-dev) and reinstall deepspeed, or "
+                "offload to cpu",
+            )
+
+
 def fit_optimizer(optimizer: Any, cfg: DeepSpeedConfig, config: dict[str, Any]) -> Any:
     """The optimizer DeepSpeed should step: under ZeRO-Offload a torch Adam/AdamW becomes
     DeepSpeed's CPU Adam (same update, same parameter groups and hyper-parameters)."""

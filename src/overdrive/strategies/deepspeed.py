@@ -30,6 +30,7 @@ from overdrive.ds.dummies import DummyOptim, DummyScheduler
 from overdrive.ds.engine import (
     EngineScheduler,
     HfZero3Config,
+    check_offload,
     check_precision,
     fit_optimizer,
     import_deepspeed,
@@ -79,6 +80,7 @@ class DeepSpeedStrategy(Strategy):
         if self._deepspeed is None:
             self._deepspeed = import_deepspeed(self.device)
             check_precision(self.config, self.device)
+            check_offload(self.config)
         return self._deepspeed
 
     def _init_config(self) -> dict[str, Any]:
