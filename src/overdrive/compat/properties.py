@@ -89,6 +89,7 @@ class PropertiesMixin:
                 "parallelism_config.parallelism_config_dp_replicate_size"
             ],
             dp_shard_size=self.settings["parallelism_config.parallelism_config_dp_shard_size"],
+            tp_size=self.settings["parallelism_config.parallelism_config_tp_size"],
         )
 
     def _mesh_rank(self, names: tuple[str, ...], default: int) -> int:

@@ -105,6 +105,19 @@ class Strategy:
                 return model
             model = inner
 
+    # --- data-parallel coordinates (which data each process reads) -------------------
+    def data_parallel_coordinates(self, process_index: int, num_processes: int) -> tuple[int, int]:
+        """(rank, size) of this process among those that read different data."""
+        return process_index, num_processes
+
+    def data_parallel_ranks(self) -> list[int] | None:
+        """One process per data-parallel rank, in that order (None: every process)."""
+        return None
+
+    def data_parallel_group(self) -> Any:
+        """The process group over which data-parallel results are reduced (None: all)."""
+        return None
+
     # --- the step ------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         loss.backward(**kwargs)

@@ -186,6 +186,15 @@ class FSDPStrategy(Strategy):
             )
         return root
 
+    # --- data-parallel coordinates ------------------------------------------------------
+    def data_parallel_coordinates(self, process_index: int, num_processes: int) -> tuple[int, int]:
+        return self.layout.dp_rank(process_index), self.layout.dp_size
+
+    def data_parallel_ranks(self) -> list[int] | None:
+        if self.layout.dp_size == self.layout.world_size:
+            return None
+        return self.layout.data_ranks()
+
     # --- the step ------------------------------------------------------------------
     def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager[None]:
         if hasattr(model, "set_requires_gradient_sync"):

@@ -1,0 +1,94 @@
+"""Tensor parallelism on CPU processes: the ordinary loop trains as one process would.
+
+Each run of ``tp_checks.py`` also trains an unsplit copy on the whole global batch in every
+process (the one-process reference), so one launch checks the loss trace, the clipped
+global norm, the data each process read and ``gather_for_metrics``. Runs of 4 processes
+carry the ``four_processes`` marker (``make parallel`` runs them alone).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.dist import assert_ok, result_rows, run_launch
+
+pytest.importorskip("transformers")
+
+SCRIPT = "tp_checks.py"
+RTOL = 1e-4
+
+
+def _run(nprocs: int, *args: str, launch_args: tuple[str, ...] = ()) -> dict:
+    result = run_launch(
+        SCRIPT, nprocs=nprocs, args=list(args), launch_args=list(launch_args), timeout=420
+    )
+    assert_ok(result)
+    (row,) = result_rows(result.stdout)
+    return row
+
+
+def _assert_matches_one_process(row: dict, steps: int = 10) -> None:
+    assert len(row["losses"]) == len(row["ref_losses"]) == steps
+    for mine, ref in zip(row["losses"], row["ref_losses"], strict=True):
+        assert math.isclose(mine, ref, rel_tol=RTOL), (row["losses"], row["ref_losses"])
+    for mine, ref in zip(row["norms"], row["ref_norms"], strict=True):
+        assert math.isclose(mine, ref, rel_tol=RTOL), (row["norms"], row["ref_norms"])
+    assert row["same_batches"], "the processes of one tp group read different batches"
+    assert row["gathered_exactly"], "gather_for_metrics did not return the dataset in order"
+
+
+@pytest.mark.distributed
+def test_tp2_llama_with_its_own_plan_trains_as_one_process() -> None:
+    row = _run(2, "--tp", "2", "--batch", "4", "--global_batch", "4")
+    assert row["strategy"] == "tensor_parallel" and row["param_types"] == ["DTensor"]
+    assert row["plan"]["lm_head"] == "colwise_rep"
+    assert row["plan"]["model.layers.1.mlp.down_proj"] == "rowwise"
+    _assert_matches_one_process(row)
+
+
+@pytest.mark.distributed
+def test_plain_module_with_a_user_plan_trains_as_one_process() -> None:
+    row = _run(2, "--case", "mlp", "--tp", "2", "--batch", "4", "--global_batch", "4")
+    assert row["plan"] == {"0": "colwise", "2": "rowwise"}
+    _assert_matches_one_process(row)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+@pytest.mark.four_processes
+def test_megatron_tp2_times_two_replicas_trains_as_one_process() -> None:
+    flags = ("--use_megatron_lm", "--megatron_lm_tp_degree", "2")
+    row = _run(4, "--batch", "2", "--global_batch", "4", launch_args=flags)
+    assert row["type"] == "MEGATRON_LM"
+    _assert_matches_one_process(row)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+@pytest.mark.four_processes
+def test_fsdp2_times_tp2_checkpoint_resumes_under_dp4(tmp_path: Path) -> None:
+    """FSDP2 (dp_shard=2) x TP=2 trains as one process; its sharded state, saved halfway,
+    resumes under FSDP FULL_SHARD on 4 processes to the same losses and parameters."""
+    import torch
+    from safetensors.torch import load_file
+
+    common = ("--fsdp", "--global_batch", "4")
+    whole = _run(4, "--tp", "2", "--batch", "2", "--save", str(tmp_path), *common)
+    assert whole["type"] == "FSDP" and whole["strategy"] == "tensor_parallel"
+    _assert_matches_one_process(whole)
+
+    resumed = _run(4, "--batch", "1", "--resume", str(tmp_path), *common)
+    assert resumed["strategy"] == "fsdp"
+    assert resumed["gathered_exactly"]
+    for mine, ref in zip(resumed["losses"], whole["losses"][5:], strict=True):
+        assert math.isclose(mine, ref, rel_tol=RTOL), (resumed["losses"], whole["losses"])
+
+    final = load_file(str(tmp_path / "final" / "model.safetensors"))
+    again = load_file(str(tmp_path / "resumed" / "model.safetensors"))
+    assert sorted(final) == sorted(again) and "lm_head.weight" in final  # full weights
+    assert final["lm_head.weight"].shape == (128, 64)
+    for name, tensor in final.items():
+        torch.testing.assert_close(again[name], tensor, rtol=RTOL, atol=1e-6, msg=name)
