@@ -165,3 +165,17 @@ def test_launch_refuses_a_world_the_degree_does_not_divide(
     assert "tensor-parallel degree 2" in err and "3 processes" in err
     assert "flag --megatron_lm_tp_degree" in err
     assert "Traceback" not in err and "a worker started" not in err
+
+
+def test_dry_run_shows_which_rank_holds_which_coordinate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "t.py"
+    script.write_text("")
+    flags = ["--use_fsdp", "--fsdp_version", "2", "--parallelism_config_tp_size", "2"]
+    code = main(["launch", "--cpu", "--num_processes", "4", *flags, "--dry_run", str(script)])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "mesh (dp_shard=2 x tp=2; data-parallel degree 2" in out
+    assert "rank 1: dp_shard 0, tp 1  (reads data-parallel share 0)" in out
+    assert "rank 2: dp_shard 1, tp 0  (reads data-parallel share 1)" in out
