@@ -26,8 +26,7 @@ _NOT_BUILT = {
 _MEGATRON_NOT_BUILT = {
     "megatron_lm_config.pp_degree": "pipeline parallelism",
     "megatron_lm_config.num_micro_batches": "pipeline micro-batches",
-    "megatron_lm_config.sequence_parallelism": "sequence parallelism from this switch (name "
-    "sequence_parallel modules in ParallelismConfig(tp_plan=...) instead)",
+    "megatron_lm_config.sequence_parallelism": "sequence parallelism",
     "megatron_lm_config.recompute_activations": "activation recomputation under MEGATRON_LM",
     "megatron_lm_config.use_distributed_optimizer": "a distributed optimizer under MEGATRON_LM "
     "(FSDP with a tensor-parallel degree shards the optimizer state)",

@@ -199,9 +199,8 @@ class ParallelismConfig(Plugin):
     ``dp_replicate_size`` x ``dp_shard_size`` processes form the data-parallel layout (HSDP
     with FSDP); ``tp_size`` processes form one tensor-parallel group (docs/parallelism.md).
     ``tp_plan`` (code only) maps module-name patterns (``fnmatch``, ``*`` for any part) to
-    ``"colwise"``, ``"rowwise"``, ``"colwise_rep"``, ``"rowwise_rep"``,
-    ``"sequence_parallel"`` or ``"replicate"``; without it a transformers model's own plan is
-    used. Context parallelism (``cp_size`` above 1) is not available yet and is refused.
+    ``"colwise"``, ``"rowwise"``, ``"colwise_rep"`` or ``"rowwise_rep"``; without it a
+    transformers model's own plan is used. Context parallelism (``cp_size`` above 1) is not available yet and is refused.
     """
 
     dp_replicate_size: int | None = None

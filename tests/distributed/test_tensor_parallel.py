@@ -40,13 +40,32 @@ def _assert_matches_one_process(row: dict, steps: int = 10) -> None:
     assert row["gathered_exactly"], "gather_for_metrics did not return the dataset in order"
 
 
+def _assert_same_weights(directory: Path) -> None:
+    """``save_model`` of the uninterrupted and of the resumed run: the same full weights."""
+    import torch
+    from safetensors.torch import load_file
+
+    final = load_file(str(directory / "final" / "model.safetensors"))
+    again = load_file(str(directory / "resumed" / "model.safetensors"))
+    assert sorted(final) == sorted(again) and "lm_head.weight" in final
+    assert final["lm_head.weight"].shape == (128, 64)  # whole, not one process's half
+    for name, tensor in final.items():
+        torch.testing.assert_close(again[name], tensor, rtol=RTOL, atol=1e-6, msg=name)
+
+
 @pytest.mark.distributed
-def test_tp2_llama_with_its_own_plan_trains_as_one_process() -> None:
-    row = _run(2, "--tp", "2", "--batch", "4", "--global_batch", "4")
+def test_tp2_llama_with_its_own_plan_trains_as_one_process_and_resumes(tmp_path: Path) -> None:
+    common = ("--tp", "2", "--batch", "4", "--global_batch", "4")
+    row = _run(2, *common, "--save", str(tmp_path))
     assert row["strategy"] == "tensor_parallel" and row["param_types"] == ["DTensor"]
     assert row["plan"]["lm_head"] == "colwise_rep"
     assert row["plan"]["model.layers.1.mlp.down_proj"] == "rowwise"
     _assert_matches_one_process(row)
+
+    resumed = _run(2, *common, "--resume", str(tmp_path))
+    for mine, ref in zip(resumed["losses"], row["losses"][5:], strict=True):
+        assert math.isclose(mine, ref, rel_tol=1e-6), (resumed["losses"], row["losses"])
+    _assert_same_weights(tmp_path)
 
 
 @pytest.mark.distributed
@@ -72,9 +91,6 @@ def test_megatron_tp2_times_two_replicas_trains_as_one_process() -> None:
 def test_fsdp2_times_tp2_checkpoint_resumes_under_dp4(tmp_path: Path) -> None:
     """FSDP2 (dp_shard=2) x TP=2 trains as one process; its sharded state, saved halfway,
     resumes under FSDP FULL_SHARD on 4 processes to the same losses and parameters."""
-    import torch
-    from safetensors.torch import load_file
-
     common = ("--fsdp", "--global_batch", "4")
     whole = _run(4, "--tp", "2", "--batch", "2", "--save", str(tmp_path), *common)
     assert whole["type"] == "FSDP" and whole["strategy"] == "tensor_parallel"
@@ -86,9 +102,4 @@ def test_fsdp2_times_tp2_checkpoint_resumes_under_dp4(tmp_path: Path) -> None:
     for mine, ref in zip(resumed["losses"], whole["losses"][5:], strict=True):
         assert math.isclose(mine, ref, rel_tol=RTOL), (resumed["losses"], whole["losses"])
 
-    final = load_file(str(tmp_path / "final" / "model.safetensors"))
-    again = load_file(str(tmp_path / "resumed" / "model.safetensors"))
-    assert sorted(final) == sorted(again) and "lm_head.weight" in final  # full weights
-    assert final["lm_head.weight"].shape == (128, 64)
-    for name, tensor in final.items():
-        torch.testing.assert_close(again[name], tensor, rtol=RTOL, atol=1e-6, msg=name)
+    _assert_same_weights(tmp_path)

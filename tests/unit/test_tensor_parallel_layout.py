@@ -179,3 +179,8 @@ def test_dry_run_shows_which_rank_holds_which_coordinate(
     assert "mesh (dp_shard=2 x tp=2; data-parallel degree 2" in out
     assert "rank 1: dp_shard 0, tp 1  (reads data-parallel share 0)" in out
     assert "rank 2: dp_shard 1, tp 0  (reads data-parallel share 1)" in out
+
+
+def test_sequence_parallel_entries_are_refused_until_built() -> None:
+    with pytest.raises(ConfigError, match="not a tensor-parallel style"):
+        check_plan({"norm": "sequence_parallel"}, "plan")

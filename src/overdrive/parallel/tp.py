@@ -31,11 +31,7 @@ class TPSettings:
 
 def _style(name: str) -> Any:
     from torch.distributed.tensor import Replicate
-    from torch.distributed.tensor.parallel import (
-        ColwiseParallel,
-        RowwiseParallel,
-        SequenceParallel,
-    )
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
     if name == "colwise":
         return ColwiseParallel()
@@ -43,9 +39,7 @@ def _style(name: str) -> Any:
         return RowwiseParallel()
     if name == "colwise_rep":
         return ColwiseParallel(output_layouts=Replicate())
-    if name == "rowwise_rep":
-        return RowwiseParallel(input_layouts=Replicate())
-    return SequenceParallel()
+    return RowwiseParallel(input_layouts=Replicate())  # rowwise_rep
 
 
 def check_heads(model: nn.Module, tp: TPSettings) -> None:
@@ -117,5 +111,16 @@ def apply_tp(model: nn.Module, mesh: DeviceMesh, tp: TPSettings) -> dict[str, st
             stacklevel=3,
         )
         return names
+    for name, style in list(names.items()):
+        module = model.get_submodule(name)
+        if not isinstance(module, (nn.Linear, nn.Embedding)):
+            raise ConfigError(
+                f"the tensor-parallel plan splits {name!r} ({style}), a "
+                f"{type(module).__name__}; only nn.Linear and nn.Embedding modules can be split",
+                key="tp_plan",
+                fix="name the Linear or Embedding modules inside it (see model.named_modules())",
+            )
+        if isinstance(module, nn.Embedding) and style == "rowwise":
+            names[name] = "rowwise_rep"  # an embedding's input (token ids) is always whole
     parallelize_module(model, mesh, {name: _style(style) for name, style in names.items()})
     return names

@@ -12,8 +12,9 @@ A plan is a dict ``{pattern: style}``. Patterns are ``fnmatch`` patterns over th
   gathered whole (an LM head whose logits the loss reads).
 * ``rowwise_rep`` (transformers: ``embedding_rowwise``): rowwise whose input is whole (an
   embedding lookup, or a Linear after a replicated module).
-* ``sequence_parallel``: a norm or dropout runs on a slice of the sequence (its input and
-  output are split along dim 1); put it between a ``rowwise`` and a ``colwise`` module.
+
+Sequence parallelism (norms on a slice of the sequence) needs the neighbouring modules to
+change their layouts too, and is not available yet: a ``sequence_parallel`` entry is refused.
 
 Torch-free: the plan of a ``ParallelismConfig`` is checked when it is built.
 """
@@ -32,9 +33,8 @@ ALIASES = {
     "colwise_gather_output": "colwise_rep",
     "rowwise_rep": "rowwise_rep",
     "embedding_rowwise": "rowwise_rep",
-    "sequence_parallel": "sequence_parallel",
 }
-STYLES = ("colwise", "rowwise", "colwise_rep", "rowwise_rep", "sequence_parallel")
+STYLES = ("colwise", "rowwise", "colwise_rep", "rowwise_rep")
 
 
 def check_plan(plan: Any, source: str) -> dict[str, str]:
