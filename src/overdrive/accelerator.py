@@ -152,6 +152,7 @@ class Accelerator(AcceleratorCompat):
             fp8_recipe=handlers.get(FP8RecipeKwargs),
             distributed_type=self.state.distributed_type,
             source=str(self.settings.source("mixed_precision")),
+            sharded_grads=self.strategy.sharded_grads,
         )
         plugin = gradient_accumulation_plugin or GradientAccumulationPlugin()
         if not plugin.adjust_scheduler:

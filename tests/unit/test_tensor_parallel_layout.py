@@ -184,3 +184,13 @@ def test_dry_run_shows_which_rank_holds_which_coordinate(
 def test_sequence_parallel_entries_are_refused_until_built() -> None:
     with pytest.raises(ConfigError, match="not a tensor-parallel style"):
         check_plan({"norm": "sequence_parallel"}, "plan")
+
+
+def test_megatron_lm_mixed_precision_is_autocast_not_handed_to_an_engine() -> None:
+    import torch
+
+    from overdrive.precision import make_precision
+    from overdrive.precision.autocast import AutocastPrecision
+
+    precision = make_precision("bf16", torch.device("cpu"), distributed_type="MEGATRON_LM")
+    assert isinstance(precision, AutocastPrecision)

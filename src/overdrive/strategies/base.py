@@ -42,6 +42,10 @@ class Strategy:
     def __init__(self, device: torch.device) -> None:
         self.device = device
 
+    # Whether gradients are DTensors spread over processes (FSDP, tensor parallelism): loss
+    # scaling then agrees on infs over every process.
+    sharded_grads = False
+
     # Whether save_state may be called inside an accumulation window (the summed gradients
     # are then saved from ``param.grad``); engines that keep them elsewhere say False.
     checkpoints_mid_window = True
