@@ -40,13 +40,13 @@ def _assert_matches_one_process(row: dict, steps: int = 10) -> None:
     assert row["gathered_exactly"], "gather_for_metrics did not return the dataset in order"
 
 
-def _assert_same_weights(directory: Path) -> None:
+def _assert_same_weights(directory: Path, other: str = "resumed") -> None:
     """``save_model`` of the uninterrupted and of the resumed run: the same full weights."""
     import torch
     from safetensors.torch import load_file
 
     final = load_file(str(directory / "final" / "model.safetensors"))
-    again = load_file(str(directory / "resumed" / "model.safetensors"))
+    again = load_file(str(directory / other / "model.safetensors"))
     assert sorted(final) == sorted(again) and "lm_head.weight" in final
     assert final["lm_head.weight"].shape == (128, 64)  # whole, not one process's half
     for name, tensor in final.items():
@@ -88,9 +88,10 @@ def test_megatron_tp2_times_two_replicas_trains_as_one_process() -> None:
 @pytest.mark.distributed
 @pytest.mark.slow
 @pytest.mark.four_processes
-def test_fsdp2_times_tp2_checkpoint_resumes_under_dp4(tmp_path: Path) -> None:
+def test_fsdp2_times_tp2_checkpoint_resumes_under_dp4_and_back(tmp_path: Path) -> None:
     """FSDP2 (dp_shard=2) x TP=2 trains as one process; its sharded state, saved halfway,
-    resumes under FSDP FULL_SHARD on 4 processes to the same losses and parameters."""
+    resumes under FSDP FULL_SHARD on 4 processes to the same losses and parameters; the
+    state that run saves at its end loads under FSDP2 x TP=2 again to the same weights."""
     common = ("--fsdp", "--global_batch", "4")
     whole = _run(4, "--tp", "2", "--batch", "2", "--save", str(tmp_path), *common)
     assert whole["type"] == "FSDP" and whole["strategy"] == "tensor_parallel"

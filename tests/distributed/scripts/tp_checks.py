@@ -10,7 +10,8 @@ The layout comes from the flags: ``--tp N`` (``ParallelismConfig(tp_size=N)`` in
 it out to take it from the launch flags) and ``--fsdp`` (FSDP2 FULL_SHARD over the
 data-parallel processes, sharded checkpoints). ``--save DIR`` / ``--resume DIR``: save the
 state halfway and the full model at the end / resume from that state (any layout with
-the same global batch) and save the full model at the end too.
+the same global batch), save the full model and the state at the end too. ``--reload DIR``:
+load that end state and save the full model again (a layout change back).
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ def main() -> None:
     parser.add_argument("--global_batch", type=int, default=4)
     parser.add_argument("--save", default=None)
     parser.add_argument("--resume", default=None)
+    parser.add_argument("--reload", default=None, help="load DIR/end, save_model DIR/reloaded")
     args = parser.parse_args()
 
     acc = accelerator(args)
@@ -112,6 +114,13 @@ def main() -> None:
     loader = DataLoader(data, batch_size=args.batch)
     model, opt, loader = acc.prepare(model, opt, loader)
     assert loader.total_batch_size == args.global_batch, loader.total_batch_size
+
+    if args.reload:
+        acc.load_state(str(Path(args.reload) / "end"))
+        acc.save_model(model, str(Path(args.reload) / "reloaded"))
+        if acc.is_main_process:
+            print("RESULT " + json.dumps({"rank": 0, "strategy": acc.strategy.name}))
+        return
 
     start = 0
     if args.resume:
@@ -150,6 +159,8 @@ def main() -> None:
     out = args.save or args.resume
     if out:
         acc.save_model(model, str(Path(out) / ("resumed" if args.resume else "final")))
+    if args.resume:
+        acc.save_state(str(Path(args.resume) / "end"))
     acc.wait_for_everyone()
     if acc.is_main_process:
         row = {
