@@ -30,8 +30,9 @@ def _run(nprocs: int, *args: str, launch_args: tuple[str, ...] = ()) -> dict:
     return row
 
 
-def _assert_matches_one_process(row: dict, steps: int = 10) -> None:
+def _assert_matches_one_process(row: dict, steps: int = 10, accum: int = 1) -> None:
     assert len(row["losses"]) == len(row["ref_losses"]) == steps
+    assert len(row["norms"]) == len(row["ref_norms"]) == steps // accum
     for mine, ref in zip(row["losses"], row["ref_losses"], strict=True):
         assert math.isclose(mine, ref, rel_tol=RTOL), (row["losses"], row["ref_losses"])
     for mine, ref in zip(row["norms"], row["ref_norms"], strict=True):
@@ -69,10 +70,13 @@ def test_tp2_llama_with_its_own_plan_trains_as_one_process_and_resumes(tmp_path:
 
 
 @pytest.mark.distributed
-def test_plain_module_with_a_user_plan_trains_as_one_process() -> None:
-    row = _run(2, "--case", "mlp", "--tp", "2", "--batch", "4", "--global_batch", "4")
+def test_plain_module_with_a_user_plan_accumulates_as_one_process() -> None:
+    """2 micro-batches per optimizer step: the same as one process summing them."""
+    row = _run(
+        2, "--case", "mlp", "--tp", "2", "--batch", "4", "--global_batch", "4", "--accum", "2"
+    )
     assert row["plan"] == {"0": "colwise", "2": "rowwise"}
-    _assert_matches_one_process(row)
+    _assert_matches_one_process(row, accum=2)
 
 
 @pytest.mark.distributed

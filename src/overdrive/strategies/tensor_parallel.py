@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from overdrive.errors import ConfigError
 from overdrive.parallel.fsdp_policy import FSDPPolicy
 from overdrive.parallel.grad_norm import clip_grad_norm
 from overdrive.parallel.layout import ParallelLayout
@@ -49,6 +50,20 @@ class TensorParallelStrategy(FSDPStrategy):
         super().__init__(device, layout, policy)
         self.tp = tp
         self.plans: dict[int, dict[str, str]] = {}  # id(root) -> module name -> style
+
+    def _place(
+        self, model: nn.Module, empty: list[int], device_placement: bool
+    ) -> tuple[nn.Module, bool]:
+        if empty:  # the same list on every process: all refuse together
+            raise ConfigError(
+                f"processes {empty} built the model on the meta device (cpu_ram_efficient_init "
+                "or fsdp_cpu_ram_efficient_loading); filling split weights from the main "
+                "process is not available yet with tensor parallelism",
+                key=self.tp.key,
+                fix="build the model with real weights on every process (outside "
+                "accelerator.cpu_ram_efficient_init())",
+            )
+        return super()._place(model, empty, device_placement)
 
     def _shard(self, model: nn.Module) -> nn.Module:
         plan = apply_tp(model, self.mesh["tp"], self.tp)

@@ -77,7 +77,7 @@ def accelerator(args: argparse.Namespace) -> Accelerator:
         kwargs["fsdp_plugin"] = FullyShardedDataParallelPlugin(
             fsdp_version=2, sharding_strategy="FULL_SHARD", state_dict_type="SHARDED_STATE_DICT"
         )
-    return Accelerator(cpu=True, **kwargs)
+    return Accelerator(cpu=True, gradient_accumulation_steps=args.accum, **kwargs)
 
 
 def same_batch_in_each_tp_group(acc: Accelerator, batch: torch.Tensor) -> bool:
@@ -100,6 +100,7 @@ def main() -> None:
     parser.add_argument("--fsdp", action="store_true")
     parser.add_argument("--batch", type=int, default=2, help="per data-parallel rank")
     parser.add_argument("--global_batch", type=int, default=4)
+    parser.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step")
     parser.add_argument("--save", default=None)
     parser.add_argument("--resume", default=None)
     parser.add_argument("--reload", default=None, help="load DIR/end, save_model DIR/reloaded")
@@ -129,26 +130,28 @@ def main() -> None:
         ref = None  # the reference is the uninterrupted run's saved model
     losses, norms, same_batches = [], [], True
     for step, batch in enumerate(loader, start=start):
-        loss = loss_of(args.case, model, batch)
-        acc.backward(loss)
-        norm = acc.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad()
+        with acc.accumulate(model):
+            loss = loss_of(args.case, model, batch)
+            acc.backward(loss)
+            if acc.sync_gradients:
+                norms.append(float(acc.clip_grad_norm_(model.parameters(), 1.0)))
+            opt.step()
+            opt.zero_grad()
         losses.append(acc.reduce(loss.detach(), "mean").item())
-        norms.append(float(norm))
         same_batches &= same_batch_in_each_tp_group(acc, batch[0])
         if args.save and step + 1 == STEPS // 2:
             acc.save_state(str(Path(args.save) / "half"))
 
     ref_losses, ref_norms = [], []
     if ref is not None:
-        for batch in DataLoader(data, batch_size=args.global_batch):
+        for i, batch in enumerate(DataLoader(data, batch_size=args.global_batch)):
             loss = loss_of(args.case, ref, batch)
-            loss.backward()
-            ref_norms.append(float(torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)))
-            ref_opt.step()
-            ref_opt.zero_grad()
+            (loss / args.accum).backward()
             ref_losses.append(loss.item())
+            if (i + 1) % args.accum == 0:
+                ref_norms.append(float(torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)))
+                ref_opt.step()
+                ref_opt.zero_grad()
 
     # Evaluation: 7 samples over the data-parallel ranks, gathered back exactly, in order.
     eval_data = dataset(args.case, 7)
