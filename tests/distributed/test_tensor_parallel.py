@@ -21,12 +21,18 @@ SCRIPT = "tp_checks.py"
 RTOL = 1e-4
 
 
+def _arg(args: tuple[str, ...], name: str) -> int:
+    return int(args[args.index(name) + 1])
+
+
 def _run(nprocs: int, *args: str, launch_args: tuple[str, ...] = ()) -> dict:
     result = run_launch(
         SCRIPT, nprocs=nprocs, args=list(args), launch_args=list(launch_args), timeout=420
     )
     assert_ok(result)
     (row,) = result_rows(result.stdout)
+    if "--reload" not in args:  # reduce counts each data-parallel rank once, not tp copies
+        assert row["reduce_counts"] == _arg(args, "--global_batch") // _arg(args, "--batch")
     return row
 
 

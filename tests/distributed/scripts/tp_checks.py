@@ -156,8 +156,16 @@ def main() -> None:
     # Evaluation: 7 samples over the data-parallel ranks, gathered back exactly, in order.
     eval_data = dataset(args.case, 7)
     eval_loader = acc.prepare_data_loader(DataLoader(eval_data, batch_size=2))
-    seen = torch.cat([acc.gather_for_metrics(b[0]) for b in eval_loader])
-    gathered_exactly = torch.equal(seen, eval_data.tensors[0])
+    seen, seen_objects = [], []
+    for b in eval_loader:
+        seen.append(acc.gather_for_metrics(b[0]))
+        firsts = [float(x) for x in b[0][:, 0]]
+        seen_objects += acc.gather_for_metrics(firsts, use_gather_object=True)
+    expected = eval_data.tensors[0]
+    gathered_exactly = torch.equal(torch.cat(seen), expected) and seen_objects == [
+        float(x) for x in expected[:, 0]
+    ]
+    data_parallel_copies = acc.reduce(torch.ones(()), "sum").item()
 
     out = args.save or args.resume
     if out:
@@ -176,6 +184,7 @@ def main() -> None:
             "ref_norms": ref_norms,
             "same_batches": bool(same_batches),
             "gathered_exactly": gathered_exactly,
+            "reduce_counts": data_parallel_copies,
             "param_types": sorted({type(p).__name__ for p in model.parameters()}),
             "plan": getattr(acc.strategy, "plans", {}) and next(iter(acc.strategy.plans.values())),
         }
