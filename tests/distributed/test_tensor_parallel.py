@@ -67,6 +67,7 @@ def test_tp2_llama_with_its_own_plan_trains_as_one_process_and_resumes(tmp_path:
     assert row["strategy"] == "tensor_parallel" and row["param_types"] == ["DTensor"]
     assert row["plan"]["lm_head"] == "colwise_rep"
     assert row["plan"]["model.layers.1.mlp.down_proj"] == "rowwise"
+    assert row["coordinates"] == [[0, 0], [1, 0]]  # (tensor_parallel_rank, data_parallel_rank)
     _assert_matches_one_process(row)
 
     resumed = _run(2, *common, "--resume", str(tmp_path))
@@ -92,6 +93,7 @@ def test_megatron_tp2_times_two_replicas_trains_as_one_process() -> None:
     flags = ("--use_megatron_lm", "--megatron_lm_tp_degree", "2")
     row = _run(4, "--batch", "2", "--global_batch", "4", launch_args=flags)
     assert row["type"] == "MEGATRON_LM"
+    assert row["coordinates"] == [[0, 0], [1, 0], [0, 1], [1, 1]]
     _assert_matches_one_process(row)
 
 
@@ -105,6 +107,7 @@ def test_fsdp2_times_tp2_checkpoint_resumes_under_dp4_and_back(tmp_path: Path) -
     common = ("--fsdp", "--global_batch", "4")
     whole = _run(4, "--tp", "2", "--batch", "2", "--save", str(tmp_path), *common)
     assert whole["type"] == "FSDP" and whole["strategy"] == "tensor_parallel"
+    assert whole["coordinates"] == [[0, 0], [1, 0], [0, 1], [1, 1]]
     _assert_matches_one_process(whole)
 
     resumed = _run(4, "--batch", "1", "--resume", str(tmp_path), *common)

@@ -166,6 +166,8 @@ def main() -> None:
         float(x) for x in expected[:, 0]
     ]
     data_parallel_copies = acc.reduce(torch.ones(()), "sum").item()
+    mine = torch.tensor([[acc.tensor_parallel_rank, acc.data_parallel_rank]])
+    coordinates = acc.gather(mine).tolist()  # (tp rank, dp rank) of every process
 
     out = args.save or args.resume
     if out:
@@ -185,6 +187,7 @@ def main() -> None:
             "same_batches": bool(same_batches),
             "gathered_exactly": gathered_exactly,
             "reduce_counts": data_parallel_copies,
+            "coordinates": coordinates,
             "param_types": sorted({type(p).__name__ for p in model.parameters()}),
             "plan": getattr(acc.strategy, "plans", {}) and next(iter(acc.strategy.plans.values())),
         }
