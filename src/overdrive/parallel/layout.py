@@ -152,7 +152,7 @@ def _tp_degree(settings: Any, world: int) -> int:
             f"tensor-parallel degree {tp} ({key}, from {settings.source(key)}) does not divide "
             f"the {world} processes of this launch",
             key=key,
-            fix=f"launch a multiple of {tp} processes (e.g. {tp * max(world // tp, 1)}), or set "
+            fix=f"launch a multiple of {tp} processes (e.g. {tp * -(-world // tp)}), or set "
             f"{key} to a divisor of {world}" + (f" (e.g. {fits[-1]})" if fits else ""),
         )
     return tp
