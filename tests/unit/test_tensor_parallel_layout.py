@@ -194,3 +194,22 @@ def test_megatron_lm_mixed_precision_is_autocast_not_handed_to_an_engine() -> No
 
     precision = make_precision("bf16", torch.device("cpu"), distributed_type="MEGATRON_LM")
     assert isinstance(precision, AutocastPrecision)
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, float("inf")])
+def test_the_global_norm_and_clipping_match_torch_on_plain_tensors(norm_type: float) -> None:
+    import torch
+
+    from overdrive.parallel.grad_norm import clip_grad_norm
+
+    torch.manual_seed(0)
+    ours, theirs = nn.Linear(5, 3), nn.Linear(5, 3)
+    theirs.load_state_dict(ours.state_dict())
+    x = torch.randn(4, 5)
+    for model in (ours, theirs):
+        model(x).pow(2).sum().backward()
+    norm = clip_grad_norm(list(ours.parameters()), 0.5, norm_type)
+    expected = torch.nn.utils.clip_grad_norm_(theirs.parameters(), 0.5, norm_type=norm_type)
+    torch.testing.assert_close(norm, expected)
+    for a, b in zip(ours.parameters(), theirs.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad)
