@@ -77,6 +77,15 @@ def test_tp2_llama_with_its_own_plan_trains_as_one_process_and_resumes(tmp_path:
 
 
 @pytest.mark.distributed
+def test_tied_embeddings_stay_whole_and_tied_and_train_as_one_process() -> None:
+    row = _run(2, "--tp", "2", "--tied", "--batch", "4", "--global_batch", "4")
+    assert "lm_head" not in row["plan"] and "model.embed_tokens" not in row["plan"]
+    assert row["plan"]["model.layers.0.self_attn.o_proj"] == "rowwise"
+    assert row["still_tied"]
+    _assert_matches_one_process(row)
+
+
+@pytest.mark.distributed
 def test_plain_module_with_a_user_plan_accumulates_as_one_process() -> None:
     """2 micro-batches per optimizer step: the same as one process summing them."""
     row = _run(

@@ -31,7 +31,7 @@ STEPS, SEQ, VOCAB = 10, 8, 128
 MLP_PLAN = {"0": "colwise", "2": "rowwise"}
 
 
-def build_llama() -> nn.Module:
+def build_llama(tied: bool = False) -> nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
@@ -43,7 +43,7 @@ def build_llama() -> nn.Module:
         num_attention_heads=4,
         num_key_value_heads=4,
         max_position_embeddings=SEQ,
-        tie_word_embeddings=False,
+        tie_word_embeddings=tied,
     )
     return LlamaForCausalLM(config)
 
@@ -98,6 +98,7 @@ def main() -> None:
     parser.add_argument("--case", choices=["llama", "mlp"], default="llama")
     parser.add_argument("--tp", type=int, default=0)
     parser.add_argument("--fsdp", action="store_true")
+    parser.add_argument("--tied", action="store_true", help="Llama with tied embeddings")
     parser.add_argument("--batch", type=int, default=2, help="per data-parallel rank")
     parser.add_argument("--global_batch", type=int, default=4)
     parser.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step")
@@ -108,7 +109,7 @@ def main() -> None:
 
     acc = accelerator(args)
     data = dataset(args.case, STEPS * args.global_batch)
-    model = build_llama() if args.case == "llama" else build_mlp()
+    model = build_llama(args.tied) if args.case == "llama" else build_mlp()
     ref = copy.deepcopy(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
@@ -189,6 +190,9 @@ def main() -> None:
             "gathered_exactly": gathered_exactly,
             "reduce_counts": data_parallel_copies,
             "coordinates": coordinates,
+            "still_tied": args.case == "llama"
+            and acc.unwrap_model(model).lm_head.weight
+            is acc.unwrap_model(model).model.embed_tokens.weight,
             "param_types": sorted({type(p).__name__ for p in model.parameters()}),
             "plan": getattr(acc.strategy, "plans", {}) and next(iter(acc.strategy.plans.values())),
         }
