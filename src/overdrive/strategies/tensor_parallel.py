@@ -50,6 +50,7 @@ class TensorParallelStrategy(FSDPStrategy):
         super().__init__(device, layout, policy)
         self.tp = tp
         self.plans: dict[int, dict[str, str]] = {}  # id(root) -> module name -> style
+        self._dp_group: Any = None
 
     def _place(
         self, model: nn.Module, empty: list[int], device_placement: bool
@@ -80,10 +81,12 @@ class TensorParallelStrategy(FSDPStrategy):
 
     def data_parallel_group(self) -> Any:
         """The process group of this process's data-parallel peers (its tp coordinate)."""
-        names = self.mesh.mesh_dim_names or ()
-        dims = [n for n in ("dp_replicate", "dp_shard") if n in names and self.mesh[n].size() > 1]
-        if not dims:
-            return self.mesh["dp_shard"].get_group()
-        if len(dims) == 1:
-            return self.mesh[dims[0]].get_group()
-        return self.mesh["dp_replicate", "dp_shard"]._flatten("dp").get_group()
+        if self._dp_group is None:
+            names = self.mesh.mesh_dim_names or ()
+            dims = [n for n in ("dp_replicate", "dp_shard") if n in names]
+            dims = [n for n in dims if self.mesh[n].size() > 1] or ["dp_shard"]
+            if len(dims) == 1:
+                self._dp_group = self.mesh[dims[0]].get_group()
+            else:  # HSDP x TP: both data-parallel dimensions as one
+                self._dp_group = self.mesh["dp_replicate", "dp_shard"]._flatten("dp").get_group()
+        return self._dp_group
