@@ -9,7 +9,7 @@ PIP := $(BIN)/python -m pip
 DEMO_STAMP := $(VENV)/.installed-demo
 STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test faults compat deepspeed lint typecheck venv clean
+.PHONY: demo test faults compat deepspeed parallel lint typecheck venv clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,10 @@ test: $(STAMP) lint
 # Every DeepSpeed test: ZeRO 0-3 and offload on CPU processes, resume, the seeds' examples.
 deepspeed: $(STAMP)
 	$(BIN)/python -m pytest -q tests -m deepspeed
+
+# The 4-process layouts (tensor x data parallel, FSDP2 x TP and its checkpoints) alone.
+parallel: $(STAMP)
+	$(BIN)/python -m pytest -q tests -m four_processes
 
 # The fault attacks alone (they also run in `make test`).
 faults: $(STAMP)

@@ -141,6 +141,7 @@ class Accelerator(AcceleratorCompat):
             ddp_kwargs=handlers.get(DistributedDataParallelKwargs),
             fsdp_wrap=callable_wrap_policy(fsdp_plugin),
             deepspeed_plugin=deepspeed_plugin,
+            tp_plan=getattr(parallelism_config, "tp_plan", None),
         )
         export_for_transformers(self.settings, self.state.distributed_type)
         self.precision = make_precision(
@@ -151,6 +152,7 @@ class Accelerator(AcceleratorCompat):
             fp8_recipe=handlers.get(FP8RecipeKwargs),
             distributed_type=self.state.distributed_type,
             source=str(self.settings.source("mixed_precision")),
+            sharded_grads=self.strategy.sharded_grads,
         )
         plugin = gradient_accumulation_plugin or GradientAccumulationPlugin()
         if not plugin.adjust_scheduler:
@@ -347,6 +349,9 @@ class Accelerator(AcceleratorCompat):
             data_seed=self.dataloader_config.data_seed,
             device=self.device if place else None,
             rng_types=self.rng_types,
+            data_parallel=self.strategy.data_parallel_coordinates(
+                self.process_index, self.num_processes
+            ),
         )
         self._dataloaders.append(prepared)
         return prepared
@@ -450,14 +455,20 @@ class Accelerator(AcceleratorCompat):
         from overdrive.data import gather_for_metrics
 
         return gather_for_metrics(
-            input_data, self.loop_state, use_gather_object=use_gather_object, debug=self._debug
+            input_data,
+            self.loop_state,
+            use_gather_object=use_gather_object,
+            debug=self._debug,
+            ranks=self.strategy.data_parallel_ranks(),
         )
 
     def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
-        """Sum (or mean) ``tensor`` over every process, then multiply by ``scale``."""
+        """Sum (or mean) ``tensor`` over the data-parallel processes (every process unless
+        tensor parallelism makes several hold the same data), then multiply by ``scale``."""
         from overdrive import ops
 
-        out = ops.reduce(tensor, reduction, debug=self._debug)
+        group = self.strategy.data_parallel_group()
+        out = ops.reduce(tensor, reduction, debug=self._debug, group=group)
         return out if scale == 1.0 else ops.map_tensors(lambda t: t * scale, out)
 
     def pad_across_processes(

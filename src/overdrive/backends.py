@@ -10,7 +10,6 @@ from overdrive.config import Settings
 from overdrive.errors import ConfigError
 
 _NOT_BUILT = {
-    "MEGATRON_LM": "Megatron-LM tensor/pipeline parallelism",
     "XLA": "XLA (TPU)",
     # Other vendors' accelerators the described system names (overdrive runs CPU and CUDA).
     "MULTI_NPU": "Ascend NPUs",
@@ -23,9 +22,40 @@ _NOT_BUILT = {
 }
 
 
+# megatron_lm_config settings that need what is not built yet: key -> (what, when inert).
+_MEGATRON_NOT_BUILT = {
+    "megatron_lm_config.pp_degree": "pipeline parallelism",
+    "megatron_lm_config.num_micro_batches": "pipeline micro-batches",
+    "megatron_lm_config.sequence_parallelism": "sequence parallelism",
+    "megatron_lm_config.recompute_activations": "activation recomputation under MEGATRON_LM",
+    "megatron_lm_config.use_distributed_optimizer": "a distributed optimizer under MEGATRON_LM "
+    "(FSDP with a tensor-parallel degree shards the optimizer state)",
+    "megatron_lm_config.gradient_clipping": "clipping by the backend (call "
+    "accelerator.clip_grad_norm_ in the loop: it clips by the global norm over every shard)",
+}
+
+
+def _check_megatron(settings: Settings) -> None:
+    """MEGATRON_LM runs tensor parallelism; what it does not run yet is refused by name."""
+    for key, what in _MEGATRON_NOT_BUILT.items():
+        value = settings[key]
+        if not settings.is_set(key) or value in (None, False, 1, 0):
+            continue
+        raise ConfigError(
+            f"{key} = {value} ({settings.source(key)}) asks for {what}, which is not available "
+            f"yet in this version of overdrive (distributed_type MEGATRON_LM, from "
+            f"{settings.source('distributed_type')}, runs tensor parallelism: "
+            "megatron_lm_config.tp_degree)",
+            key=key,
+            fix=f"remove {key} ({settings.source(key)}); docs/parallelism.md lists what runs",
+        )
+
+
 def check_available(settings: Settings) -> None:
     """Raise if the settings ask for a backend this version cannot run (before any set-up)."""
     requested = settings["distributed_type"]
+    if requested == "MEGATRON_LM":
+        _check_megatron(settings)
     if requested not in _NOT_BUILT:
         return
     source = settings.source("distributed_type")

@@ -156,10 +156,11 @@ def check_shapes(op: str, data: Any, free_dim: int | None = None) -> list[list[L
 
 
 # --------------------------------------------------------------------------- collectives
-def gather(data: Any, *, debug: bool | None = None) -> Any:
+def gather(data: Any, *, debug: bool | None = None, ranks: list[int] | None = None) -> Any:
     """Concatenate every rank's tensors along dim 0 (0-dim tensors become one row each).
 
-    Ranks may send different first-dim sizes; nothing is padded in the result.
+    Ranks may send different first-dim sizes; nothing is padded in the result. ``ranks``
+    keeps only those ranks' parts, in that order (every rank still takes part).
     """
     del debug  # shapes are always exchanged here
     if world_size() == 1:
@@ -177,7 +178,8 @@ def gather(data: Any, *, debug: bool | None = None) -> Any:
             t = torch.cat([t, pad])
         parts = [torch.empty_like(t) for _ in sizes]
         dist.all_gather(parts, t)
-        return torch.cat([p[:n] for p, n in zip(parts, sizes)])
+        order = range(len(parts)) if ranks is None else ranks
+        return torch.cat([parts[r][: sizes[r]] for r in order])
 
     return map_tensors(one, data)
 
@@ -200,11 +202,18 @@ def gather_object(obj: Any) -> list[Any]:
 _REDUCE_OPS = {"sum": "SUM", "mean": "SUM", "max": "MAX", "min": "MIN", "product": "PRODUCT"}
 
 
-def reduce(data: Any, reduction: str = "sum", *, debug: bool | None = None) -> Any:
-    """Sum, average, max, min or multiply every tensor over the ranks (new tensors)."""
+def reduce(
+    data: Any, reduction: str = "sum", *, debug: bool | None = None, group: Any = None
+) -> Any:
+    """Sum, average, max, min or multiply every tensor over the ranks (new tensors).
+
+    ``group``: a process group to reduce over instead of every rank.
+    """
     if reduction not in _REDUCE_OPS:
         raise ValueError(f"reduce(reduction={reduction!r}): use one of {sorted(_REDUCE_OPS)}")
     world = world_size()
+    if world > 1 and group is not None:
+        world = dist.get_world_size(group)
     if world == 1:
         return data
     if _debug(debug):
@@ -213,7 +222,7 @@ def reduce(data: Any, reduction: str = "sum", *, debug: bool | None = None) -> A
 
     def one(tensor: torch.Tensor) -> torch.Tensor:
         out = tensor.detach().clone()
-        dist.all_reduce(out, op=op)
+        dist.all_reduce(out, op=op, group=group)
         if reduction == "mean":
             out = out / world if out.is_floating_point() else out.double() / world
         return out

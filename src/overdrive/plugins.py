@@ -235,30 +235,40 @@ class ParallelismConfig(Plugin):
     """Sizes of the parallel layout's dimensions (the described system's ``ParallelismConfig``).
 
     ``dp_replicate_size`` x ``dp_shard_size`` processes form the data-parallel layout (HSDP
-    with FSDP). Tensor and context parallelism (``tp_size``, ``cp_size`` above 1) are not
-    available yet and are refused.
+    with FSDP); ``tp_size`` processes form one tensor-parallel group (docs/parallelism.md).
+    ``tp_plan`` (code only) maps module-name patterns (``fnmatch``, ``*`` for any part) to
+    ``"colwise"``, ``"rowwise"``, ``"colwise_rep"`` or ``"rowwise_rep"``; without it a
+    transformers model's own plan is used. Context parallelism (``cp_size`` above 1) is not available yet and is refused.
     """
 
     dp_replicate_size: int | None = None
     dp_shard_size: int | None = None
     tp_size: int | None = None
     cp_size: int | None = None
+    tp_plan: dict[str, str] | None = None
 
     KEYS = {
         "dp_replicate_size": "parallelism_config.parallelism_config_dp_replicate_size",
         "dp_shard_size": "parallelism_config.parallelism_config_dp_shard_size",
+        "tp_size": "parallelism_config.parallelism_config_tp_size",
     }
 
     def __post_init__(self) -> None:
         from overdrive.errors import ConfigError
 
-        for name in ("tp_size", "cp_size"):
-            value = getattr(self, name)
-            if value is not None and value > 1:
-                raise ConfigError(
-                    f"ParallelismConfig({name}={value}): tensor and context parallelism are "
-                    "not available yet in this version of overdrive",
-                    key=name,
-                    fix=f"drop {name} (or set it to 1); use dp_shard_size / "
-                    "dp_replicate_size with FSDP",
-                )
+        if self.cp_size is not None and self.cp_size > 1:
+            raise ConfigError(
+                f"ParallelismConfig(cp_size={self.cp_size}): context parallelism is not "
+                "available yet in this version of overdrive",
+                key="cp_size",
+                fix="drop cp_size (or set it to 1); tp_size, dp_shard_size and "
+                "dp_replicate_size are available",
+            )
+        if self.tp_plan is not None:
+            from overdrive.parallel.tp_plan import check_plan
+
+            check_plan(self.tp_plan, "ParallelismConfig(tp_plan=...)")
+
+    @property
+    def tp_enabled(self) -> bool:
+        return (self.tp_size or 1) > 1

@@ -28,9 +28,12 @@ REFUSED_BY_LAUNCH = {
         "distributed_type: DEEPSPEED\nnum_machines: 2\nmain_process_ip: 10.0.0.1\n"
         "deepspeed_config:\n  deepspeed_multinode_launcher: pdsh\n"
     ),
-    "megatron": "distributed_type: MEGATRON_LM\n",
+    "megatron_pipeline": "distributed_type: MEGATRON_LM\nmegatron_lm_config:\n  pp_degree: 2\n",
     "xla": "distributed_type: XLA\n",
-    "use_megatron_lm": "use_megatron_lm: true\n",
+    "use_megatron_lm_pipeline": "use_megatron_lm: true\nmegatron_lm_config:\n  pp_degree: 2\n",
+    "tp_not_dividing_world": (
+        "distributed_type: MEGATRON_LM\nnum_processes: 3\nmegatron_lm_config:\n  tp_degree: 2\n"
+    ),
     "multi_gpu_without_gpu": "distributed_type: MULTI_GPU\nnum_processes: 2\n",
     "fp8_on_cpu": "use_cpu: true\nmixed_precision: fp8\n",
     "dynamo_mode_without_inductor": (
@@ -42,6 +45,8 @@ ACCEPTED_BY_LAUNCH = {
     "defaults_plus_one": "gradient_accumulation_steps: 4\n",
     "deepspeed_zero3": "distributed_type: DEEPSPEED\nnum_processes: 2\n"
     "deepspeed_config:\n  zero_stage: 3\n",
+    "megatron_tp": "distributed_type: MEGATRON_LM\nnum_processes: 2\nmegatron_lm_config:\n"
+    "  tp_degree: 2\n",
 }
 
 
@@ -75,7 +80,7 @@ def test_validate_accepts_what_launch_accepts(tmp_path: Path, script: Path, name
 def test_validate_sees_the_environment_launch_sees(tmp_path: Path, script: Path) -> None:
     path = tmp_path / "cfg.yaml"
     path.write_text("num_processes: 2\n")
-    env = {"ACCELERATE_USE_MEGATRON_LM": "true"}
+    env = {"ACCELERATE_USE_MEGATRON_LM": "true", "ACCELERATE_MEGATRON_LM_PP_DEGREE": "2"}
     launched = assert_clean_refusal(
         overdrive("launch", "--dry_run", "--config_file", path, script, env=env)
     )

@@ -251,8 +251,8 @@ def test_parallelism_config() -> None:
     from overdrive import Accelerator
     from overdrive.utils import ParallelismConfig
 
-    with pytest.raises(ConfigError, match="tp_size"):
-        ParallelismConfig(tp_size=2)
+    with pytest.raises(ConfigError, match="cp_size"):
+        ParallelismConfig(cp_size=2)
     acc = Accelerator(cpu=True, parallelism_config=ParallelismConfig(dp_shard_size=1))
     assert acc.settings["parallelism_config.parallelism_config_dp_shard_size"] == 1
     assert acc.parallelism_config.dp_shard_size == 1

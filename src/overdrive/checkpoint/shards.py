@@ -57,12 +57,18 @@ class LocalShard:
 
 
 def _check_placements(dt: Any, what: str, key: str) -> None:
+    """Shard, Replicate, and FSDP2's strided shard over a tensor-parallel shard (FSDP x TP):
+    each process's piece of those is one box, found by PyTorch's own offset computation
+    (``local_shard`` checks the piece's shape against it)."""
     from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.placement_types import _StridedShard
 
-    if not all(type(p) is Shard or p.is_replicate() for p in dt.placements):
+    boxed = (Shard, _StridedShard)
+    if not all(type(p) in boxed or p.is_replicate() for p in dt.placements):
         raise CheckpointError(
             f"{what}: {key!r} is placed as {tuple(dt.placements)}; only Shard(dim) and "
-            "Replicate() placements can be saved as boxes\n  fix: redistribute it to "
+            "Replicate() placements (and FSDP2's strided shards) can be saved as boxes\n"
+            "  fix: redistribute it to "
             "Shard/Replicate placements (or save the full tensor) before saving"
         )
 

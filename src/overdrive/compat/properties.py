@@ -89,6 +89,7 @@ class PropertiesMixin:
                 "parallelism_config.parallelism_config_dp_replicate_size"
             ],
             dp_shard_size=self.settings["parallelism_config.parallelism_config_dp_shard_size"],
+            tp_size=self.settings["parallelism_config.parallelism_config_tp_size"],
         )
 
     def _mesh_rank(self, names: tuple[str, ...], default: int) -> int:
@@ -101,8 +102,12 @@ class PropertiesMixin:
 
     @property
     def data_parallel_rank(self) -> int:
-        """This process's index among the data-parallel replicas (all processes with DDP)."""
-        return self._mesh_rank(("dp_replicate", "dp"), self.state.process_index)
+        """This process's index among the data-parallel replicas (all processes with DDP;
+        the processes of one tensor-parallel group share it)."""
+        rank, _ = self.strategy.data_parallel_coordinates(
+            self.state.process_index, self.state.num_processes
+        )
+        return self._mesh_rank(("dp_replicate", "dp"), rank)
 
     @property
     def data_parallel_shard_rank(self) -> int:
@@ -110,7 +115,7 @@ class PropertiesMixin:
 
     @property
     def tensor_parallel_rank(self) -> int:
-        return 0  # tensor parallelism is not available yet
+        return self._mesh_rank(("tp",), 0)
 
     @property
     def pipeline_parallel_rank(self) -> int:

@@ -240,6 +240,15 @@ BACKEND_SETTINGS: tuple[Setting, ...] = (
         aliases=("parallelism_config.dp_shard_size",),
         flag=True,
     ),
+    setting(
+        "parallelism_config.parallelism_config_tp_size",
+        Int(minimum=1),
+        None,
+        "tensor-parallel degree (processes one tensor-parallel group spans)",
+        env=("PARALLELISM_CONFIG_TP_SIZE",),
+        aliases=("parallelism_config.tp_size",),
+        flag=True,
+    ),
     # --- Megatron-LM style tensor / pipeline parallel (seed 000 table 2) ----------------
     setting(
         "megatron_lm_config.tp_degree",

@@ -109,6 +109,7 @@ class PreparedDataLoader:
         non_blocking: bool,
         pin_memory: bool,
         rng_types: list[str] | None = None,
+        data_parallel: tuple[int, int] | None = None,
     ) -> None:
         self.base_dataloader = base
         self.state = state
@@ -124,7 +125,7 @@ class PreparedDataLoader:
         self.non_blocking = non_blocking
         self._pin_memory = pin_memory
         self.rng_types = rng_types or []
-        self._world, self._rank = state.num_processes, state.process_index
+        self._rank, self._world = data_parallel or (state.process_index, state.num_processes)
         self._drop_last = bool(getattr(batch_sampler, "drop_last", base.drop_last))
         self._progress = _Epoch()
         self._skip_once: int | None = None
@@ -150,7 +151,7 @@ class PreparedDataLoader:
                 split=split,
                 even=even,
                 drop_last=self._drop_last,
-                sync_indices=self._order is not None and self._world > 1,
+                sync_indices=self._order is not None and state.num_processes > 1,
             )
             self._inner = DataLoader(base.dataset, batch_sampler=self._sharded, **kwargs)
         elif mode == "iterable" or self._rank == 0:
@@ -301,7 +302,7 @@ class PreparedDataLoader:
         # A resumed iteration continues an epoch whose start already happened before the
         # save: every process's RNG streams were restored as they were then, so neither the
         # rank-0 copy nor the seed draw of an epoch start may happen again.
-        if not resumed and self.rng_types and self._world > 1:
+        if not resumed and self.rng_types and self.state.num_processes > 1:
             sampler = getattr(self._batch_sampler, "sampler", None)
             generator = getattr(sampler, "generator", None) or self.base_dataloader.generator
             synchronize_rng_states(self.rng_types, generator)

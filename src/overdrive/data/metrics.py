@@ -34,12 +34,14 @@ def gather_for_metrics(
     *,
     use_gather_object: bool = False,
     debug: bool = False,
+    ranks: list[int] | None = None,
 ) -> Any:
     """Gather ``data`` from every process and drop the even_batches padding.
 
     Over an epoch of a prepared loader the results concatenate to exactly ``len(dataset)``
     samples in dataset order. Non-tensor data (or ``use_gather_object=True``) travels
-    pickled.
+    pickled. ``ranks``: one process per data-parallel rank, in order (the others hold
+    copies, as under tensor parallelism); None keeps every process's data.
     """
     world = ops.world_size()
     if world == 1:
@@ -47,9 +49,9 @@ def gather_for_metrics(
     elif use_gather_object or ops.has_non_tensor_leaves(data):
         per_rank: list[Any] = [None] * world
         dist.all_gather_object(per_rank, data)
-        gathered = _merge(per_rank)
+        gathered = _merge(per_rank if ranks is None else [per_rank[r] for r in ranks])
     else:
-        gathered = ops.gather(data, debug=debug)
+        gathered = ops.gather(data, debug=debug, ranks=ranks)
     remainder = loop_state.remainder
     if not loop_state.end_of_dataloader or remainder < 0:
         return gathered

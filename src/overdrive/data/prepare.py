@@ -39,6 +39,7 @@ def prepare_data_loader(
     device: torch.device | None = None,
     put_on_device: bool = True,
     rng_types: Sequence[str] = (),
+    data_parallel: tuple[int, int] | None = None,
 ) -> PreparedDataLoader:
     """Shard ``dataloader`` so each process sees its own part of every global batch.
 
@@ -50,10 +51,13 @@ def prepare_data_loader(
     (None, or ``put_on_device=False``: left where the DataLoader put them). ``rng_types``
     names RNGs ("torch", "cuda", "generator", "python", "numpy") copied from rank 0 to every
     process at the start of each epoch (see ``overdrive.random_state``).
+    ``data_parallel`` is (rank, size) among the processes that read different data (the
+    strategy's; under tensor parallelism the processes of one tp group read the same
+    batches); None: every process reads its own.
     """
     if not isinstance(dataloader, DataLoader):
         raise TypeError(f"prepare_data_loader needs a torch DataLoader, not {type(dataloader)}")
-    world = state.num_processes
+    world = state.num_processes if data_parallel is None else data_parallel[1]
     iterable = isinstance(dataloader.dataset, IterableDataset)
     dispatch = iterable if dispatch_batches is None else bool(dispatch_batches)
     user_batch = dataloader.batch_size
@@ -119,6 +123,14 @@ def prepare_data_loader(
         mode = "dispatch" if dispatch and world > 1 else "iterable"
     else:
         mode = "dispatch" if dispatch and world > 1 else "shard"
+    if mode == "dispatch" and world != state.num_processes:
+        raise ConfigError(
+            f"dispatch_batches ({_source(state, 'dispatch_batches')}, on by default for "
+            f"iterable datasets) sends every process its own batch, but only {world} of the "
+            f"{state.num_processes} processes read different data here (tensor parallelism)",
+            key="dispatch_batches",
+            fix="use a map-style dataset, or set dispatch_batches to false",
+        )
     return PreparedDataLoader(
         dataloader,
         state=state,
@@ -133,6 +145,7 @@ def prepare_data_loader(
         non_blocking=non_blocking and on_cuda,
         pin_memory=pin,
         rng_types=check_rng_types(rng_types),
+        data_parallel=data_parallel,
     )
 
 

@@ -91,6 +91,25 @@ def output_line(plan: LaunchPlan) -> str:
     return f"output: the workers' stdout and stderr in whole lines, {how}{logs}"
 
 
+_MESH_ROWS = 32  # ranks listed one by one; the rest are counted
+
+
+def mesh_lines(settings: Settings, world_size: int) -> list[str]:
+    """Which rank holds which coordinate of the parallel layout (tp innermost)."""
+    from overdrive.parallel.layout import layout_from_settings
+
+    layout = layout_from_settings(settings, world_size)
+    shown = [n for n, d in layout.degrees().items() if d > 1] or ["dp_replicate"]
+    lines = [f"mesh ({layout.describe()}; data-parallel degree {layout.dp_size}, tp innermost):"]
+    for rank in range(min(world_size, _MESH_ROWS)):
+        c = layout.coordinates(rank)
+        where = ", ".join(f"{n} {c[n]}" for n in shown)
+        lines.append(f"  rank {rank}: {where}  (reads data-parallel share {layout.dp_rank(rank)})")
+    if world_size > _MESH_ROWS:
+        lines.append(f"  ... and {world_size - _MESH_ROWS} more ranks")
+    return lines
+
+
 def dry_run_text(plan: LaunchPlan, *, show_all: bool = False) -> str:
     """Resolved settings with sources, then the exact per-process commands and environment."""
     settings = plan.settings
@@ -112,6 +131,7 @@ def dry_run_text(plan: LaunchPlan, *, show_all: bool = False) -> str:
             "note: with c10d rendezvous machines get their group rank when they join; "
             "RANK below assumes this machine joins as machine_rank."
         )
+    lines += ["", *mesh_lines(settings, plan.world_size)]
     lines += ["", f"processes on this machine (machine_rank {plan.machine_rank}):"]
     lines += [f"  {plan.shell_line(local)}" for local in range(plan.nproc_per_node)]
     lines += [

@@ -14,6 +14,7 @@ from typing import Any
 from overdrive.errors import ConfigError
 
 DIMENSIONS = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
+_DP = ("dp_replicate", "dp_shard")
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,15 @@ class ParallelLayout:
         c = self.coordinates(rank)
         return c["dp_replicate"] * self.dp_shard + c["dp_shard"]
 
+    def data_ranks(self) -> list[int]:
+        """One rank per data-parallel rank (the first of each tp/cp/pp group), in dp order."""
+        firsts = [
+            r
+            for r in range(self.world_size)
+            if all(v == 0 for n, v in self.coordinates(r).items() if n not in _DP)
+        ]
+        return sorted(firsts, key=self.dp_rank)
+
     def describe(self) -> str:
         """``dp_replicate=2 x dp_shard=2`` (dimensions above 1 only)."""
         parts = [f"{n}={d}" for n, d in self.degrees().items() if d > 1]
@@ -93,22 +103,83 @@ def _hybrid_degrees(settings: Any, world: int) -> tuple[int, int]:
     return replicate, shard
 
 
+TP_KEYS = ("megatron_lm_config.tp_degree", "parallelism_config.parallelism_config_tp_size")
+
+
+def tp_setting(settings: Any) -> tuple[int, str]:
+    """(tensor-parallel degree, the key that set it): ``megatron_lm_config.tp_degree`` under
+    MEGATRON_LM, else ``parallelism_config.parallelism_config_tp_size``; 1 when neither."""
+    megatron = settings["distributed_type"] == "MEGATRON_LM"
+    given = {
+        key: settings[key]
+        for key in TP_KEYS
+        if settings.is_set(key) and (megatron or not key.startswith("megatron"))
+    }
+    if len(set(given.values())) > 1:
+        named = " and ".join(f"{k} = {v} ({settings.source(k)})" for k, v in given.items())
+        raise ConfigError(
+            f"the tensor-parallel degree is given twice with different values: {named}",
+            key=TP_KEYS[1],
+            fix="set one of them (or the same value in both)",
+        )
+    for key, value in given.items():
+        return int(value), key
+    return 1, TP_KEYS[1]
+
+
+def _tp_degree(settings: Any, world: int) -> int:
+    tp, key = tp_setting(settings)
+    backend = settings["distributed_type"]
+    if tp > 1 and (
+        backend == "DEEPSPEED" or (backend == "FSDP" and settings["fsdp_config.fsdp_version"] == 1)
+    ):
+        what = (
+            "DEEPSPEED"
+            if backend == "DEEPSPEED"
+            else (f"FSDP with fsdp_version 1 ({settings.source('fsdp_config.fsdp_version')})")
+        )
+        raise ConfigError(
+            f"tensor-parallel degree {tp} ({key}, from {settings.source(key)}) cannot run under "
+            f"{what} ({settings.source('distributed_type')}): tensor parallelism composes with "
+            "FSDP2 (fully_shard) and plain data parallelism only",
+            key=key,
+            fix="use distributed_type FSDP with fsdp_version 2 (--fsdp_version 2), or MEGATRON_LM / MULTI_CPU / "
+            "MULTI_GPU, or drop the tensor-parallel degree",
+        )
+    if world % tp:
+        fits = [d for d in range(1, tp + 1) if world % d == 0 and d > 1]
+        raise ConfigError(
+            f"tensor-parallel degree {tp} ({key}, from {settings.source(key)}) does not divide "
+            f"the {world} processes of this launch",
+            key=key,
+            fix=f"launch a multiple of {tp} processes (e.g. {tp * -(-world // tp)}), or set "
+            f"{key} to a divisor of {world}" + (f" (e.g. {fits[-1]})" if fits else ""),
+        )
+    return tp
+
+
 def layout_from_settings(settings: Any, world: int) -> ParallelLayout:
-    """The layout the settings ask for on ``world`` processes; an error if it cannot factor."""
+    """The layout the settings ask for on ``world`` processes; an error if it cannot factor.
+
+    The tensor-parallel degree takes its processes first; the data-parallel degree is what
+    is left (FSDP shards over it, other backends replicate).
+    """
+    tp = _tp_degree(settings, world)
+    dp_world = world // tp
     fsdp = settings["distributed_type"] == "FSDP"
     hybrid = fsdp and settings["fsdp_config.fsdp_sharding_strategy"] in (
         "HYBRID_SHARD",
         "HYBRID_SHARD_ZERO2",
     )
     if hybrid:
-        replicate, shard = _hybrid_degrees(settings, world)
+        replicate, shard = _hybrid_degrees(settings, dp_world)
     elif fsdp and settings["fsdp_config.fsdp_sharding_strategy"] == "NO_SHARD":
-        replicate, shard = world, 1
+        replicate, shard = dp_world, 1
     elif fsdp:
-        replicate, shard = 1, world
+        replicate, shard = 1, dp_world
     else:
-        replicate, shard = world, 1
-    layout = ParallelLayout(dp_replicate=replicate, dp_shard=shard)
+        replicate, shard = dp_world, 1
+    layout = ParallelLayout(dp_replicate=replicate, dp_shard=shard, tp=tp)
     if replicate < 1 or shard < 1 or layout.world_size != world:
         sizes = (
             f"dp_replicate_size={settings['parallelism_config.parallelism_config_dp_replicate_size']} "
@@ -116,6 +187,8 @@ def layout_from_settings(settings: Any, world: int) -> ParallelLayout:
             f"{settings['parallelism_config.parallelism_config_dp_shard_size']} "
             f"({settings.source('parallelism_config.parallelism_config_dp_shard_size')})"
         )
+        if tp > 1:
+            sizes += f", tp={tp}"
         raise ConfigError(
             f"the parallel layout does not fit {world} processes: {sizes}",
             key="parallelism_config.parallelism_config_dp_shard_size",

@@ -25,7 +25,8 @@ __all__ = [
 ]
 
 # These backends run mixed precision inside their own engine, configured from the same setting.
-_OWN_MIXED_PRECISION = ("DEEPSPEED", "MEGATRON_LM")
+# (MEGATRON_LM runs overdrive's own tensor parallelism: autocast, as under DDP or FSDP.)
+_OWN_MIXED_PRECISION = ("DEEPSPEED",)
 
 _WARNED: set[tuple[str, str]] = set()
 """(handler, mode) pairs already warned about in this process: each warning shows once."""
@@ -82,13 +83,16 @@ def make_precision(
     fp8_recipe: FP8RecipeKwargs | None = None,
     distributed_type: Any = None,
     source: str = "code",
+    sharded_grads: bool | None = None,
 ) -> Precision:
     """The precision policy for the ``mixed_precision`` setting on ``device``.
 
     ``source`` (e.g. ``str(settings.source("mixed_precision"))``) is named in errors.
     ``scaler_kwargs`` apply to fp16 only and ``fp8_recipe`` to fp8 only, so one script can
     carry both and take its precision from the launch; a handler the mode ignores gets a
-    one-time warning saying so.
+    one-time warning saying so. ``sharded_grads``: gradients are DTensors spread over
+    processes (FSDP, tensor parallelism), so fp16's inf check is agreed over all of them;
+    None: under FSDP only.
     """
     if mixed_precision not in ("no", "bf16", "fp16", "fp8"):
         raise ConfigError(
@@ -116,7 +120,7 @@ def make_precision(
             device,
             autocast_kwargs=autocast_kwargs,
             scaler_kwargs=scaler_kwargs,
-            sharded=kind == "FSDP",
+            sharded=kind == "FSDP" if sharded_grads is None else sharded_grads,
         )
     check_fp8_available(device, source)
     return FP8Precision(device, fp8_recipe, autocast_kwargs)

@@ -28,15 +28,20 @@ def select_strategy(
     ddp_kwargs: DistributedDataParallelKwargs | None = None,
     fsdp_wrap: Callable[..., Any] | None = None,
     deepspeed_plugin: Any = None,
+    tp_plan: dict[str, str] | None = None,
 ) -> Strategy:
     """The strategy for this run: FSDP or DeepSpeed when asked for, DDP when several processes
     run, else one device. ``fsdp_wrap`` is a callable wrap policy given in code;
-    ``deepspeed_plugin.hf_ds_config`` may hold a DeepSpeed config dict given in code.
+    ``deepspeed_plugin.hf_ds_config`` may hold a DeepSpeed config dict given in code;
+    ``tp_plan`` is a tensor-parallel plan given in code (``ParallelismConfig(tp_plan=...)``).
 
     ``state`` is the process state (``num_processes``, ``device``). A backend that is asked
     for but not built yet is an error naming the setting and where it came from.
     """
     check_available(settings)
+    tp_strategy = _tensor_parallel(state, settings, fsdp_wrap, tp_plan)
+    if tp_strategy is not None:
+        return tp_strategy
     if settings["distributed_type"] == "FSDP":
         from overdrive.parallel.fsdp_policy import policy_from_settings
         from overdrive.parallel.layout import layout_from_settings
@@ -55,3 +60,36 @@ def select_strategy(
     if state.num_processes > 1:
         return DDPStrategy(state.device, ddp_kwargs)
     return SingleDeviceStrategy(state.device)
+
+
+def _tensor_parallel(
+    state: Any, settings: Settings, fsdp_wrap: Callable[..., Any] | None, tp_plan: Any
+) -> Strategy | None:
+    """The tensor-parallel strategy when a degree above 1 is set (FSDP2 over dp, or
+    replication), else None."""
+    from overdrive.parallel.layout import layout_from_settings, tp_setting
+
+    degree, key = tp_setting(settings)
+    if degree <= 1:
+        if tp_plan is not None:
+            import warnings
+
+            warnings.warn(
+                f"ParallelismConfig(tp_plan=...) cannot take effect: the tensor-parallel degree "
+                f"is 1 ({key}, from {settings.source(key)}); set tp_size to split the model",
+                UserWarning,
+                stacklevel=4,
+            )
+        return None
+    from overdrive.parallel.tp import TPSettings
+    from overdrive.strategies.tensor_parallel import TensorParallelStrategy, replicate_policy
+
+    layout = layout_from_settings(settings, state.num_processes)
+    tp = TPSettings(degree=degree, key=key, source=str(settings.source(key)), plan=tp_plan)
+    if settings["distributed_type"] == "FSDP":
+        from overdrive.parallel.fsdp_policy import policy_from_settings
+
+        policy = policy_from_settings(settings, fsdp_wrap)
+    else:
+        policy = replicate_policy()
+    return TensorParallelStrategy(state.device, layout, policy, tp)

@@ -42,6 +42,10 @@ class Strategy:
     def __init__(self, device: torch.device) -> None:
         self.device = device
 
+    # Whether gradients are DTensors spread over processes (FSDP, tensor parallelism): loss
+    # scaling then agrees on infs over every process.
+    sharded_grads = False
+
     # Whether save_state may be called inside an accumulation window (the summed gradients
     # are then saved from ``param.grad``); engines that keep them elsewhere say False.
     checkpoints_mid_window = True
@@ -104,6 +108,19 @@ class Strategy:
             if not isinstance(inner, nn.Module):
                 return model
             model = inner
+
+    # --- data-parallel coordinates (which data each process reads) -------------------
+    def data_parallel_coordinates(self, process_index: int, num_processes: int) -> tuple[int, int]:
+        """(rank, size) of this process among those that read different data."""
+        return process_index, num_processes
+
+    def data_parallel_ranks(self) -> list[int] | None:
+        """One process per data-parallel rank, in that order (None: every process)."""
+        return None
+
+    def data_parallel_group(self) -> Any:
+        """The process group over which data-parallel results are reduced (None: all)."""
+        return None
 
     # --- the step ------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:

@@ -30,6 +30,7 @@ class FSDPStrategy(Strategy):
     """Shards parameters, gradients and optimizer state over the data-parallel processes."""
 
     name = "fsdp"
+    sharded_grads = True
 
     def __init__(self, device: torch.device, layout: ParallelLayout, policy: FSDPPolicy) -> None:
         super().__init__(device)
@@ -185,6 +186,15 @@ class FSDPStrategy(Strategy):
                 "  fix: pass the model and its optimizer to accelerator.prepare()"
             )
         return root
+
+    # --- data-parallel coordinates ------------------------------------------------------
+    def data_parallel_coordinates(self, process_index: int, num_processes: int) -> tuple[int, int]:
+        return self.layout.dp_rank(process_index), self.layout.dp_size
+
+    def data_parallel_ranks(self) -> list[int] | None:
+        if self.layout.dp_size == self.layout.world_size:
+            return None
+        return self.layout.data_ranks()
 
     # --- the step ------------------------------------------------------------------
     def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager[None]:

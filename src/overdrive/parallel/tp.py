@@ -1,0 +1,126 @@
+"""``apply_tp``: split a model's modules over the ``tp`` mesh dimension with DTensor.
+
+The plan comes from the user (``ParallelismConfig(tp_plan=...)``) or from the model
+(transformers models carry their own); see ``overdrive.parallel.tp_plan`` for its format.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from torch import nn
+
+from overdrive.errors import ConfigError
+from overdrive.parallel.tp_plan import check_plan, model_plan, resolve
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
+
+
+@dataclass(frozen=True)
+class TPSettings:
+    """The degree, where it was set (``key``, ``source``), and a plan given in code."""
+
+    degree: int
+    key: str
+    source: str
+    plan: dict[str, str] | None = None
+
+
+def _style(name: str) -> Any:
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    if name == "colwise":
+        return ColwiseParallel()
+    if name == "rowwise":
+        return RowwiseParallel()
+    if name == "colwise_rep":
+        return ColwiseParallel(output_layouts=Replicate())
+    return RowwiseParallel(input_layouts=Replicate())  # rowwise_rep
+
+
+def check_heads(model: nn.Module, tp: TPSettings) -> None:
+    """The model's attention (and key/value) heads split evenly over ``tp.degree``."""
+    config = getattr(model, "config", None)
+    for attr in ("num_attention_heads", "num_key_value_heads"):
+        heads = getattr(config, attr, None)
+        if isinstance(heads, int) and heads % tp.degree:
+            raise ConfigError(
+                f"tensor-parallel degree {tp.degree} ({tp.key}, from {tp.source}) does not "
+                f"divide the model's {attr} ({heads}): each process must hold whole heads",
+                key=tp.key,
+                fix=f"choose a degree that divides {heads} (e.g. "
+                f"{max(d for d in range(1, heads + 1) if heads % d == 0 and d <= tp.degree)})",
+            )
+
+
+def _untie(model: nn.Module, names: dict[str, str]) -> dict[str, str]:
+    """Drop modules whose weight another module shares (tied embeddings): splitting one
+    would untie them; both then run whole on every process, which stays exact."""
+    owners: dict[int, list[str]] = {}
+    for mod_name, module in model.named_modules(remove_duplicate=False):
+        for p in module.parameters(recurse=False):
+            owners.setdefault(id(p), []).append(mod_name)
+    kept = {}
+    for name, style in names.items():
+        module = model.get_submodule(name)
+        shared = any(len(set(owners[id(p)])) > 1 for p in module.parameters(recurse=False))
+        if not shared:
+            kept[name] = style
+    return kept
+
+
+def plan_for(model: nn.Module, tp: TPSettings) -> dict[str, str]:
+    """Concrete module name -> style for ``model``: the user's plan, else the model's own."""
+    if tp.plan is not None:
+        source = "ParallelismConfig(tp_plan=...)"
+        plan = check_plan(tp.plan, source)
+    else:
+        own = model_plan(model)
+        if own is None:
+            raise ConfigError(
+                f"tensor-parallel degree {tp.degree} ({tp.key}, from {tp.source}) needs a plan, "
+                f"and {type(model).__name__} carries none",
+                key=tp.key,
+                fix='pass ParallelismConfig(tp_size=..., tp_plan={"<module>": "colwise", ...}) '
+                "(docs/parallelism.md), or set the degree to 1",
+            )
+        source = f"{type(model).__name__}'s own tensor-parallel plan"
+        plan = check_plan(own, source)
+    return _untie(model, resolve(model, plan, source))
+
+
+def apply_tp(model: nn.Module, mesh: DeviceMesh, tp: TPSettings) -> dict[str, str]:
+    """Split ``model``'s modules over ``mesh`` (1-D, the ``tp`` dimension) in place.
+
+    Returns the plan applied (module name -> style). All processes of a tp group must hold
+    the same weights beforehand (the strategy broadcasts rank 0's first).
+    """
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    check_heads(model, tp)
+    names = plan_for(model, tp)
+    if not names:
+        warnings.warn(
+            f"the tensor-parallel plan for {type(model).__name__} splits no module; every "
+            "process computes the whole model",
+            UserWarning,
+            stacklevel=3,
+        )
+        return names
+    for name, style in list(names.items()):
+        module = model.get_submodule(name)
+        if not isinstance(module, (nn.Linear, nn.Embedding)):
+            raise ConfigError(
+                f"the tensor-parallel plan splits {name!r} ({style}), a "
+                f"{type(module).__name__}; only nn.Linear and nn.Embedding modules can be split",
+                key="tp_plan",
+                fix="name the Linear or Embedding modules inside it (see model.named_modules())",
+            )
+        if isinstance(module, nn.Embedding) and style == "rowwise":
+            names[name] = "rowwise_rep"  # an embedding's input (token ids) is always whole
+    parallelize_module(model, mesh, {name: _style(style) for name, style in names.items()})
+    return names

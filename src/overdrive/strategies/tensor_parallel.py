@@ -1,0 +1,92 @@
+"""Tensor parallelism (DTensor) composed with FSDP2 over the data-parallel processes.
+
+The order is torchtitan's: split the modules over the ``tp`` mesh dimension first, then
+``fully_shard`` over the data-parallel sub-mesh: FSDP FULL_SHARD / HYBRID gives 2-D
+(dp_shard x tp) or 3-D layouts; without FSDP the data-parallel dimension replicates
+(``fully_shard`` on a ``(dp_replicate, dp_shard=1)`` mesh keeps whole copies and averages
+gradients, as DDP does), and with one data-parallel process nothing is sharded but every
+parameter still becomes a DTensor, so the optimizer and clipping see one kind of tensor.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from overdrive.errors import ConfigError
+from overdrive.parallel.fsdp_policy import FSDPPolicy
+from overdrive.parallel.grad_norm import clip_grad_norm
+from overdrive.parallel.layout import ParallelLayout
+from overdrive.parallel.tp import TPSettings, apply_tp
+from overdrive.strategies.base import Params
+from overdrive.strategies.fsdp import FSDPStrategy
+
+
+def replicate_policy() -> FSDPPolicy:
+    """The FSDP2 policy that only replicates (tensor parallelism without FSDP settings).
+
+    Mixed precision stays with the precision plugin (autocast), as under DDP.
+    """
+    return FSDPPolicy(
+        version=2,
+        sharding_strategy="NO_SHARD",
+        reshard_after_forward=False,
+        auto_wrap_policy=None,
+        state_dict_type="SHARDED_STATE_DICT",
+        sync_module_states=True,
+    )
+
+
+class TensorParallelStrategy(FSDPStrategy):
+    """Splits modules over the tp processes, then shards or replicates over the dp ones."""
+
+    name = "tensor_parallel"
+
+    def __init__(
+        self, device: torch.device, layout: ParallelLayout, policy: FSDPPolicy, tp: TPSettings
+    ) -> None:
+        super().__init__(device, layout, policy)
+        self.tp = tp
+        self.plans: dict[int, dict[str, str]] = {}  # id(root) -> module name -> style
+        self._dp_group: Any = None
+
+    def _place(
+        self, model: nn.Module, empty: list[int], device_placement: bool
+    ) -> tuple[nn.Module, bool]:
+        if empty:  # the same list on every process: all refuse together
+            raise ConfigError(
+                f"processes {empty} built the model on the meta device (cpu_ram_efficient_init "
+                "or fsdp_cpu_ram_efficient_loading); filling split weights from the main "
+                "process is not available yet with tensor parallelism",
+                key=self.tp.key,
+                fix="build the model with real weights on every process (outside "
+                "accelerator.cpu_ram_efficient_init())",
+            )
+        return super()._place(model, empty, device_placement)
+
+    def _shard(self, model: nn.Module) -> nn.Module:
+        plan = apply_tp(model, self.mesh["tp"], self.tp)
+        wrapped = super()._shard(model)
+        self.plans[id(wrapped)] = plan
+        return wrapped
+
+    def clip_grad_norm_(
+        self, parameters: Params, max_norm: float, norm_type: float = 2.0
+    ) -> torch.Tensor:
+        """Clip by the norm over every shard of every process; return that global norm."""
+        params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+        return clip_grad_norm(params, max_norm, norm_type).to(self.device)
+
+    def data_parallel_group(self) -> Any:
+        """The process group of this process's data-parallel peers (its tp coordinate)."""
+        if self._dp_group is None:
+            names = self.mesh.mesh_dim_names or ()
+            dims = [n for n in ("dp_replicate", "dp_shard") if n in names]
+            dims = [n for n in dims if self.mesh[n].size() > 1] or ["dp_shard"]
+            if len(dims) == 1:
+                self._dp_group = self.mesh[dims[0]].get_group()
+            else:  # HSDP x TP: both data-parallel dimensions as one
+                self._dp_group = self.mesh["dp_replicate", "dp_shard"]._flatten("dp").get_group()
+        return self._dp_group

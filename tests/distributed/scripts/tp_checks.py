@@ -1,0 +1,203 @@
+"""Tensor parallelism written as the ordinary training loop; prints ``RESULT {json}`` rows.
+
+``--case llama``: a tiny transformers Llama split by its own plan; ``--case mlp``: a plain
+``nn.Sequential`` split by a user-given plan. Either way every process also trains an
+unsplit copy on the whole global batch (the one-process reference) and the rows carry both
+loss traces, the clipped norms, what ``gather_for_metrics`` returned and whether the
+processes of one tensor-parallel group read the same batches.
+
+The layout comes from the flags: ``--tp N`` (``ParallelismConfig(tp_size=N)`` in code; leave
+it out to take it from the launch flags) and ``--fsdp`` (FSDP2 FULL_SHARD over the
+data-parallel processes, sharded checkpoints). ``--save DIR`` / ``--resume DIR``: save the
+state halfway and the full model at the end / resume from that state (any layout with
+the same global batch), save the full model and the state at the end too. ``--reload DIR``:
+load that end state and save the full model again (a layout change back).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from overdrive import Accelerator, FullyShardedDataParallelPlugin, ParallelismConfig
+
+STEPS, SEQ, VOCAB = 10, 8, 128
+MLP_PLAN = {"0": "colwise", "2": "rowwise"}
+
+
+def build_llama(tied: bool = False) -> nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=SEQ,
+        tie_word_embeddings=tied,
+    )
+    return LlamaForCausalLM(config)
+
+
+def build_mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16))
+
+
+def loss_of(case: str, model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
+    if case == "llama":
+        return model(input_ids=batch[0], labels=batch[0]).loss
+    return nn.functional.mse_loss(model(batch[0]), batch[1])
+
+
+def dataset(case: str, samples: int) -> TensorDataset:
+    g = torch.Generator().manual_seed(5)
+    if case == "llama":
+        return TensorDataset(torch.randint(0, VOCAB, (samples, SEQ), generator=g))
+    return TensorDataset(
+        torch.randn(samples, 16, generator=g), torch.randn(samples, 16, generator=g)
+    )
+
+
+def accelerator(args: argparse.Namespace) -> Accelerator:
+    kwargs: dict = {}
+    if args.tp:
+        plan = MLP_PLAN if args.case == "mlp" else None
+        kwargs["parallelism_config"] = ParallelismConfig(tp_size=args.tp, tp_plan=plan)
+    if args.fsdp:
+        kwargs["fsdp_plugin"] = FullyShardedDataParallelPlugin(
+            fsdp_version=2, sharding_strategy="FULL_SHARD", state_dict_type="SHARDED_STATE_DICT"
+        )
+    return Accelerator(cpu=True, gradient_accumulation_steps=args.accum, **kwargs)
+
+
+def same_batch_in_each_tp_group(acc: Accelerator, batch: torch.Tensor) -> bool:
+    """Every process's batch against the batch of its data-parallel rank's first process."""
+    layout = getattr(acc.strategy, "layout", None)
+    per_rank = acc.gather(batch.float().reshape(1, -1)).reshape(acc.num_processes, -1)
+    if layout is None:
+        return True
+    first = {layout.dp_rank(r): r for r in reversed(range(acc.num_processes))}
+    return all(
+        torch.equal(per_rank[r], per_rank[first[layout.dp_rank(r)]])
+        for r in range(acc.num_processes)
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--case", choices=["llama", "mlp"], default="llama")
+    parser.add_argument("--tp", type=int, default=0)
+    parser.add_argument("--fsdp", action="store_true")
+    parser.add_argument("--tied", action="store_true", help="Llama with tied embeddings")
+    parser.add_argument("--batch", type=int, default=2, help="per data-parallel rank")
+    parser.add_argument("--global_batch", type=int, default=4)
+    parser.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step")
+    parser.add_argument("--save", default=None)
+    parser.add_argument("--resume", default=None)
+    parser.add_argument("--reload", default=None, help="load DIR/end, save_model DIR/reloaded")
+    args = parser.parse_args()
+
+    acc = accelerator(args)
+    data = dataset(args.case, STEPS * args.global_batch)
+    model = build_llama(args.tied) if args.case == "llama" else build_mlp()
+    ref = copy.deepcopy(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    loader = DataLoader(data, batch_size=args.batch)
+    model, opt, loader = acc.prepare(model, opt, loader)
+    assert loader.total_batch_size == args.global_batch, loader.total_batch_size
+
+    if args.reload:
+        acc.load_state(str(Path(args.reload) / "end"))
+        acc.save_model(model, str(Path(args.reload) / "reloaded"))
+        if acc.is_main_process:
+            print("RESULT " + json.dumps({"rank": 0, "strategy": acc.strategy.name}))
+        return
+
+    start = 0
+    if args.resume:
+        acc.load_state(str(Path(args.resume) / "half"))
+        start = STEPS // 2
+        ref = None  # the reference is the uninterrupted run's saved model
+    losses, norms, same_batches = [], [], True
+    for step, batch in enumerate(loader, start=start):
+        with acc.accumulate(model):
+            loss = loss_of(args.case, model, batch)
+            acc.backward(loss)
+            if acc.sync_gradients:
+                acc.clip_grad_value_(model.parameters(), 100.0)  # no effect on these numbers
+                norms.append(float(acc.clip_grad_norm_(model.parameters(), 1.0)))
+            opt.step()
+            opt.zero_grad()
+        losses.append(acc.reduce(loss.detach(), "mean").item())
+        same_batches &= same_batch_in_each_tp_group(acc, batch[0])
+        if args.save and step + 1 == STEPS // 2:
+            acc.save_state(str(Path(args.save) / "half"))
+
+    ref_losses, ref_norms = [], []
+    if ref is not None:
+        for i, batch in enumerate(DataLoader(data, batch_size=args.global_batch)):
+            loss = loss_of(args.case, ref, batch)
+            (loss / args.accum).backward()
+            ref_losses.append(loss.item())
+            if (i + 1) % args.accum == 0:
+                ref_norms.append(float(torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)))
+                ref_opt.step()
+                ref_opt.zero_grad()
+
+    # Evaluation: 7 samples over the data-parallel ranks, gathered back exactly, in order.
+    eval_data = dataset(args.case, 7)
+    eval_loader = acc.prepare_data_loader(DataLoader(eval_data, batch_size=2))
+    seen, seen_objects = [], []
+    for b in eval_loader:
+        seen.append(acc.gather_for_metrics(b[0]))
+        firsts = [float(x) for x in b[0][:, 0]]
+        seen_objects += acc.gather_for_metrics(firsts, use_gather_object=True)
+    expected = eval_data.tensors[0]
+    gathered_exactly = torch.equal(torch.cat(seen), expected) and seen_objects == [
+        float(x) for x in expected[:, 0]
+    ]
+    data_parallel_copies = acc.reduce(torch.ones(()), "sum").item()
+    mine = torch.tensor([[acc.tensor_parallel_rank, acc.data_parallel_rank]])
+    coordinates = acc.gather(mine).tolist()  # (tp rank, dp rank) of every process
+
+    out = args.save or args.resume
+    if out:
+        acc.save_model(model, str(Path(out) / ("resumed" if args.resume else "final")))
+    if args.resume:
+        acc.save_state(str(Path(args.resume) / "end"))
+    acc.wait_for_everyone()
+    if acc.is_main_process:
+        row = {
+            "rank": acc.process_index,
+            "strategy": acc.strategy.name,
+            "type": str(acc.distributed_type),
+            "losses": losses,
+            "ref_losses": ref_losses,
+            "norms": norms,
+            "ref_norms": ref_norms,
+            "same_batches": bool(same_batches),
+            "gathered_exactly": gathered_exactly,
+            "reduce_counts": data_parallel_copies,
+            "coordinates": coordinates,
+            "still_tied": args.case == "llama"
+            and acc.unwrap_model(model).lm_head.weight
+            is acc.unwrap_model(model).model.embed_tokens.weight,
+            "param_types": sorted({type(p).__name__ for p in model.parameters()}),
+            "plan": getattr(acc.strategy, "plans", {}) and next(iter(acc.strategy.plans.values())),
+        }
+        print("RESULT " + json.dumps(row))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+"""Tensor parallelism on CPU processes: the ordinary loop trains as one process would.
+
+Each run of ``tp_checks.py`` also trains an unsplit copy on the whole global batch in every
+process (the one-process reference), so one launch checks the loss trace, the clipped
+global norm, the data each process read and ``gather_for_metrics``. Runs of 4 processes
+carry the ``four_processes`` marker (``make parallel`` runs them alone).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.dist import assert_ok, result_rows, run_launch
+
+pytest.importorskip("transformers")
+
+SCRIPT = "tp_checks.py"
+RTOL = 1e-4
+
+
+def _arg(args: tuple[str, ...], name: str) -> int:
+    return int(args[args.index(name) + 1])
+
+
+def _run(nprocs: int, *args: str, launch_args: tuple[str, ...] = ()) -> dict:
+    result = run_launch(
+        SCRIPT, nprocs=nprocs, args=list(args), launch_args=list(launch_args), timeout=420
+    )
+    assert_ok(result)
+    (row,) = result_rows(result.stdout)
+    if "--reload" not in args:  # reduce counts each data-parallel rank once, not tp copies
+        assert row["reduce_counts"] == _arg(args, "--global_batch") // _arg(args, "--batch")
+    return row
+
+
+def _assert_matches_one_process(row: dict, steps: int = 10, accum: int = 1) -> None:
+    assert len(row["losses"]) == len(row["ref_losses"]) == steps
+    assert len(row["norms"]) == len(row["ref_norms"]) == steps // accum
+    for mine, ref in zip(row["losses"], row["ref_losses"], strict=True):
+        assert math.isclose(mine, ref, rel_tol=RTOL), (row["losses"], row["ref_losses"])
+    for mine, ref in zip(row["norms"], row["ref_norms"], strict=True):
+        assert math.isclose(mine, ref, rel_tol=RTOL), (row["norms"], row["ref_norms"])
+    assert row["same_batches"], "the processes of one tp group read different batches"
+    assert row["gathered_exactly"], "gather_for_metrics did not return the dataset in order"
+
+
+def _assert_same_weights(directory: Path, other: str = "resumed") -> None:
+    """``save_model`` of the uninterrupted and of the resumed run: the same full weights."""
+    import torch
+    from safetensors.torch import load_file
+
+    final = load_file(str(directory / "final" / "model.safetensors"))
+    again = load_file(str(directory / other / "model.safetensors"))
+    assert sorted(final) == sorted(again) and "lm_head.weight" in final
+    assert final["lm_head.weight"].shape == (128, 64)  # whole, not one process's half
+    for name, tensor in final.items():
+        torch.testing.assert_close(again[name], tensor, rtol=RTOL, atol=1e-6, msg=name)
+
+
+@pytest.mark.distributed
+def test_tp2_llama_with_its_own_plan_trains_as_one_process_and_resumes(tmp_path: Path) -> None:
+    common = ("--tp", "2", "--batch", "4", "--global_batch", "4")
+    row = _run(2, *common, "--save", str(tmp_path))
+    assert row["strategy"] == "tensor_parallel" and row["param_types"] == ["DTensor"]
+    assert row["plan"]["lm_head"] == "colwise_rep"
+    assert row["plan"]["model.layers.1.mlp.down_proj"] == "rowwise"
+    assert row["coordinates"] == [[0, 0], [1, 0]]  # (tensor_parallel_rank, data_parallel_rank)
+    _assert_matches_one_process(row)
+
+    resumed = _run(2, *common, "--resume", str(tmp_path))
+    for mine, ref in zip(resumed["losses"], row["losses"][5:], strict=True):
+        assert math.isclose(mine, ref, rel_tol=1e-6), (resumed["losses"], row["losses"])
+    _assert_same_weights(tmp_path)
+
+
+@pytest.mark.distributed
+def test_tied_embeddings_stay_whole_and_tied_and_train_as_one_process() -> None:
+    row = _run(2, "--tp", "2", "--tied", "--batch", "4", "--global_batch", "4")
+    assert "lm_head" not in row["plan"] and "model.embed_tokens" not in row["plan"]
+    assert row["plan"]["model.layers.0.self_attn.o_proj"] == "rowwise"
+    assert row["still_tied"]
+    _assert_matches_one_process(row)
+
+
+@pytest.mark.distributed
+def test_plain_module_with_a_user_plan_accumulates_as_one_process() -> None:
+    """2 micro-batches per optimizer step: the same as one process summing them."""
+    row = _run(
+        2, "--case", "mlp", "--tp", "2", "--batch", "4", "--global_batch", "4", "--accum", "2"
+    )
+    assert row["plan"] == {"0": "colwise", "2": "rowwise"}
+    _assert_matches_one_process(row, accum=2)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+@pytest.mark.four_processes
+def test_megatron_tp2_times_two_replicas_trains_as_one_process() -> None:
+    flags = ("--use_megatron_lm", "--megatron_lm_tp_degree", "2")
+    row = _run(4, "--batch", "2", "--global_batch", "4", launch_args=flags)
+    assert row["type"] == "MEGATRON_LM"
+    assert row["coordinates"] == [[0, 0], [1, 0], [0, 1], [1, 1]]
+    _assert_matches_one_process(row)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+@pytest.mark.four_processes
+def test_fsdp2_times_tp2_checkpoint_resumes_under_dp4_and_back(tmp_path: Path) -> None:
+    """FSDP2 (dp_shard=2) x TP=2 trains as one process; its sharded state, saved halfway,
+    resumes under FSDP FULL_SHARD on 4 processes to the same losses and parameters; the
+    state that run saves at its end loads under FSDP2 x TP=2 again to the same weights."""
+    common = ("--fsdp", "--global_batch", "4")
+    whole = _run(4, "--tp", "2", "--batch", "2", "--save", str(tmp_path), *common)
+    assert whole["type"] == "FSDP" and whole["strategy"] == "tensor_parallel"
+    assert whole["coordinates"] == [[0, 0], [1, 0], [0, 1], [1, 1]]
+    _assert_matches_one_process(whole)
+
+    resumed = _run(4, "--batch", "1", "--resume", str(tmp_path), *common)
+    assert resumed["strategy"] == "fsdp"
+    assert resumed["gathered_exactly"]
+    for mine, ref in zip(resumed["losses"], whole["losses"][5:], strict=True):
+        assert math.isclose(mine, ref, rel_tol=RTOL), (resumed["losses"], whole["losses"])
+
+    _assert_same_weights(tmp_path)
