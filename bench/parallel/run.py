@@ -1,0 +1,54 @@
+"""Tensor-parallel step time: overdrive's prepared model vs the same plan applied by hand.
+
+    .venv/bin/python bench/parallel/run.py [--nprocs 2] [--repeats 3]
+
+Launches ``worker.py`` ``--repeats`` times on CPU processes, all of them one tp group (the
+plan: every block's up projection colwise, its down projection rowwise); reports median and
+p10 step times and their ratio (overdrive / by hand).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from launched import launch_result  # noqa: E402
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--nprocs", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=30)
+    p.add_argument(
+        "--raw-also-shards",
+        action="store_true",
+        help="the hand-written copy also runs fully_shard over a data-parallel mesh of size 1",
+    )
+    args = p.parse_args()
+    flags: list[str] = []  # the degree and the plan are given in code (ParallelismConfig)
+    worker = [str(HERE / "worker.py"), "--rounds", str(args.rounds)]
+    worker += ["--raw-also-shards"] if args.raw_also_shards else []
+    times: dict[str, list[float]] = {"raw": [], "overdrive": []}
+    for _ in range(args.repeats):
+        for name, values in launch_result(args.nprocs, flags, worker).items():
+            times[name].extend(values)
+    raw_med = statistics.median(times["raw"])
+    raw_p10 = statistics.quantiles(times["raw"], n=10)[0]
+    print("| implementation | median step (ms) | ratio | p10 step (ms) | ratio | steps |")
+    print("|---|---|---|---|---|---|")
+    for name, values in times.items():
+        med, p10 = statistics.median(values), statistics.quantiles(values, n=10)[0]
+        print(
+            f"| {name} | {med * 1e3:.3f} | {med / raw_med:.3f}x | {p10 * 1e3:.3f} | "
+            f"{p10 / raw_p10:.3f}x | {len(values)} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
