@@ -47,7 +47,7 @@ DTYPES = {
     torch.uint64: "U64",
 }
 CHUNK = 8 << 20  # bytes per write call
-WRITERS = 4
+WRITERS = 8  # threads, each with one write in flight: the disk sees a deeper queue
 ALIGN = 4096  # O_DIRECT: buffer address, file offset and length in whole blocks
 DIRECT_MIN = 64 << 20  # smaller files go through the page cache
 _DIRECT = getattr(os, "O_DIRECT", 0)
