@@ -92,6 +92,8 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|")
     for name, values in saves.items():
+        print(f"{name} saves (s): {' '.join(f'{t:.1f}' for _, t in values)}")
+    for name, values in saves.items():
         total = statistics.median(t for _, t in values)
         returned = statistics.median(r for r, _ in values)
         print(
