@@ -86,13 +86,13 @@ def main() -> None:
     )
     print(f"dd runs (s): {' '.join(f'{d:.1f}' for d in dd)}")
     print(f"dd direct runs (s): {' '.join(f'{d:.1f}' for d in dd_direct)}")
+    for name, values in saves.items():
+        print(f"{name} saves (s): {' '.join(f'{t:.1f}' for _, t in values)}")
     print(
         "| configuration | median save (s) | GB/s | vs dd | vs dd direct "
         "| median until training goes on (s) |"
     )
     print("|---|---|---|---|---|---|")
-    for name, values in saves.items():
-        print(f"{name} saves (s): {' '.join(f'{t:.1f}' for _, t in values)}")
     for name, values in saves.items():
         total = statistics.median(t for _, t in values)
         returned = statistics.median(r for r, _ in values)
