@@ -152,22 +152,9 @@ def _write(
                 for start, end in share:
                     parts = _chunk(pieces, offsets, start, end)
                     if buffer is None:
-                        crc = 0
-                        position = start
-                        for part in parts:
-                            data = _bytes(part)
-                            _pwrite_all(fd, position, data)
-                            crc = zlib.crc32(data, crc)
-                            position += len(data)
+                        crcs[start] = _put(fd, start, parts)
                     else:
-                        position = 0
-                        for part in parts:
-                            buffer[position : position + part.numel()].copy_(part)
-                            position += part.numel()
-                        data = _bytes(buffer)
-                        crc = zlib.crc32(data[:position])
-                        _pwrite_all(fd, start, data[: -(-position // ALIGN) * ALIGN])
-                    crcs[start] = crc
+                        crcs[start] = _put_direct(fd, start, parts, buffer)
                     if errors:
                         return
             except BaseException as exc:  # re-raised in the caller's thread
@@ -195,6 +182,31 @@ def _write(
     for start, end in bounds:
         total = combine(total, crcs[start], end - start)
     return {"size": size, "crc32": f"{total:08x}"}
+
+
+def _put(fd: int, start: int, parts: list[torch.Tensor]) -> int:
+    """Write ``parts`` end to end from file offset ``start``, straight from their memory;
+    their CRC-32."""
+    crc = 0
+    for part in parts:
+        data = _bytes(part)
+        _pwrite_all(fd, start, data)
+        crc = zlib.crc32(data, crc)
+        start += len(data)
+    return crc
+
+
+def _put_direct(fd: int, start: int, parts: list[torch.Tensor], buffer: torch.Tensor) -> int:
+    """Write ``parts`` end to end from file offset ``start`` (a multiple of ``ALIGN``) through
+    the aligned ``buffer``, in whole blocks (the caller truncates the file to its size);
+    their CRC-32."""
+    length = 0
+    for part in parts:
+        buffer[length : length + part.numel()].copy_(part)
+        length += part.numel()
+    data = _bytes(buffer)
+    _pwrite_all(fd, start, data[: -(-length // ALIGN) * ALIGN])
+    return zlib.crc32(data[:length])
 
 
 def _aligned(nbytes: int) -> torch.Tensor:
