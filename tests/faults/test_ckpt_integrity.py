@@ -16,7 +16,13 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from overdrive.accelerator import Accelerator
-from overdrive.checkpoint import MANIFEST, CheckpointError, CheckpointMismatchError, integrity
+from overdrive.checkpoint import (
+    MANIFEST,
+    CheckpointError,
+    CheckpointMismatchError,
+    integrity,
+    tensor_file,
+)
 
 
 def _setup(half: bool = False) -> dict[str, Any]:
@@ -83,6 +89,31 @@ def test_a_flipped_byte_in_a_weight_is_refused_naming_the_file(saved: Path) -> N
     assert f"checkpoint {saved} is damaged" in message
     assert f"model 0 (Linear): {target} does not hold the bytes that were written" in message
     assert all(torch.equal(a, b) for a, b in zip(before, _weights(fresh)))  # nothing restored
+
+
+def test_tensor_files_are_checksummed_while_written_and_damage_is_still_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every tensor file written with O_DIRECT, in several chunks and a padded last block.
+    monkeypatch.setattr(tensor_file, "DIRECT_MIN", 0)
+    monkeypatch.setattr(tensor_file, "CHUNK", tensor_file.ALIGN)
+    read_again: list[str] = []
+    real_checksum = integrity.checksum
+
+    def spy(path: Path) -> integrity.FileRecord:
+        read_again.append(path.name)
+        return real_checksum(path)
+
+    monkeypatch.setattr(integrity, "checksum", spy)
+    saved = _train_and_save(_setup(), tmp_path / "ckpt")
+    assert read_again and not [n for n in read_again if n.endswith(".safetensors")]
+    files = json.loads((saved / MANIFEST).read_text())["files"]
+    assert files == integrity.record(saved)  # read back: the same sizes and CRCs
+    target = saved / "optimizer_0.safetensors"
+    _flip_byte_in_tensor_data(target)
+    with pytest.raises(CheckpointError, match="is damaged") as info:
+        _setup()["acc"].load_state(saved)
+    assert f"{target} does not hold the bytes that were written" in str(info.value)
 
 
 @pytest.mark.parametrize(

@@ -78,12 +78,19 @@ def _all_files(directory: Path) -> list[str]:
     return sorted(names)
 
 
-def record(directory: Path, files: Iterable[str] | None = None) -> dict[str, FileRecord]:
+def record(
+    directory: Path,
+    files: Iterable[str] | None = None,
+    *,
+    known: Mapping[Path, FileRecord] | None = None,
+) -> dict[str, FileRecord]:
     """``{relative path: {"size", "crc32"}}`` for ``files`` (posix paths relative to
-    ``directory``), by default every file under it except the manifest."""
+    ``directory``), by default every file under it except the manifest. A file whose
+    path is in ``known`` (records taken while it was written) is not read again."""
     directory = Path(directory)
     names = _all_files(directory) if files is None else sorted(files)
-    return {name: checksum(directory / name) for name in names}
+    known = known or {}
+    return {name: dict(known.get(directory / name) or checksum(directory / name)) for name in names}
 
 
 def verify(

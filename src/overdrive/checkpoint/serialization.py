@@ -260,14 +260,24 @@ def _hashable(key: Any) -> Any:
     return tuple(_hashable(k) for k in key) if isinstance(key, list) else key
 
 
-def save_tree(obj: Any, directory: Path, stem: str, *, what: str) -> list[str]:
-    """Write ``stem.json`` (+ ``stem.safetensors`` when there are tensors); the file names."""
+def save_tree(
+    obj: Any,
+    directory: Path,
+    stem: str,
+    *,
+    what: str,
+    checksums: dict[Path, dict[str, Any]] | None = None,
+) -> list[str]:
+    """Write ``stem.json`` (+ ``stem.safetensors`` when there are tensors); the file names.
+    ``checksums`` receives the tensor file's record (``integrity.checksum``'s), by path."""
     structure, tensors = flatten(obj, what=what)
     written = [f"{stem}.json"]
     if tensors:
         path = directory / f"{stem}.safetensors"
         with writing(path, what):
-            write_safetensors(tensors, path, {"format": "pt"})
+            record = write_safetensors(tensors, path, {"format": "pt"})
+        if checksums is not None:
+            checksums[path] = record
         written.append(f"{stem}.safetensors")
     write_json(
         directory / f"{stem}.json", {"tensors": bool(tensors), "state": structure}, what=what

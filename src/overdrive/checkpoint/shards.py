@@ -139,10 +139,12 @@ def save_shards(
     rank: int,
     what: str,
     world_size: int | None = None,
+    checksums: dict[Path, dict[str, Any]] | None = None,
 ) -> list[Path]:
     """Write this process's pieces of ``tree``; returns the paths written.
 
     Call it on every process of the group (``world_size`` defaults to the group's size).
+    ``checksums`` receives the tensor file's record (``integrity.checksum``'s), by path.
     """
     import torch.distributed as dist
 
@@ -159,7 +161,9 @@ def save_shards(
     if tensors:
         path = directory / rank_file(stem, rank, "safetensors")
         with writing(path, what):
-            write_safetensors(tensors, path, {"format": "pt"})
+            record = write_safetensors(tensors, path, {"format": "pt"})
+        if checksums is not None:
+            checksums[path] = record
         written.append(path)
     table = {
         "format": FORMAT,

@@ -115,10 +115,12 @@ def write(snap: Snapshot, temp: Path, fault_point: Callable[[str], None]) -> str
     from overdrive.checkpoint.shards import save_shards
 
     written: list[str] = []
+    sums: dict[Path, dict[str, Any]] = {}  # tensor files' checksums, taken while writing
     for stem, label, tree in snap.shards:
-        written += [p.name for p in save_shards(tree, temp, stem, rank=snap.rank, what=label)]
+        paths = save_shards(tree, temp, stem, rank=snap.rank, what=label, checksums=sums)
+        written += [p.name for p in paths]
     for stem, label, tree in snap.main:
-        written += save_tree(tree, temp, stem, what=label)
+        written += save_tree(tree, temp, stem, what=label, checksums=sums)
         if stem != "precision":
             fault_point(f"wrote {stem}")
     fault_point("writing rank files")
@@ -126,7 +128,7 @@ def write(snap: Snapshot, temp: Path, fault_point: Callable[[str], None]) -> str
     what = f"process {snap.rank} state"
     with writing(rank_dir, what):
         rank_dir.mkdir()
-    names = save_tree(snap.rank_state, rank_dir, "state", what=what)
+    names = save_tree(snap.rank_state, rank_dir, "state", what=what, checksums=sums)
     written += [f"rank_{snap.rank}/{name}" for name in names]
     fault_point("wrote rank files")
-    return json.dumps(integrity.record(temp, written))
+    return json.dumps(integrity.record(temp, written, known=sums))
