@@ -142,6 +142,7 @@ class Accelerator(AcceleratorCompat):
             fsdp_wrap=callable_wrap_policy(fsdp_plugin),
             deepspeed_plugin=deepspeed_plugin,
             tp_plan=getattr(parallelism_config, "tp_plan", None),
+            pp_loss_fn=getattr(megatron_lm_plugin, "pipeline_loss_fn", None),
         )
         export_for_transformers(self.settings, self.state.distributed_type)
         self.precision = make_precision(
@@ -540,6 +541,7 @@ class Accelerator(AcceleratorCompat):
         from overdrive.compat.checkpoint_args import save_state_kwargs
 
         kwargs = save_state_kwargs(kwargs)
+        self.strategy.check_checkpoints()
         self._run_save_state_hooks(output_dir)
         return checkpoint.save_state(self, output_dir, **kwargs)
 
@@ -548,6 +550,7 @@ class Accelerator(AcceleratorCompat):
         from overdrive.compat.checkpoint_args import load_state_kwargs
 
         kwargs = load_state_kwargs(kwargs)
+        self.strategy.check_checkpoints()
         self._run_load_state_hooks(input_dir)
         return checkpoint.load_state(self, input_dir, **kwargs)
 

@@ -86,11 +86,12 @@ def test_backends_tp_does_not_compose_with_are_refused(backend: str) -> None:
         layout_from_settings(s, 4)
 
 
-def test_pipeline_is_refused_as_not_available_yet() -> None:
-    s = _settings(distributed_type="MEGATRON_LM", **{"megatron_lm_config.pp_degree": 2})
+def test_sequence_parallelism_is_refused_as_not_available_yet() -> None:
+    key = "megatron_lm_config.sequence_parallelism"
+    s = _settings(distributed_type="MEGATRON_LM", **{key: True})
     with pytest.raises(ConfigError) as info:
         check_available(s)
-    assert "pipeline parallelism" in str(info.value) and "not available yet" in str(info.value)
+    assert "sequence parallelism" in str(info.value) and "not available yet" in str(info.value)
     check_available(_settings(distributed_type="MEGATRON_LM"))  # tp alone is available
 
 
