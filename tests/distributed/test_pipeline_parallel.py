@@ -52,6 +52,10 @@ def test_pp2_llama_1f1b_trains_as_one_process_and_saves_full_weights(tmp_path: P
     assert row["schedule"] == "1F1B" and row["pp_rank"] == 0
     assert row["stage_layers"] == [[0, 0, 2], [1, 2, 4]]  # (rank, first layer, end)
     _assert_matches_one_process(row)
+    assert (
+        "save_state / load_state of a pipelined model are not available yet"
+        in (row["save_state_refused"])
+    )
 
     saved = load_file(str(tmp_path / "pipelined" / "model.safetensors"))
     ref = load_file(str(tmp_path / "reference" / "model.safetensors"))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from torch import nn
 
@@ -115,3 +117,22 @@ def test_micro_batches_without_a_pipeline_are_refused() -> None:
 def test_pipeline_degree_outside_megatron_lm_takes_no_processes() -> None:
     layout = layout_from_settings(_settings(**{"megatron_lm_config.pp_degree": 2}), 2)
     assert layout.pp == 1 and layout.dp_replicate == 2
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "fix"),
+    [("gradient_accumulation_steps", 2, "num_micro_batches"), ("mixed_precision", "fp16", "bf16")],
+)
+def test_what_the_schedule_cannot_do_yet_is_refused_by_name(
+    key: str, value: object, fix: str
+) -> None:
+    import torch
+
+    from overdrive.strategies import select_strategy
+
+    state = SimpleNamespace(num_processes=2, device=torch.device("cpu"))
+    with pytest.raises(ConfigError) as info:
+        select_strategy(state, _pp(**{key: value}))
+    assert info.value.key == key and fix in str(info.value)
+    strategy = select_strategy(state, _pp(**{"megatron_lm_config.pipeline_schedule": "gpipe"}))
+    assert strategy.name == "pipeline_parallel" and strategy.pp.schedule == "GPipe"  # type: ignore[attr-defined]

@@ -145,6 +145,7 @@ class PipelineParallelStrategy(Strategy):
                 fix="pass MegatronLMPlugin(pipeline_loss_fn=lambda output, target: ...) to "
                 "the Accelerator",
             )
+        _keep_autocast(model, stage.module)
         kept = {id(p) for p in stage.module.parameters()}
         self._dropped |= before - kept
         wrapped = PipelinedModel(stage, model, self)
@@ -335,6 +336,16 @@ class PipelineParallelStrategy(Strategy):
         self._models.clear()
         self._optimizers.clear()
         self._schedules.clear()
+
+
+def _keep_autocast(model: nn.Module, stage_module: nn.Module) -> None:
+    """The stage runs under the autocast the precision plugin gave the model's forward
+    (a stage calls the model's parts, not that forward)."""
+    from overdrive.precision.autocast import AutocastForward
+
+    wrapped = model.__dict__.get("forward")
+    if isinstance(wrapped, AutocastForward):
+        stage_module.forward = AutocastForward(stage_module.forward, wrapped._args)
 
 
 def _never(output: Any, target: Any) -> torch.Tensor:

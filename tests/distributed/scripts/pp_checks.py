@@ -20,6 +20,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from overdrive import Accelerator, MegatronLMPlugin
+from overdrive.errors import ConfigError
 
 STEPS, SEQ, VOCAB = 10, 8, 128
 
@@ -75,10 +76,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4, help="per data-parallel rank")
     parser.add_argument("--global_batch", type=int, default=4)
     parser.add_argument("--save", default=None)
+    parser.add_argument("--mixed_precision", default="no")
     args = parser.parse_args()
 
     plugin = MegatronLMPlugin(pipeline_loss_fn=mse) if args.case == "mlp" else None
-    acc = Accelerator(cpu=True, megatron_lm_plugin=plugin)
+    acc = Accelerator(cpu=True, megatron_lm_plugin=plugin, mixed_precision=args.mixed_precision)
     data = dataset(args.case, STEPS * args.global_batch)
     model = build_llama() if args.case == "llama" else build_mlp()
     ref = copy.deepcopy(model)
@@ -116,6 +118,11 @@ def main() -> None:
     stage_ok = acc.gather(stage_ok).min().item()
     if args.save:
         acc.save_model(model, str(Path(args.save) / "pipelined"))
+    try:
+        acc.save_state(str(Path(args.save or ".") / "state"))
+        refused = ""
+    except ConfigError as err:
+        refused = str(err)
 
     if acc.is_main_process:
         ref_losses, ref_norms = [], []
@@ -148,6 +155,7 @@ def main() -> None:
             "stage_layers": kept,
             "optimizer_holds_stage_only": stage_ok == 1.0,
             "pp_rank": acc.pipeline_parallel_rank,
+            "save_state_refused": refused,
         }
         print("RESULT " + json.dumps(row))
     acc.wait_for_everyone()
