@@ -541,7 +541,6 @@ class Accelerator(AcceleratorCompat):
         from overdrive.compat.checkpoint_args import save_state_kwargs
 
         kwargs = save_state_kwargs(kwargs)
-        self.strategy.check_checkpoints()
         self._run_save_state_hooks(output_dir)
         return checkpoint.save_state(self, output_dir, **kwargs)
 
@@ -550,7 +549,6 @@ class Accelerator(AcceleratorCompat):
         from overdrive.compat.checkpoint_args import load_state_kwargs
 
         kwargs = load_state_kwargs(kwargs)
-        self.strategy.check_checkpoints()
         self._run_load_state_hooks(input_dir)
         return checkpoint.load_state(self, input_dir, **kwargs)
 

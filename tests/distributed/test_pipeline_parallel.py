@@ -44,7 +44,9 @@ def _assert_matches_one_process(row: dict, steps: int = 10) -> None:
 
 
 @pytest.mark.distributed
-def test_pp2_llama_1f1b_trains_as_one_process_and_saves_full_weights(tmp_path: Path) -> None:
+def test_pp2_llama_1f1b_trains_as_one_process_resumes_and_saves_full_weights(
+    tmp_path: Path,
+) -> None:
     import torch
     from safetensors.torch import load_file
 
@@ -52,10 +54,6 @@ def test_pp2_llama_1f1b_trains_as_one_process_and_saves_full_weights(tmp_path: P
     assert row["schedule"] == "1F1B" and row["pp_rank"] == 0
     assert row["stage_layers"] == [[0, 0, 2], [1, 2, 4]]  # (rank, first layer, end)
     _assert_matches_one_process(row)
-    assert (
-        "save_state / load_state of a pipelined model are not available yet"
-        in (row["save_state_refused"])
-    )
 
     saved = load_file(str(tmp_path / "pipelined" / "model.safetensors"))
     ref = load_file(str(tmp_path / "reference" / "model.safetensors"))
@@ -63,6 +61,15 @@ def test_pp2_llama_1f1b_trains_as_one_process_and_saves_full_weights(tmp_path: P
     assert "model.layers.3.mlp.down_proj.weight" in saved and "lm_head.weight" in saved
     for name, tensor in ref.items():
         torch.testing.assert_close(saved[name], tensor, rtol=1e-3, atol=1e-5, msg=name)
+
+    resumed = _run(2, "--resume", str(tmp_path))  # from the state saved after step 5
+    assert len(resumed["losses"]) == 5
+    for mine, whole in zip(resumed["losses"], row["losses"][5:], strict=True):
+        assert math.isclose(mine, whole, rel_tol=1e-6), (resumed["losses"], row["losses"])
+    again = load_file(str(tmp_path / "resumed" / "model.safetensors"))
+    assert sorted(again) == sorted(saved)
+    for name, tensor in saved.items():
+        torch.testing.assert_close(again[name], tensor, rtol=1e-5, atol=1e-7, msg=name)
 
 
 @pytest.mark.distributed

@@ -63,7 +63,7 @@ class Stage:
     index: int
     num_stages: int
     layers: tuple[int, int]  # [start, end) of the repeated layers it holds
-    names: dict[str, str]  # the stage module's parameter names -> the whole model's names
+    names: dict[str, str]  # the stage module's parameter and buffer names -> the whole model's
     loss_fn: Callable[[Any, Any], torch.Tensor] | None  # the model's own loss, if it has one
 
     @property
@@ -79,7 +79,7 @@ def split_model(
     model: nn.Module, index: int, num_stages: int, split_points: Sequence[int] | None = None
 ) -> Stage:
     """Keep stage ``index`` of ``num_stages`` in ``model`` (modified in place)."""
-    before = {id(p): name for name, p in model.named_parameters(remove_duplicate=False)}
+    before = {id(t): name for name, t in _named_tensors(model)}
     layers = _repeated_layers(model)
     if layers is None:
         raise ConfigError(
@@ -107,8 +107,15 @@ def split_model(
     else:
         module = _split_causal_lm(model, start, end, first=first, last=last)
         loss_fn = _causal_lm_loss(model) if last else None
-    names = {name: before[id(p)] for name, p in module.named_parameters(remove_duplicate=False)}
+    names = {name: before[id(t)] for name, t in _named_tensors(module) if id(t) in before}
     return Stage(module, index, num_stages, (start, end), names, loss_fn)
+
+
+def _named_tensors(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    return [
+        *module.named_parameters(remove_duplicate=False),
+        *module.named_buffers(remove_duplicate=False),
+    ]
 
 
 def _repeated_layers(model: nn.Module) -> Sequence[nn.Module] | None:

@@ -175,10 +175,6 @@ class Strategy:
     ) -> None:
         _raw(optimizer).load_state_dict(state)
 
-    def check_checkpoints(self) -> None:
-        """Raise before ``save_state`` / ``load_state`` when this backend cannot checkpoint."""
-        return None
-
     # --- sharded state (backends whose processes each hold part of the model) ----------
     @property
     def sharded_checkpoints(self) -> bool:

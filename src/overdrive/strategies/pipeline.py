@@ -23,7 +23,7 @@ from overdrive.errors import ConfigError, OverdriveError
 from overdrive.parallel.layout import ParallelLayout
 from overdrive.parallel.mesh import build_mesh
 from overdrive.parallel.pipeline import PP_KEY, Stage, split_model
-from overdrive.strategies.base import Params, Strategy
+from overdrive.strategies.base import Params, Strategy, _raw
 
 SCHEDULE_KEY = "megatron_lm_config.pipeline_schedule"
 MICRO_BATCHES_KEY = "megatron_lm_config.num_micro_batches"
@@ -314,23 +314,87 @@ class PipelineParallelStrategy(Strategy):
             full.update(part)
         return full if dist.get_rank() == 0 else {}
 
+    def load_model_state_dict(
+        self, model: nn.Module, state_dict: dict[str, torch.Tensor], strict: bool = True
+    ) -> Any:
+        """Load this stage's part of the whole model's state dict (every process reads it)."""
+        if not isinstance(model, PipelinedModel):
+            return super().load_model_state_dict(model, state_dict, strict)
+        names = model.stage.names
+        local = [k for k in model.stage.module.state_dict() if k in names]
+        missing = [names[k] for k in local if names[k] not in state_dict]
+        if strict and missing:
+            raise OverdriveError(
+                f"the saved model has no {', '.join(missing[:3])} ({len(missing)} missing) "
+                f"for pipeline stage {model.stage.index}\n  fix: load a checkpoint of the "
+                "same model"
+            )
+        wanted = {k: state_dict[names[k]] for k in local if names[k] in state_dict}
+        return model.stage.module.load_state_dict(wanted, strict=strict)
+
     def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-        raise _no_checkpoints()
+        """The whole optimizer's state on the main process, keyed by the unsplit model's
+        parameter names (every stage's); an empty dict elsewhere. Collective over the
+        pipeline."""
+        import torch.distributed as dist
+
+        raw = _raw(optimizer)
+        fqn = self._param_names()
+        mine = raw.state_dict()
+        params = [p for g in raw.param_groups for p in g["params"]]
+        state = {
+            fqn[id(params[i])]: {k: _cpu(v) for k, v in entries.items()}
+            for i, entries in mine["state"].items()
+        }
+        groups = [
+            {
+                **{k: v for k, v in g.items() if k != "params"},
+                "params": [fqn[id(p)] for p in live["params"]],
+            }
+            for g, live in zip(mine["param_groups"], raw.param_groups, strict=True)
+        ]
+        parts: list[Any] = [None] * self.pp.degree
+        dist.all_gather_object(parts, (state, groups), group=self.pp_group)
+        if dist.get_rank() != 0:
+            return {}
+        full_state: dict[str, Any] = {}
+        full_groups: list[dict[str, Any]] = [dict(g, params=[]) for g in groups]
+        for part_state, part_groups in parts:
+            full_state.update(part_state)
+            for merged, group in zip(full_groups, part_groups, strict=True):
+                merged["params"] += group["params"]
+        return {"state": full_state, "param_groups": full_groups}
 
     def load_optimizer_state_dict(
         self, optimizer: torch.optim.Optimizer, state: dict[str, Any]
     ) -> None:
-        raise _no_checkpoints()
+        """Load this stage's entries of the whole optimizer's state (by parameter name)."""
+        raw = _raw(optimizer)
+        fqn = self._param_names()
+        saved_groups = state["param_groups"]
+        if len(saved_groups) != len(raw.param_groups):
+            raise OverdriveError(
+                f"the saved optimizer has {len(saved_groups)} parameter groups, this one "
+                f"{len(raw.param_groups)}\n  fix: build the optimizer as the saving run did"
+            )
+        index: dict[str, int] = {}
+        groups = []
+        for saved, live in zip(saved_groups, raw.param_groups, strict=True):
+            ids = []
+            for p in live["params"]:
+                index[fqn[id(p)]] = len(index)
+                ids.append(index[fqn[id(p)]])
+            groups.append({**{k: v for k, v in saved.items() if k != "params"}, "params": ids})
+        entries = {index[name]: s for name, s in state["state"].items() if name in index}
+        raw.load_state_dict({"state": entries, "param_groups": groups})
 
-    def load_model_state_dict(
-        self, model: nn.Module, state_dict: dict[str, torch.Tensor], strict: bool = True
-    ) -> Any:
-        if isinstance(model, PipelinedModel):
-            raise _no_checkpoints()
-        return super().load_model_state_dict(model, state_dict, strict)
-
-    def check_checkpoints(self) -> None:
-        raise _no_checkpoints()
+    def _param_names(self) -> dict[int, str]:
+        """id(parameter) -> its name in the unsplit model, over every pipelined model."""
+        out: dict[int, str] = {}
+        for model in self._models:
+            for name, p in model.stage.module.named_parameters():
+                out[id(p)] = model.stage.names[name]
+        return out
 
     def teardown(self) -> None:
         self._models.clear()
@@ -348,17 +412,11 @@ def _keep_autocast(model: nn.Module, stage_module: nn.Module) -> None:
         stage_module.forward = AutocastForward(stage_module.forward, wrapped._args)
 
 
+def _cpu(value: Any) -> Any:
+    return value.detach().cpu() if isinstance(value, torch.Tensor) else value
+
+
 def _never(output: Any, target: Any) -> torch.Tensor:
     """The loss other stages hand their schedule: only the last stage computes one, but a
     schedule without a loss function runs no backward passes."""
     raise AssertionError("only the last pipeline stage computes the loss")
-
-
-def _no_checkpoints() -> ConfigError:
-    return ConfigError(
-        "save_state / load_state of a pipelined model are not available yet "
-        "(accelerator.save_model writes its full weights)",
-        key=PP_KEY,
-        fix="save the weights with accelerator.save_model(model, dir), or train without "
-        f"{PP_KEY} to checkpoint the whole state",
-    )
