@@ -41,6 +41,7 @@ def _assert_matches_one_process(row: dict, steps: int = 10) -> None:
     assert math.isclose(row["eval_loss"], row["ref_eval_loss"], rel_tol=RTOL)
     assert row["same_batches"], "the processes of one pipeline read different batches"
     assert row["optimizer_holds_stage_only"], "an optimizer steps another stage's parameters"
+    assert row["forward_only_ok"], "a call without labels did not return the last stage's output"
 
 
 @pytest.mark.distributed

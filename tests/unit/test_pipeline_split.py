@@ -121,7 +121,11 @@ def test_pipeline_degree_outside_megatron_lm_takes_no_processes() -> None:
 
 @pytest.mark.parametrize(
     ("key", "value", "fix"),
-    [("gradient_accumulation_steps", 2, "num_micro_batches"), ("mixed_precision", "fp16", "bf16")],
+    [
+        ("gradient_accumulation_steps", 2, "num_micro_batches"),
+        ("mixed_precision", "fp16", "bf16"),
+        ("dynamo_config.dynamo_backend", "eager", "dynamo_backend to no"),
+    ],
 )
 def test_what_the_schedule_cannot_do_yet_is_refused_by_name(
     key: str, value: object, fix: str

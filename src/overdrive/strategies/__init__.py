@@ -132,6 +132,12 @@ def _pipeline_parallel(state: Any, settings: Settings, loss_fn: Any) -> Strategy
             lambda v: v == "fp16",
             "use bf16 (fp16 loss scaling inside the schedule is not available yet)",
         ),
+        (
+            "dynamo_config.dynamo_backend",
+            lambda v: v not in (None, "no"),
+            "set dynamo_backend to no (compiling a model whose call runs a pipeline "
+            "schedule is not available yet)",
+        ),
     ):
         value = settings[other]
         if bad(value):

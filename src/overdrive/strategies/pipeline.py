@@ -131,9 +131,9 @@ class PipelineParallelStrategy(Strategy):
             return super().setup_model(model, device_placement=device_placement)
         from overdrive.strategies.fsdp import _broadcast_from_rank0
 
-        if device_placement:
-            model = model.to(self.device)
-        _broadcast_from_rank0(model, self.device)  # every stage starts from rank 0's weights
+        # Every stage starts from rank 0's weights (one tensor at a time through the device),
+        # and only the stage moves to the device: the whole model never sits there.
+        _broadcast_from_rank0(model, self.device)
         before = {id(p) for p in model.parameters()}
         stage = split_model(model, self.stage_index, self.pp.degree, self.pp.split_points)
         if stage.is_last and stage.loss_fn is None and self.pp.loss_fn is None:
@@ -145,6 +145,8 @@ class PipelineParallelStrategy(Strategy):
                 fix="pass MegatronLMPlugin(pipeline_loss_fn=lambda output, target: ...) to "
                 "the Accelerator",
             )
+        if device_placement:
+            stage.module.to(self.device)
         _keep_autocast(model, stage.module)
         kept = {id(p) for p in stage.module.parameters()}
         self._dropped |= before - kept

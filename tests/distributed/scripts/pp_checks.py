@@ -116,7 +116,15 @@ def main() -> None:
 
     model.eval()
     with torch.no_grad():
-        eval_loss = float(loss_of(args.case, model, next(iter(loader))))
+        first_batch = next(iter(loader))
+        eval_loss = float(loss_of(args.case, model, first_batch))
+        out = model(first_batch[0])  # no labels: forward only, the output on the last stage
+    width = [SEQ, VOCAB] if args.case == "llama" else [16]
+    if model.stage.is_last:  # type: ignore[union-attr]
+        forward_only_ok = out.loss is None and list(out.logits.shape) == [args.batch, *width]
+    else:
+        forward_only_ok = out.loss is None and out.logits is None
+    forward_only_ok = acc.gather(torch.tensor([float(forward_only_ok)])).min().item() == 1.0
     model.train()
     stage = model.stage  # type: ignore[union-attr]
     kept = acc.gather(torch.tensor([[acc.process_index, *stage.layers]])).tolist()
@@ -159,6 +167,7 @@ def main() -> None:
             "same_batches": bool(same_batches),
             "stage_layers": kept,
             "optimizer_holds_stage_only": stage_ok == 1.0,
+            "forward_only_ok": forward_only_ok,
             "pp_rank": acc.pipeline_parallel_rank,
         }
         print("RESULT " + json.dumps(row))
