@@ -81,9 +81,9 @@ def test_pp2_llama_gpipe_trains_as_one_process() -> None:
 
 
 @pytest.mark.distributed
-def test_pp2_sequential_with_a_loss_given_in_code_trains_as_one_process() -> None:
-    row = _run(2, "--case", "mlp")
-    assert row["stage_layers"] == [[0, 0, 3], [1, 3, 5]]  # five children: 3 + 2
+def test_pp2_sequential_with_a_loss_and_split_points_given_in_code_trains_as_one_process() -> None:
+    row = _run(2, "--case", "mlp", "--split", "4")
+    assert row["stage_layers"] == [[0, 0, 4], [1, 4, 5]]  # five children, split before 4
     _assert_matches_one_process(row)
 
 

@@ -103,7 +103,7 @@ def test_backend_not_built_names_setting_and_source() -> None:
 
 def test_backend_from_environment_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACCELERATE_USE_MEGATRON_LM", "true")
-    monkeypatch.setenv("ACCELERATE_MEGATRON_LM_PP_DEGREE", "2")
+    monkeypatch.setenv("ACCELERATE_MEGATRON_LM_SEQUENCE_PARALLELISM", "true")
     with pytest.raises(ConfigError, match="env ACCELERATE_USE_MEGATRON_LM"):
         Accelerator()
 

@@ -25,7 +25,6 @@ from overdrive.parallel.mesh import build_mesh
 from overdrive.parallel.pipeline import PP_KEY, Stage, split_model
 from overdrive.strategies.base import Params, Strategy, _raw
 
-SCHEDULE_KEY = "megatron_lm_config.pipeline_schedule"
 MICRO_BATCHES_KEY = "megatron_lm_config.num_micro_batches"
 
 
@@ -70,8 +69,6 @@ class PipelinedModel(nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> PipelineOutput:
         labels = kwargs.pop("labels", None)
         inputs = args[0] if args else kwargs.pop("input_ids", None)
-        if inputs is None and "x" in kwargs:
-            inputs = kwargs.pop("x")
         extra = {k: v for k, v in kwargs.items() if not _ignorable(k, v)}
         if len(args) > 1 or extra or not isinstance(inputs, torch.Tensor):
             given = [f"{len(args)} positional"] + sorted(extra)

@@ -79,9 +79,13 @@ def main() -> None:
     parser.add_argument("--save", default=None)
     parser.add_argument("--resume", default=None, help="load DIR/half, save DIR/resumed")
     parser.add_argument("--mixed_precision", default="no")
+    parser.add_argument("--split", default="", help="pipeline split points, e.g. 4")
     args = parser.parse_args()
 
-    plugin = MegatronLMPlugin(pipeline_loss_fn=mse) if args.case == "mlp" else None
+    split = [int(x) for x in args.split.split(",")] if args.split else None
+    plugin = MegatronLMPlugin(
+        pipeline_loss_fn=mse if args.case == "mlp" else None, pipeline_split_points=split
+    )
     acc = Accelerator(cpu=True, megatron_lm_plugin=plugin, mixed_precision=args.mixed_precision)
     data = dataset(args.case, STEPS * args.global_batch)
     model = build_llama() if args.case == "llama" else build_mlp()
