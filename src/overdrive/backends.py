@@ -33,12 +33,19 @@ _MEGATRON_NOT_BUILT = {
 }
 
 
+def _inert(value: object) -> bool:
+    """Unset, off, zero, or a degree of 1; not ``True`` (which equals 1) nor a clipping
+    norm of 1.0 (a real request)."""
+    if value is None or isinstance(value, bool):
+        return value is not True
+    return value == 0 or (type(value) is int and value == 1)
+
+
 def _check_megatron(settings: Settings) -> None:
     """MEGATRON_LM runs tensor parallelism; what it does not run yet is refused by name."""
     for key, what in _MEGATRON_NOT_BUILT.items():
         value = settings[key]
-        inert = value is None or value is False or (type(value) is int and value in (0, 1))
-        if not settings.is_set(key) or inert:  # (True == 1: switches need the type check)
+        if not settings.is_set(key) or _inert(value):
             continue
         raise ConfigError(
             f"{key} = {value} ({settings.source(key)}) asks for {what}, which is not available "
