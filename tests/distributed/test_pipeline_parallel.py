@@ -42,6 +42,8 @@ def _assert_matches_one_process(row: dict, steps: int = 10) -> None:
     assert row["same_batches"], "the processes of one pipeline read different batches"
     assert row["optimizer_holds_stage_only"], "an optimizer steps another stage's parameters"
     assert row["forward_only_ok"], "a call without labels did not return the last stage's output"
+    assert row["gathered_exactly"], "gather_for_metrics did not return the dataset in order"
+    assert row["state_dict_is_whole"], "get_state_dict did not gather every stage"
 
 
 @pytest.mark.distributed

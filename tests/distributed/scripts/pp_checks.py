@@ -129,6 +129,11 @@ def main() -> None:
     else:
         forward_only_ok = out.loss is None and out.logits is None
     forward_only_ok = acc.gather(torch.tensor([float(forward_only_ok)])).min().item() == 1.0
+    # gather_for_metrics: one copy per pipeline, 7 samples back exactly, in order
+    eval_data = dataset(args.case, 7)
+    seen = [acc.gather_for_metrics(b[0]) for b in acc.prepare_data_loader(DataLoader(eval_data, 2))]
+    gathered_exactly = torch.equal(torch.cat(seen), eval_data.tensors[0])
+    full_state = acc.get_state_dict(model)  # every stage's weights on the main process
     model.train()
     stage = model.stage  # type: ignore[union-attr]
     kept = acc.gather(torch.tensor([[acc.process_index, *stage.layers]])).tolist()
@@ -172,6 +177,8 @@ def main() -> None:
             "stage_layers": kept,
             "optimizer_holds_stage_only": stage_ok == 1.0,
             "forward_only_ok": forward_only_ok,
+            "gathered_exactly": gathered_exactly,
+            "state_dict_is_whole": sorted(full_state) == sorted(ref.state_dict()),
             "pp_rank": acc.pipeline_parallel_rank,
         }
         print("RESULT " + json.dumps(row))
