@@ -84,7 +84,10 @@ def test_refusals_at_prepare_name_the_degree() -> None:
 
 
 def _pp(**extra: object):
-    return _settings(distributed_type="MEGATRON_LM", **{"megatron_lm_config.pp_degree": 2, **extra})
+    micro = {"megatron_lm_config.num_micro_batches": 2}
+    return _settings(
+        distributed_type="MEGATRON_LM", **{"megatron_lm_config.pp_degree": 2, **micro, **extra}
+    )
 
 
 def test_pipeline_degree_leaves_the_rest_to_replicas_pp_outermost() -> None:
@@ -140,3 +143,12 @@ def test_what_the_schedule_cannot_do_yet_is_refused_by_name(
     assert info.value.key == key and fix in str(info.value)
     strategy = select_strategy(state, _pp(**{"megatron_lm_config.pipeline_schedule": "gpipe"}))
     assert strategy.name == "pipeline_parallel" and strategy.pp.schedule == "GPipe"  # type: ignore[attr-defined]
+
+
+def test_1f1b_with_fewer_micro_batches_than_stages_is_refused_before_workers_start() -> None:
+    few = {"megatron_lm_config.num_micro_batches": 1}
+    with pytest.raises(ConfigError) as info:
+        layout_from_settings(_pp(**few), 2)
+    assert info.value.key == "megatron_lm_config.num_micro_batches" and "GPipe" in str(info.value)
+    gpipe = layout_from_settings(_pp(**few, **{"megatron_lm_config.pipeline_schedule": "GPipe"}), 2)
+    assert gpipe.pp == 2

@@ -189,6 +189,16 @@ def _pp_degree(settings: Any, world: int, tp: int) -> int:
             key=PP_KEY,
             fix="drop one of the two degrees (docs/parallelism.md lists what composes)",
         )
+    schedule_key = "megatron_lm_config.pipeline_schedule"
+    if pp > 1 and settings[schedule_key] == "1F1B" and (micro or 1) < pp:
+        raise ConfigError(
+            f"the 1F1B pipeline schedule ({schedule_key}, from {settings.source(schedule_key)}) "
+            f"needs at least as many micro-batches as stages: {MICRO_BATCHES_KEY} is "
+            f"{micro or 1} ({settings.source(MICRO_BATCHES_KEY)}), {PP_KEY} is {pp} ({source})",
+            key=MICRO_BATCHES_KEY,
+            fix=f"set {MICRO_BATCHES_KEY} to {pp} or more (more micro-batches keep the stages "
+            f"busier), or {schedule_key} to GPipe",
+        )
     if world % (pp * tp):
         fits = [d for d in range(2, pp + 1) if world % (d * tp) == 0]
         raise ConfigError(
