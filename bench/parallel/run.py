@@ -1,10 +1,11 @@
-"""Tensor-parallel step time: overdrive's prepared model vs the same plan applied by hand.
+"""Tensor- or pipeline-parallel step time: overdrive's prepared model vs the same plan by hand.
 
-    .venv/bin/python bench/parallel/run.py [--nprocs 2] [--repeats 3]
+    .venv/bin/python bench/parallel/run.py [--nprocs 2] [--repeats 3] [--pipeline]
 
 Launches ``worker.py`` ``--repeats`` times on CPU processes, all of them one tp group (the
-plan: every block's up projection colwise, its down projection rowwise); reports median and
-p10 step times and their ratio (overdrive / by hand).
+plan: every block's up projection colwise, its down projection rowwise); with
+``--pipeline``, ``pp_worker.py``: one pipeline stage per process, 1F1B over 4
+micro-batches. Reports median and p10 step times and their ratio (overdrive / by hand).
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ def main() -> None:
         action="store_true",
         help="the hand-written copy also runs fully_shard over a data-parallel mesh of size 1",
     )
+    p.add_argument("--pipeline", action="store_true", help="pipeline stages instead of tp")
     args = p.parse_args()
-    flags: list[str] = []  # the degree and the plan are given in code (ParallelismConfig)
-    worker = [str(HERE / "worker.py"), "--rounds", str(args.rounds)]
+    flags: list[str] = []  # the degrees and the plans are given in code
+    script = "pp_worker.py" if args.pipeline else "worker.py"
+    worker = [str(HERE / script), "--rounds", str(args.rounds)]
     worker += ["--raw-also-shards"] if args.raw_also_shards else []
     times: dict[str, list[float]] = {"raw": [], "overdrive": []}
     for _ in range(args.repeats):

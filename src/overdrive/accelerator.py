@@ -142,6 +142,8 @@ class Accelerator(AcceleratorCompat):
             fsdp_wrap=callable_wrap_policy(fsdp_plugin),
             deepspeed_plugin=deepspeed_plugin,
             tp_plan=getattr(parallelism_config, "tp_plan", None),
+            pp_loss_fn=getattr(megatron_lm_plugin, "pipeline_loss_fn", None),
+            pp_split_points=getattr(megatron_lm_plugin, "pipeline_split_points", None),
         )
         export_for_transformers(self.settings, self.state.distributed_type)
         self.precision = make_precision(

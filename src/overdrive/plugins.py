@@ -144,11 +144,21 @@ class FullyShardedDataParallelPlugin(Plugin):
 
 @dataclass
 class MegatronLMPlugin(Plugin):
-    """Tensor / pipeline parallel settings."""
+    """Tensor / pipeline parallel settings (docs/parallelism.md).
+
+    ``pipeline_schedule``: ``"1F1B"`` (default) or ``"GPipe"``. ``pipeline_loss_fn`` (code
+    only): ``loss_fn(output, target)`` computed on the last pipeline stage for a model that
+    is not a transformers causal LM (the target is the ``labels=`` keyword of the call).
+    ``pipeline_split_points`` (code only): the indices of the repeated layers that start
+    stages 1, 2, ... (default: an even split).
+    """
 
     tp_degree: int | None = None
     pp_degree: int | None = None
     num_micro_batches: int | None = None
+    pipeline_schedule: str | None = None
+    pipeline_loss_fn: Callable[[Any, Any], Any] | None = None
+    pipeline_split_points: list[int] | None = None
     sequence_parallelism: bool | None = None
     recompute_activations: bool | None = None
     use_distributed_optimizer: bool | None = None
@@ -162,6 +172,7 @@ class MegatronLMPlugin(Plugin):
             "tp_degree",
             "pp_degree",
             "num_micro_batches",
+            "pipeline_schedule",
             "sequence_parallelism",
             "recompute_activations",
             "use_distributed_optimizer",

@@ -80,7 +80,10 @@ def test_validate_accepts_what_launch_accepts(tmp_path: Path, script: Path, name
 def test_validate_sees_the_environment_launch_sees(tmp_path: Path, script: Path) -> None:
     path = tmp_path / "cfg.yaml"
     path.write_text("num_processes: 2\n")
-    env = {"ACCELERATE_USE_MEGATRON_LM": "true", "ACCELERATE_MEGATRON_LM_PP_DEGREE": "2"}
+    env = {
+        "ACCELERATE_USE_MEGATRON_LM": "true",
+        "ACCELERATE_MEGATRON_LM_SEQUENCE_PARALLELISM": "true",
+    }
     launched = assert_clean_refusal(
         overdrive("launch", "--dry_run", "--config_file", path, script, env=env)
     )

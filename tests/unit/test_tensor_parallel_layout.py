@@ -86,12 +86,33 @@ def test_backends_tp_does_not_compose_with_are_refused(backend: str) -> None:
         layout_from_settings(s, 4)
 
 
-def test_pipeline_is_refused_as_not_available_yet() -> None:
-    s = _settings(distributed_type="MEGATRON_LM", **{"megatron_lm_config.pp_degree": 2})
+def test_sequence_parallelism_is_refused_as_not_available_yet() -> None:
+    key = "megatron_lm_config.sequence_parallelism"
+    s = _settings(distributed_type="MEGATRON_LM", **{key: True})
     with pytest.raises(ConfigError) as info:
         check_available(s)
-    assert "pipeline parallelism" in str(info.value) and "not available yet" in str(info.value)
+    assert "sequence parallelism" in str(info.value) and "not available yet" in str(info.value)
     check_available(_settings(distributed_type="MEGATRON_LM"))  # tp alone is available
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "refused"),
+    [
+        ("megatron_lm_config.recompute_activations", True, True),  # True == 1, still a request
+        ("megatron_lm_config.recompute_activations", False, False),
+        ("megatron_lm_config.gradient_clipping", 1.0, True),  # a norm of 1.0 is a request
+        ("megatron_lm_config.gradient_clipping", 0.0, False),
+    ],
+)
+def test_megatron_switches_and_norms_that_ask_for_something_are_refused(
+    key: str, value: object, refused: bool
+) -> None:
+    s = _settings(distributed_type="MEGATRON_LM", **{key: value})
+    if refused:
+        with pytest.raises(ConfigError, match="not available yet"):
+            check_available(s)
+    else:
+        check_available(s)
 
 
 def test_context_parallelism_is_still_refused() -> None:

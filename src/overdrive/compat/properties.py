@@ -119,7 +119,7 @@ class PropertiesMixin:
 
     @property
     def pipeline_parallel_rank(self) -> int:
-        return 0
+        return self._mesh_rank(("pp",), 0)
 
     @property
     def context_parallel_rank(self) -> int:

@@ -278,6 +278,16 @@ BACKEND_SETTINGS: tuple[Setting, ...] = (
         flag=True,
     ),
     setting(
+        "megatron_lm_config.pipeline_schedule",
+        Choice(("1F1B", "GPipe")),
+        "1F1B",
+        "pipeline schedule: 1F1B (one forward, one backward: fewer activations held) or GPipe "
+        "(every forward, then every backward)",
+        env=("ACCELERATE_MEGATRON_LM_PIPELINE_SCHEDULE",),
+        aliases=("megatron_lm_config.megatron_lm_pipeline_schedule",),
+        flag=True,
+    ),
+    setting(
         "megatron_lm_config.sequence_parallelism",
         ON_OFF,
         False,

@@ -100,7 +100,8 @@ def mesh_lines(settings: Settings, world_size: int) -> list[str]:
 
     layout = layout_from_settings(settings, world_size)
     shown = [n for n, d in layout.degrees().items() if d > 1] or ["dp_replicate"]
-    lines = [f"mesh ({layout.describe()}; data-parallel degree {layout.dp_size}, tp innermost):"]
+    order = "pp outermost, tp innermost" if layout.pp > 1 else "tp innermost"
+    lines = [f"mesh ({layout.describe()}; data-parallel degree {layout.dp_size}, {order}):"]
     for rank in range(min(world_size, _MESH_ROWS)):
         c = layout.coordinates(rank)
         where = ", ".join(f"{n} {c[n]}" for n in shown)

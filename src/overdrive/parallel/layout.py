@@ -158,14 +158,68 @@ def _tp_degree(settings: Any, world: int) -> int:
     return tp
 
 
+PP_KEY = "megatron_lm_config.pp_degree"
+MICRO_BATCHES_KEY = "megatron_lm_config.num_micro_batches"
+
+
+def pp_setting(settings: Any) -> int:
+    """The pipeline-parallel degree: ``megatron_lm_config.pp_degree`` under MEGATRON_LM, else 1."""
+    if settings["distributed_type"] != "MEGATRON_LM" or not settings.is_set(PP_KEY):
+        return 1
+    return int(settings[PP_KEY] or 1)
+
+
+def _pp_degree(settings: Any, world: int, tp: int) -> int:
+    pp = pp_setting(settings)
+    source = settings.source(PP_KEY)
+    micro = settings[MICRO_BATCHES_KEY]
+    if pp == 1 and settings.is_set(MICRO_BATCHES_KEY) and micro not in (None, 0, 1):
+        raise ConfigError(
+            f"{MICRO_BATCHES_KEY} = {micro} ({settings.source(MICRO_BATCHES_KEY)}) splits a "
+            "pipeline's batch, but there is no pipeline (pp_degree is 1)",
+            key=MICRO_BATCHES_KEY,
+            fix=f"set {PP_KEY} above 1, or remove {MICRO_BATCHES_KEY} (use "
+            "gradient_accumulation_steps to split a batch without a pipeline)",
+        )
+    if pp > 1 and tp > 1:
+        raise ConfigError(
+            f"pipeline-parallel degree {pp} ({PP_KEY}, from {source}) with a tensor-parallel "
+            f"degree {tp} is not available yet: pipeline parallelism composes with data "
+            "parallelism (replicas) only",
+            key=PP_KEY,
+            fix="drop one of the two degrees (docs/parallelism.md lists what composes)",
+        )
+    schedule_key = "megatron_lm_config.pipeline_schedule"
+    if pp > 1 and settings[schedule_key] == "1F1B" and (micro or 1) < pp:
+        raise ConfigError(
+            f"the 1F1B pipeline schedule ({schedule_key}, from {settings.source(schedule_key)}) "
+            f"needs at least as many micro-batches as stages: {MICRO_BATCHES_KEY} is "
+            f"{micro or 1} ({settings.source(MICRO_BATCHES_KEY)}), {PP_KEY} is {pp} ({source})",
+            key=MICRO_BATCHES_KEY,
+            fix=f"set {MICRO_BATCHES_KEY} to {pp} or more (more micro-batches keep the stages "
+            f"busier), or {schedule_key} to GPipe",
+        )
+    if world % (pp * tp):
+        fits = [d for d in range(2, pp + 1) if world % (d * tp) == 0]
+        raise ConfigError(
+            f"pipeline-parallel degree {pp} ({PP_KEY}, from {source}) does not divide the "
+            f"{world} processes of this launch",
+            key=PP_KEY,
+            fix=f"launch a multiple of {pp} processes (e.g. {pp * -(-world // pp)}), or set "
+            f"{PP_KEY} to a divisor of {world}" + (f" (e.g. {fits[-1]})" if fits else ""),
+        )
+    return pp
+
+
 def layout_from_settings(settings: Any, world: int) -> ParallelLayout:
     """The layout the settings ask for on ``world`` processes; an error if it cannot factor.
 
-    The tensor-parallel degree takes its processes first; the data-parallel degree is what
-    is left (FSDP shards over it, other backends replicate).
+    The pipeline and tensor-parallel degrees take their processes first; the data-parallel
+    degree is what is left (FSDP shards over it, other backends replicate).
     """
     tp = _tp_degree(settings, world)
-    dp_world = world // tp
+    pp = _pp_degree(settings, world, tp)
+    dp_world = world // (tp * pp)
     fsdp = settings["distributed_type"] == "FSDP"
     hybrid = fsdp and settings["fsdp_config.fsdp_sharding_strategy"] in (
         "HYBRID_SHARD",
@@ -179,7 +233,7 @@ def layout_from_settings(settings: Any, world: int) -> ParallelLayout:
         replicate, shard = 1, dp_world
     else:
         replicate, shard = dp_world, 1
-    layout = ParallelLayout(dp_replicate=replicate, dp_shard=shard, tp=tp)
+    layout = ParallelLayout(dp_replicate=replicate, dp_shard=shard, tp=tp, pp=pp)
     if replicate < 1 or shard < 1 or layout.world_size != world:
         sizes = (
             f"dp_replicate_size={settings['parallelism_config.parallelism_config_dp_replicate_size']} "

@@ -29,16 +29,23 @@ def select_strategy(
     fsdp_wrap: Callable[..., Any] | None = None,
     deepspeed_plugin: Any = None,
     tp_plan: dict[str, str] | None = None,
+    pp_loss_fn: Callable[..., Any] | None = None,
+    pp_split_points: list[int] | None = None,
 ) -> Strategy:
     """The strategy for this run: FSDP or DeepSpeed when asked for, DDP when several processes
     run, else one device. ``fsdp_wrap`` is a callable wrap policy given in code;
     ``deepspeed_plugin.hf_ds_config`` may hold a DeepSpeed config dict given in code;
-    ``tp_plan`` is a tensor-parallel plan given in code (``ParallelismConfig(tp_plan=...)``).
+    ``tp_plan`` is a tensor-parallel plan given in code (``ParallelismConfig(tp_plan=...)``);
+    ``pp_loss_fn`` and ``pp_split_points`` the pipeline's loss and stage starts
+    (``MegatronLMPlugin(pipeline_loss_fn=..., pipeline_split_points=...)``).
 
     ``state`` is the process state (``num_processes``, ``device``). A backend that is asked
     for but not built yet is an error naming the setting and where it came from.
     """
     check_available(settings)
+    pp_strategy = _pipeline_parallel(state, settings, pp_loss_fn, pp_split_points)
+    if pp_strategy is not None:
+        return pp_strategy
     tp_strategy = _tensor_parallel(state, settings, fsdp_wrap, tp_plan)
     if tp_strategy is not None:
         return tp_strategy
@@ -93,3 +100,63 @@ def _tensor_parallel(
     else:
         policy = replicate_policy()
     return TensorParallelStrategy(state.device, layout, policy, tp)
+
+
+def _pipeline_parallel(
+    state: Any, settings: Settings, loss_fn: Any, split_points: list[int] | None = None
+) -> Strategy | None:
+    """The pipeline strategy when ``megatron_lm_config.pp_degree`` is above 1, else None."""
+    from overdrive.errors import ConfigError
+    from overdrive.parallel.layout import layout_from_settings, pp_setting
+
+    degree = pp_setting(settings)
+    if degree <= 1:
+        if loss_fn is not None or split_points is not None:
+            import warnings
+
+            warnings.warn(
+                "MegatronLMPlugin(pipeline_loss_fn=..., pipeline_split_points=...) cannot "
+                "take effect: there is no "
+                "pipeline (megatron_lm_config.pp_degree is 1)",
+                UserWarning,
+                stacklevel=4,
+            )
+        return None
+    from overdrive.strategies.pipeline import PipelineParallelStrategy, PPSettings
+
+    layout = layout_from_settings(settings, state.num_processes)
+    key = "megatron_lm_config.pp_degree"
+    for other, bad, why in (
+        (
+            "gradient_accumulation_steps",
+            lambda v: (v or 1) > 1,
+            "split the batch with megatron_lm_config.num_micro_batches instead",
+        ),
+        (
+            "mixed_precision",
+            lambda v: v == "fp16",
+            "use bf16 (fp16 loss scaling inside the schedule is not available yet)",
+        ),
+        (
+            "dynamo_config.dynamo_backend",
+            lambda v: v not in (None, "no"),
+            "set dynamo_backend to no (compiling a model whose call runs a pipeline "
+            "schedule is not available yet)",
+        ),
+    ):
+        value = settings[other]
+        if bad(value):
+            raise ConfigError(
+                f"{other} = {value} ({settings.source(other)}) cannot run with pipeline "
+                f"parallelism ({key} = {degree}, from {settings.source(key)}) yet",
+                key=other,
+                fix=why,
+            )
+    pp = PPSettings(
+        degree=degree,
+        micro_batches=int(settings["megatron_lm_config.num_micro_batches"] or 1),
+        schedule=str(settings["megatron_lm_config.pipeline_schedule"]),
+        loss_fn=loss_fn,
+        split_points=split_points,
+    )
+    return PipelineParallelStrategy(state.device, layout, pp)

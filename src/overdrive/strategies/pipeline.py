@@ -1,0 +1,421 @@
+"""Pipeline parallelism with ``torch.distributed.pipelining``, behind the ordinary loop.
+
+Each process keeps one stage of the model (``parallel/pipeline.py``). Calling the prepared
+model runs a whole schedule (GPipe or 1F1B over ``num_micro_batches`` micro-batches): the
+forward passes and, when training, the backward passes too, since a pipeline interleaves
+them. The call returns an output whose ``.loss`` is the batch's loss on every process
+(computed on the last stage, the mean over equal micro-batches, broadcast over the
+pipeline); ``accelerator.backward(loss)`` then has nothing left to do. Data-parallel
+replicas of the pipeline average their gradients right after the schedule.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from overdrive.errors import ConfigError, OverdriveError
+from overdrive.parallel.layout import ParallelLayout
+from overdrive.parallel.mesh import build_mesh
+from overdrive.parallel.pipeline import PP_KEY, Stage, split_model
+from overdrive.strategies.base import Params, Strategy, _raw
+
+MICRO_BATCHES_KEY = "megatron_lm_config.num_micro_batches"
+
+
+@dataclass(frozen=True)
+class PPSettings:
+    """What the pipeline strategy needs from the settings (and from code)."""
+
+    degree: int
+    micro_batches: int
+    schedule: str  # "1F1B" or "GPipe"
+    loss_fn: Callable[[Any, Any], torch.Tensor] | None = None
+    split_points: Sequence[int] | None = None
+
+
+@dataclass
+class PipelineOutput:
+    """What a pipelined model's call returns: the batch's loss on every process, and the
+    logits (the last stage's output) on the last stage only (None elsewhere)."""
+
+    loss: torch.Tensor | None
+    logits: torch.Tensor | None = None
+
+    def __getitem__(self, key: str) -> Any:
+        return getattr(self, key)
+
+
+class PipelinedModel(nn.Module):
+    """The prepared model: its parameters are this process's stage; a call runs the schedule."""
+
+    def __init__(self, stage: Stage, original: nn.Module, strategy: PipelineParallelStrategy):
+        super().__init__()
+        self.stage_module = stage.module
+        self.stage = stage
+        self._original = [original]  # not a submodule: its parameters are the stage's
+        self._strategy = [strategy]
+
+    @property
+    def module(self) -> nn.Module:
+        """The user's model, holding only this stage's parts."""
+        return self._original[0]
+
+    def forward(self, *args: Any, **kwargs: Any) -> PipelineOutput:
+        labels = kwargs.pop("labels", None)
+        inputs = args[0] if args else kwargs.pop("input_ids", None)
+        extra = {k: v for k, v in kwargs.items() if not _ignorable(k, v)}
+        if len(args) > 1 or extra or not isinstance(inputs, torch.Tensor):
+            given = [f"{len(args)} positional"] + sorted(extra)
+            raise OverdriveError(
+                "a pipelined model takes one input tensor (positional or input_ids=) and "
+                f"labels=; it got {', '.join(given)}\n"
+                "  fix: pass the inputs as one tensor (attention masks other than all-ones "
+                "are not available yet under pipeline parallelism)"
+            )
+        return self._strategy[0].run(self, inputs, labels)
+
+
+def _ignorable(key: str, value: Any) -> bool:
+    """Keyword arguments that change nothing: None, use_cache, an all-ones attention mask."""
+    if value is None or key in ("use_cache", "return_dict"):
+        return True
+    return key == "attention_mask" and isinstance(value, torch.Tensor) and bool(value.all())
+
+
+class PipelineParallelStrategy(Strategy):
+    """One pipeline stage per process; data-parallel replicas of the whole pipeline."""
+
+    name = "pipeline_parallel"
+    checkpoints_mid_window = False
+
+    def __init__(self, device: torch.device, layout: ParallelLayout, pp: PPSettings) -> None:
+        super().__init__(device)
+        self.layout = layout
+        self.pp = pp
+        self._mesh: Any = None
+        self._models: list[PipelinedModel] = []
+        self._optimizers: list[torch.optim.Optimizer] = []
+        self._dropped: set[int] = set()  # ids of parameters other stages hold
+        self._schedules: dict[tuple[Any, ...], Any] = {}
+        self._stepped = False  # the last call ran backward: accelerator.backward skips it
+        self._dp_group: Any = None
+
+    @property
+    def mesh(self) -> Any:
+        if self._mesh is None:
+            self._mesh = build_mesh(self.layout, self.device.type)
+        return self._mesh
+
+    @property
+    def pp_group(self) -> Any:
+        return self.mesh["pp"].get_group()
+
+    @property
+    def stage_index(self) -> int:
+        return int(self.mesh["pp"].get_local_rank())
+
+    # --- models and optimizers -------------------------------------------------------
+    def setup_model(self, model: nn.Module, *, device_placement: bool) -> nn.Module:
+        if any(model is m or model is m.module for m in self._models):
+            return model
+        if not any(p.requires_grad for p in model.parameters()):
+            return super().setup_model(model, device_placement=device_placement)
+        from overdrive.strategies.fsdp import _broadcast_from_rank0
+
+        # Every stage starts from rank 0's weights (one tensor at a time through the device),
+        # and only the stage moves to the device: the whole model never sits there.
+        _broadcast_from_rank0(model, self.device)
+        before = {id(p) for p in model.parameters()}
+        stage = split_model(model, self.stage_index, self.pp.degree, self.pp.split_points)
+        if stage.is_last and stage.loss_fn is None and self.pp.loss_fn is None:
+            raise ConfigError(
+                f"the last pipeline stage of a {type(model).__name__} needs a loss function: "
+                "a transformers causal LM computes its own from labels=, other models take "
+                "one in code",
+                key=PP_KEY,
+                fix="pass MegatronLMPlugin(pipeline_loss_fn=lambda output, target: ...) to "
+                "the Accelerator",
+            )
+        if device_placement:
+            stage.module.to(self.device)
+        _keep_autocast(model, stage.module)
+        kept = {id(p) for p in stage.module.parameters()}
+        self._dropped |= before - kept
+        wrapped = PipelinedModel(stage, model, self)
+        self._models.append(wrapped)
+        for optimizer in self._optimizers:
+            self._keep_stage_params(optimizer)
+        return wrapped
+
+    def setup_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        self._optimizers.append(optimizer)
+        self._keep_stage_params(optimizer)
+        return optimizer
+
+    def _keep_stage_params(self, optimizer: torch.optim.Optimizer) -> None:
+        """The optimizer steps this stage's parameters only (the others live elsewhere)."""
+        for group in optimizer.param_groups:
+            group["params"] = [p for p in group["params"] if id(p) not in self._dropped]
+        for p in [p for p in optimizer.state if id(p) in self._dropped]:
+            del optimizer.state[p]
+
+    def unwrap(self, model: nn.Module) -> nn.Module:
+        if isinstance(model, PipelinedModel):
+            return model.module
+        return super().unwrap(model)
+
+    # --- the schedule ------------------------------------------------------------------
+    def run(
+        self, model: PipelinedModel, inputs: torch.Tensor, labels: torch.Tensor | None
+    ) -> PipelineOutput:
+        """One schedule over the batch: forward (and backward when training) on every stage."""
+        import torch.distributed as dist
+
+        training = model.training and torch.is_grad_enabled()
+        n = self.pp.micro_batches
+        if inputs.shape[0] % n:
+            raise OverdriveError(
+                f"a batch of {inputs.shape[0]} samples does not split into {n} equal "
+                f"micro-batches ({MICRO_BATCHES_KEY})\n  fix: use a batch size divisible by "
+                f"{n} (drop_last=True keeps the last batch full), or change {MICRO_BATCHES_KEY}"
+            )
+        if training and labels is None:
+            raise OverdriveError(
+                "a pipelined model trains inside its call, so it needs labels=\n"
+                "  fix: call model(inputs, labels=targets) (for a causal LM the labels are "
+                "the input ids); to run without a loss, call it under torch.no_grad()"
+            )
+        stage = model.stage
+        with_loss = labels is not None
+        schedule = self._schedule(model, inputs, training, with_loss)
+        inputs = inputs.to(self.device)
+        target = labels.to(self.device) if (labels is not None and stage.is_last) else None
+        args = (inputs,) if stage.is_first else ()
+        losses: list[torch.Tensor] = []
+        kwargs: dict[str, Any] = {"target": target, "losses": losses if with_loss else None}
+        outputs = schedule.step(*args, **kwargs) if training else schedule.eval(*args, **kwargs)
+        if training:
+            self._average_over_replicas(model)
+            self._stepped = True
+        loss = None
+        if with_loss:
+            loss = torch.zeros((), dtype=torch.float32, device=self.device)
+            if stage.is_last:
+                loss = torch.stack([x.detach().float() for x in losses]).mean()
+            last = dist.get_global_rank(self.pp_group, self.pp.degree - 1)
+            dist.broadcast(loss, src=last, group=self.pp_group)
+        return PipelineOutput(loss=loss, logits=outputs if stage.is_last else None)
+
+    def _schedule(
+        self, model: PipelinedModel, inputs: torch.Tensor, training: bool, with_loss: bool
+    ) -> Any:
+        """A stage and schedule per batch shape (every process of a pipeline reads the same
+        batch, so all agree when a new one is needed: shapes are inferred once per stage)."""
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+        key = (id(model), tuple(inputs.shape), inputs.dtype, training, with_loss)
+        if key not in self._schedules:
+            stage = model.stage
+            pipe_stage = PipelineStage(
+                stage.module, stage.index, stage.num_stages, self.device, group=self.pp_group
+            )
+            loss_fn = (stage.loss_fn or self.pp.loss_fn or _never) if with_loss else None
+            cls = Schedule1F1B if self.pp.schedule == "1F1B" and training else ScheduleGPipe
+            self._schedules[key] = cls(
+                pipe_stage, self.pp.micro_batches, loss_fn=loss_fn, scale_grads=True
+            )
+        return self._schedules[key]
+
+    def _average_over_replicas(self, model: PipelinedModel) -> None:
+        import torch.distributed as dist
+
+        if self.layout.dp_size == 1:
+            return
+        group = self.data_parallel_group()
+        for p in model.parameters():
+            if p.grad is not None:
+                dist.all_reduce(p.grad, group=group)
+                p.grad.div_(self.layout.dp_size)
+
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """Nothing left to do after the pipelined call (it ran the backward passes)."""
+        if self._stepped and not loss.requires_grad:
+            self._stepped = False
+            return
+        raise OverdriveError(
+            "under pipeline parallelism the prepared model's call runs the backward passes; "
+            "accelerator.backward() takes the .loss that call returned (once per call)\n"
+            "  fix: loss = model(inputs, labels=...).loss; accelerator.backward(loss); a loss "
+            "of your own goes in MegatronLMPlugin(pipeline_loss_fn=...)"
+        )
+
+    # --- data-parallel coordinates ------------------------------------------------------
+    def data_parallel_coordinates(self, process_index: int, num_processes: int) -> tuple[int, int]:
+        return self.layout.dp_rank(process_index), self.layout.dp_size
+
+    def data_parallel_ranks(self) -> list[int] | None:
+        return self.layout.data_ranks()
+
+    def data_parallel_group(self) -> Any:
+        """This process's data-parallel peers: the same stage of the other pipelines."""
+        if self._dp_group is None:
+            names = self.mesh.mesh_dim_names or ()
+            dims = [n for n in ("dp_replicate", "dp_shard") if n in names]
+            dims = [n for n in dims if self.mesh[n].size() > 1] or ["dp_shard"]
+            self._dp_group = self.mesh[dims[0]].get_group()
+        return self._dp_group
+
+    # --- clipping ------------------------------------------------------------------------
+    def clip_grad_norm_(
+        self, parameters: Params, max_norm: float, norm_type: float = 2.0
+    ) -> torch.Tensor:
+        """Clip by the norm over every stage's gradients; return that global norm."""
+        import torch.distributed as dist
+
+        params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+        grads = [p.grad.detach().float() for p in params if p.grad is not None]
+        norm_type = float(norm_type)
+        if math.isinf(norm_type):
+            local = max((g.abs().max() for g in grads), default=torch.zeros(()))
+            total = torch.as_tensor(local, dtype=torch.float32, device=self.device)
+            dist.all_reduce(total, op=dist.ReduceOp.MAX, group=self.pp_group)
+        else:
+            powered = sum((g.norm(norm_type) ** norm_type for g in grads), torch.zeros(()))
+            total = torch.as_tensor(powered, dtype=torch.float32, device=self.device)
+            dist.all_reduce(total, group=self.pp_group)
+            total = total ** (1.0 / norm_type)
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
+        return total
+
+    # --- checkpoints ---------------------------------------------------------------------
+    def model_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        """The whole model's weights on the main process (every stage's, by their names in
+        the unsplit model); an empty dict elsewhere. Collective over the pipeline."""
+        import torch.distributed as dist
+
+        if not isinstance(model, PipelinedModel):
+            return super().model_state_dict(model)
+        mine = {
+            model.stage.names[name]: t.detach().cpu()
+            for name, t in model.stage.module.state_dict(keep_vars=True).items()
+            if name in model.stage.names
+        }
+        parts: list[Any] = [None] * self.pp.degree
+        dist.all_gather_object(parts, mine, group=self.pp_group)
+        full: dict[str, torch.Tensor] = {}
+        for part in parts:
+            full.update(part)
+        return full if dist.get_rank() == 0 else {}
+
+    def load_model_state_dict(
+        self, model: nn.Module, state_dict: dict[str, torch.Tensor], strict: bool = True
+    ) -> Any:
+        """Load this stage's part of the whole model's state dict (every process reads it)."""
+        if not isinstance(model, PipelinedModel):
+            return super().load_model_state_dict(model, state_dict, strict)
+        names = model.stage.names
+        local = [k for k in model.stage.module.state_dict() if k in names]
+        missing = [names[k] for k in local if names[k] not in state_dict]
+        if strict and missing:
+            raise OverdriveError(
+                f"the saved model has no {', '.join(missing[:3])} ({len(missing)} missing) "
+                f"for pipeline stage {model.stage.index}\n  fix: load a checkpoint of the "
+                "same model"
+            )
+        wanted = {k: state_dict[names[k]] for k in local if names[k] in state_dict}
+        return model.stage.module.load_state_dict(wanted, strict=strict)
+
+    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """The whole optimizer's state on the main process, keyed by the unsplit model's
+        parameter names (every stage's); an empty dict elsewhere. Collective over the
+        pipeline."""
+        import torch.distributed as dist
+
+        raw = _raw(optimizer)
+        fqn = self._param_names()
+        mine = raw.state_dict()
+        params = [p for g in raw.param_groups for p in g["params"]]
+        state = {
+            fqn[id(params[i])]: {k: _cpu(v) for k, v in entries.items()}
+            for i, entries in mine["state"].items()
+        }
+        groups = [
+            {
+                **{k: v for k, v in g.items() if k != "params"},
+                "params": [fqn[id(p)] for p in live["params"]],
+            }
+            for g, live in zip(mine["param_groups"], raw.param_groups, strict=True)
+        ]
+        parts: list[Any] = [None] * self.pp.degree
+        dist.all_gather_object(parts, (state, groups), group=self.pp_group)
+        if dist.get_rank() != 0:
+            return {}
+        full_state: dict[str, Any] = {}
+        full_groups: list[dict[str, Any]] = [dict(g, params=[]) for g in groups]
+        for part_state, part_groups in parts:
+            full_state.update(part_state)
+            for merged, group in zip(full_groups, part_groups, strict=True):
+                merged["params"] += group["params"]
+        return {"state": full_state, "param_groups": full_groups}
+
+    def load_optimizer_state_dict(
+        self, optimizer: torch.optim.Optimizer, state: dict[str, Any]
+    ) -> None:
+        """Load this stage's entries of the whole optimizer's state (by parameter name)."""
+        raw = _raw(optimizer)
+        fqn = self._param_names()
+        saved_groups = state["param_groups"]
+        if len(saved_groups) != len(raw.param_groups):
+            raise OverdriveError(
+                f"the saved optimizer has {len(saved_groups)} parameter groups, this one "
+                f"{len(raw.param_groups)}\n  fix: build the optimizer as the saving run did"
+            )
+        index: dict[str, int] = {}
+        groups = []
+        for saved, live in zip(saved_groups, raw.param_groups, strict=True):
+            ids = []
+            for p in live["params"]:
+                index[fqn[id(p)]] = len(index)
+                ids.append(index[fqn[id(p)]])
+            groups.append({**{k: v for k, v in saved.items() if k != "params"}, "params": ids})
+        entries = {index[name]: s for name, s in state["state"].items() if name in index}
+        raw.load_state_dict({"state": entries, "param_groups": groups})
+
+    def _param_names(self) -> dict[int, str]:
+        """id(parameter) -> its name in the unsplit model, over every pipelined model."""
+        out: dict[int, str] = {}
+        for model in self._models:
+            for name, p in model.stage.module.named_parameters():
+                out[id(p)] = model.stage.names[name]
+        return out
+
+    def teardown(self) -> None:
+        self._models.clear()
+        self._optimizers.clear()
+        self._schedules.clear()
+
+
+def _keep_autocast(model: nn.Module, stage_module: nn.Module) -> None:
+    """The stage runs under the autocast the precision plugin gave the model's forward
+    (a stage calls the model's parts, not that forward)."""
+    from overdrive.precision.autocast import AutocastForward
+
+    wrapped = model.__dict__.get("forward")
+    if isinstance(wrapped, AutocastForward):
+        stage_module.forward = AutocastForward(stage_module.forward, wrapped._args)
+
+
+def _cpu(value: Any) -> Any:
+    return value.detach().cpu() if isinstance(value, torch.Tensor) else value
+
+
+def _never(output: Any, target: Any) -> torch.Tensor:
+    """The loss other stages hand their schedule: only the last stage computes one, but a
+    schedule without a loss function runs no backward passes."""
+    raise AssertionError("only the last pipeline stage computes the loss")

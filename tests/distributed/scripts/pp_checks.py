@@ -1,0 +1,189 @@
+"""Pipeline parallelism written as the ordinary training loop; prints ``RESULT {json}`` rows.
+
+``--case llama``: a tiny transformers Llama (4 layers) split by its repeated layers; ``--case
+mlp``: a plain ``nn.Sequential`` with a loss given in code. The main process also trains an
+unsplit copy on the whole global batches (the one-process reference); its row carries both
+loss traces, the clipped norms, an eval loss under ``torch.no_grad()``, which layers each
+stage kept and whether the processes of one pipeline read the same batches. ``--save DIR``
+saves the state halfway (``save_state``) and the full weights at the end with ``save_model``
+(and the reference's next to them); ``--resume DIR`` continues from that state and saves the
+full weights again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from overdrive import Accelerator, MegatronLMPlugin
+
+STEPS, SEQ, VOCAB = 10, 8, 128
+
+
+def build_llama() -> nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=SEQ,
+        tie_word_embeddings=False,
+    )
+    return LlamaForCausalLM(config)
+
+
+def build_mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 16)
+    )
+
+
+def mse(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return nn.functional.mse_loss(output, target)
+
+
+def loss_of(case: str, model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
+    if case == "llama":
+        return model(input_ids=batch[0], labels=batch[0]).loss
+    if isinstance(model, nn.Sequential):  # the unsplit reference
+        return mse(model(batch[0]), batch[1])
+    return model(batch[0], labels=batch[1]).loss  # pipelined: the loss given in code
+
+
+def dataset(case: str, samples: int) -> TensorDataset:
+    g = torch.Generator().manual_seed(5)
+    if case == "llama":
+        return TensorDataset(torch.randint(0, VOCAB, (samples, SEQ), generator=g))
+    return TensorDataset(
+        torch.randn(samples, 16, generator=g), torch.randn(samples, 16, generator=g)
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--case", choices=["llama", "mlp"], default="llama")
+    parser.add_argument("--batch", type=int, default=4, help="per data-parallel rank")
+    parser.add_argument("--global_batch", type=int, default=4)
+    parser.add_argument("--save", default=None)
+    parser.add_argument("--resume", default=None, help="load DIR/half, save DIR/resumed")
+    parser.add_argument("--mixed_precision", default="no")
+    parser.add_argument("--split", default="", help="pipeline split points, e.g. 4")
+    args = parser.parse_args()
+
+    split = [int(x) for x in args.split.split(",")] if args.split else None
+    plugin = MegatronLMPlugin(
+        pipeline_loss_fn=mse if args.case == "mlp" else None, pipeline_split_points=split
+    )
+    acc = Accelerator(cpu=True, megatron_lm_plugin=plugin, mixed_precision=args.mixed_precision)
+    data = dataset(args.case, STEPS * args.global_batch)
+    model = build_llama() if args.case == "llama" else build_mlp()
+    ref = copy.deepcopy(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    loader = DataLoader(data, batch_size=args.batch)
+    model, opt, loader = acc.prepare(model, opt, loader)
+    assert loader.total_batch_size == args.global_batch, loader.total_batch_size
+
+    start = 0
+    if args.resume:
+        acc.load_state(str(Path(args.resume) / "half"))
+        start = STEPS // 2
+    losses, norms, same_batches = [], [], True
+    for step, batch in enumerate(loader, start=start):
+        loss = loss_of(args.case, model, batch)
+        acc.backward(loss)
+        norms.append(float(acc.clip_grad_norm_(model.parameters(), 1.0)))
+        opt.step()
+        opt.zero_grad()
+        losses.append(acc.reduce(loss.detach(), "mean").item())
+        per_rank = acc.gather(batch[0].float().reshape(1, -1)).reshape(acc.num_processes, -1)
+        layout = acc.strategy.layout  # type: ignore[attr-defined]
+        first = {layout.dp_rank(r): r for r in reversed(range(acc.num_processes))}
+        same_batches &= all(
+            torch.equal(per_rank[r], per_rank[first[layout.dp_rank(r)]])
+            for r in range(acc.num_processes)
+        )
+        if args.save and step + 1 == STEPS // 2:
+            acc.save_state(str(Path(args.save) / "half"))
+
+    model.eval()
+    with torch.no_grad():
+        first_batch = next(iter(loader))
+        eval_loss = float(loss_of(args.case, model, first_batch))
+        out = model(first_batch[0])  # no labels: forward only, the output on the last stage
+    width = [SEQ, VOCAB] if args.case == "llama" else [16]
+    if model.stage.is_last:  # type: ignore[union-attr]
+        forward_only_ok = out.loss is None and list(out.logits.shape) == [args.batch, *width]
+    else:
+        forward_only_ok = out.loss is None and out.logits is None
+    forward_only_ok = acc.gather(torch.tensor([float(forward_only_ok)])).min().item() == 1.0
+    # gather_for_metrics: one copy per pipeline, 7 samples back exactly, in order
+    eval_data = dataset(args.case, 7)
+    seen = [acc.gather_for_metrics(b[0]) for b in acc.prepare_data_loader(DataLoader(eval_data, 2))]
+    gathered_exactly = torch.equal(torch.cat(seen), eval_data.tensors[0])
+    full_state = acc.get_state_dict(model)  # every stage's weights on the main process
+    model.train()
+    stage = model.stage  # type: ignore[union-attr]
+    kept = acc.gather(torch.tensor([[acc.process_index, *stage.layers]])).tolist()
+    kept_params = sum(p.numel() for p in model.parameters())
+    opt_params = sum(p.numel() for g in opt.param_groups for p in g["params"])
+    stage_ok = torch.tensor([float(kept_params == opt_params)])
+    stage_ok = acc.gather(stage_ok).min().item()
+    if args.save or args.resume:
+        out = Path(args.save or args.resume)
+        acc.save_model(model, str(out / ("resumed" if args.resume else "pipelined")))
+
+    if acc.is_main_process:
+        ref_losses, ref_norms = [], []
+        ref_batches = [] if args.resume else DataLoader(data, batch_size=args.global_batch)
+        for batch in ref_batches:
+            loss = loss_of(args.case, ref, batch)
+            loss.backward()
+            ref_losses.append(loss.item())
+            ref_norms.append(float(torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)))
+            ref_opt.step()
+            ref_opt.zero_grad()
+        with torch.no_grad():
+            ref_eval = float(loss_of(args.case, ref.eval(), next(iter(loader))))
+        if args.save:
+            from safetensors.torch import save_file
+
+            (Path(args.save) / "reference").mkdir(parents=True, exist_ok=True)
+            state = {k: v.contiguous() for k, v in ref.state_dict().items()}
+            save_file(state, str(Path(args.save) / "reference" / "model.safetensors"))
+        row = {
+            "rank": acc.process_index,
+            "strategy": acc.strategy.name,
+            "schedule": acc.strategy.pp.schedule,  # type: ignore[attr-defined]
+            "losses": losses,
+            "ref_losses": ref_losses,
+            "norms": norms,
+            "ref_norms": ref_norms,
+            "eval_loss": eval_loss,
+            "ref_eval_loss": ref_eval,
+            "same_batches": bool(same_batches),
+            "stage_layers": kept,
+            "optimizer_holds_stage_only": stage_ok == 1.0,
+            "forward_only_ok": forward_only_ok,
+            "gathered_exactly": gathered_exactly,
+            "state_dict_is_whole": sorted(full_state) == sorted(ref.state_dict()),
+            "pp_rank": acc.pipeline_parallel_rank,
+        }
+        print("RESULT " + json.dumps(row))
+    acc.wait_for_everyone()
+
+
+if __name__ == "__main__":
+    main()

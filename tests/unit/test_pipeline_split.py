@@ -1,0 +1,154 @@
+"""Pipeline parallelism in one process: which layers go to which stage, and the refusals."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from torch import nn
+
+from overdrive.backends import check_available
+from overdrive.config import load_settings
+from overdrive.errors import ConfigError
+from overdrive.parallel.layout import layout_from_settings
+from overdrive.parallel.pipeline import split_model, stage_bounds
+
+
+def _settings(**code: object):
+    return load_settings(code=code, environ={})
+
+
+def _llama(tied: bool = False) -> nn.Module:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(
+        vocab_size=32,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=5,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        tie_word_embeddings=tied,
+    )
+    return transformers.LlamaForCausalLM(config)
+
+
+def test_layers_are_spread_evenly_earlier_stages_taking_the_rest() -> None:
+    assert stage_bounds(4, 2) == [(0, 2), (2, 4)]
+    assert stage_bounds(5, 2) == [(0, 3), (3, 5)]
+    assert stage_bounds(7, 3) == [(0, 3), (3, 5), (5, 7)]
+    assert stage_bounds(3, 3) == [(0, 1), (1, 2), (2, 3)]
+
+
+def test_split_points_choose_where_stages_start() -> None:
+    assert stage_bounds(6, 3, [1, 5]) == [(0, 1), (1, 5), (5, 6)]
+    for bad in ([0, 3], [3, 3], [2], [2, 6]):
+        with pytest.raises(ConfigError, match="split points"):
+            stage_bounds(6, 3, bad)
+
+
+def test_a_sequential_keeps_its_stage_children_under_their_own_names() -> None:
+    model = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 4), nn.Linear(4, 2))
+    stage = split_model(model, 1, 2)
+    assert stage.layers == (2, 4) and stage.is_last and not stage.is_first
+    assert sorted(stage.names.values()) == ["2.bias", "2.weight", "3.bias", "3.weight"]
+    assert [type(m) for m in stage.module] == [nn.Linear, nn.Linear]
+    assert stage.loss_fn is None  # a plain module's loss comes from code
+
+
+def test_a_llama_keeps_the_embedding_first_and_norm_and_head_last() -> None:
+    first = _llama()
+    stage0 = split_model(first, 0, 2)
+    assert stage0.layers == (0, 3) and len(first.model.layers) == 3
+    assert first.lm_head is None and isinstance(first.model.norm, nn.Identity)
+    assert "model.embed_tokens.weight" in stage0.names.values()
+    assert "model.layers.2.self_attn.q_proj.weight" in stage0.names.values()
+
+    last = _llama()
+    stage1 = split_model(last, 1, 2)
+    assert stage1.layers == (3, 5) and last.model.embed_tokens is None
+    names = set(stage1.names.values())
+    assert {"lm_head.weight", "model.norm.weight"} <= names
+    # the kept layers answer to their names in the whole model, not 0 and 1
+    assert "model.layers.3.mlp.up_proj.weight" in names
+    assert not any(n.startswith(("model.layers.0.", "model.layers.2.")) for n in names)
+    assert stage1.loss_fn is not None
+
+
+def test_refusals_at_prepare_name_the_degree() -> None:
+    with pytest.raises(ConfigError, match="larger than the 2 repeated layers"):
+        split_model(nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)), 0, 3)
+    with pytest.raises(ConfigError, match="cannot split a Linear"):
+        split_model(nn.Linear(2, 2), 0, 2)
+    with pytest.raises(ConfigError, match="tie_word_embeddings"):
+        split_model(_llama(tied=True), 0, 2)
+
+
+def _pp(**extra: object):
+    micro = {"megatron_lm_config.num_micro_batches": 2}
+    return _settings(
+        distributed_type="MEGATRON_LM", **{"megatron_lm_config.pp_degree": 2, **micro, **extra}
+    )
+
+
+def test_pipeline_degree_leaves_the_rest_to_replicas_pp_outermost() -> None:
+    s = _pp()
+    check_available(s)
+    layout = layout_from_settings(s, 4)
+    assert (layout.pp, layout.dp_replicate, layout.dp_shard, layout.tp) == (2, 2, 1, 1)
+    assert [layout.dp_rank(r) for r in range(4)] == [0, 1, 0, 1]
+    assert layout.data_ranks() == [0, 1]  # the first stage's processes read the data
+
+
+def test_a_world_the_pipeline_does_not_divide_is_refused() -> None:
+    with pytest.raises(ConfigError) as info:
+        layout_from_settings(_pp(), 3)
+    assert info.value.key == "megatron_lm_config.pp_degree"
+    assert "does not divide the 3 processes" in str(info.value)
+
+
+def test_pipeline_with_tensor_parallelism_is_refused_for_now() -> None:
+    with pytest.raises(ConfigError, match="not available yet"):
+        layout_from_settings(_pp(**{"megatron_lm_config.tp_degree": 2}), 4)
+
+
+def test_micro_batches_without_a_pipeline_are_refused() -> None:
+    s = _settings(distributed_type="MEGATRON_LM", **{"megatron_lm_config.num_micro_batches": 4})
+    with pytest.raises(ConfigError, match="there is no pipeline"):
+        layout_from_settings(s, 2)
+
+
+def test_pipeline_degree_outside_megatron_lm_takes_no_processes() -> None:
+    layout = layout_from_settings(_settings(**{"megatron_lm_config.pp_degree": 2}), 2)
+    assert layout.pp == 1 and layout.dp_replicate == 2
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "fix"),
+    [
+        ("gradient_accumulation_steps", 2, "num_micro_batches"),
+        ("mixed_precision", "fp16", "bf16"),
+        ("dynamo_config.dynamo_backend", "eager", "dynamo_backend to no"),
+    ],
+)
+def test_what_the_schedule_cannot_do_yet_is_refused_by_name(
+    key: str, value: object, fix: str
+) -> None:
+    import torch
+
+    from overdrive.strategies import select_strategy
+
+    state = SimpleNamespace(num_processes=2, device=torch.device("cpu"))
+    with pytest.raises(ConfigError) as info:
+        select_strategy(state, _pp(**{key: value}))
+    assert info.value.key == key and fix in str(info.value)
+    strategy = select_strategy(state, _pp(**{"megatron_lm_config.pipeline_schedule": "gpipe"}))
+    assert strategy.name == "pipeline_parallel" and strategy.pp.schedule == "GPipe"  # type: ignore[attr-defined]
+
+
+def test_1f1b_with_fewer_micro_batches_than_stages_is_refused_before_workers_start() -> None:
+    few = {"megatron_lm_config.num_micro_batches": 1}
+    with pytest.raises(ConfigError) as info:
+        layout_from_settings(_pp(**few), 2)
+    assert info.value.key == "megatron_lm_config.num_micro_batches" and "GPipe" in str(info.value)
+    gpipe = layout_from_settings(_pp(**few, **{"megatron_lm_config.pipeline_schedule": "GPipe"}), 2)
+    assert gpipe.pp == 2
