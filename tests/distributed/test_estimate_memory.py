@@ -53,10 +53,11 @@ def test_per_rank_bytes_match_two_processes(
 
 
 @pytest.mark.distributed
-def test_tp2_bytes_match_raw_dtensor_split(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("split", ["raw", "overdrive"])
+def test_tp2_bytes_match_the_split(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], split: str
 ) -> None:
-    """TP=2 by the model's own tp_plan, applied with raw DTensor (not overdrive's TP).
+    """TP=2 by the model's own tp_plan, applied with raw DTensor and by overdrive's TP.
 
     Parameters and AdamW state are equal; the measured gradients are ~8% more here because
     DTensor's embedding backward leaves the vocab-sharded embedding a full (replicated)
@@ -66,7 +67,7 @@ def test_tp2_bytes_match_raw_dtensor_split(
     assert main([*argv, "--dtypes", "fp32", "--strategies", "DDP", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     (estimated,) = report["estimates"]
-    result = run_launch("memory_bytes_tp.py", nprocs=2, args=[str(config)])
+    result = run_launch("memory_bytes_tp.py", nprocs=2, args=[str(config), split])
     assert_ok(result)
     ranks = result_rows(result.stdout)
     assert len(ranks) == 2

@@ -1,17 +1,18 @@
-"""The tiny Llama split over 2 processes by its own tp_plan with raw PyTorch DTensor
-(``parallelize_module``; overdrive's tensor parallelism is not used), one AdamW step, then the
-bytes each process holds, as memory_bytes.py prints them.
+"""The tiny Llama split over 2 processes by its own tp_plan, one AdamW step, then the bytes
+each process holds, as memory_bytes.py prints them. ``raw``: split with PyTorch's
+``parallelize_module``; ``overdrive``: prepared with ``ParallelismConfig(tp_size=2)``.
 
-    overdrive launch --cpu --num_processes 2 memory_bytes_tp.py CONFIG_JSON
+    overdrive launch --cpu --num_processes 2 memory_bytes_tp.py CONFIG_JSON {raw,overdrive}
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import torch
-from memory_bytes import build, measure
+from memory_bytes import build, measure, step
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Replicate
 from torch.distributed.tensor.parallel import (
@@ -21,6 +22,7 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
+from overdrive import ParallelismConfig
 from overdrive.accelerator import Accelerator
 
 STYLES: dict[str, ParallelStyle] = {
@@ -31,7 +33,21 @@ STYLES: dict[str, ParallelStyle] = {
 }
 
 
+def prepared() -> None:
+    world = int(os.environ["WORLD_SIZE"])
+    acc = Accelerator(cpu=True, parallelism_config=ParallelismConfig(tp_size=world))
+    model = build(sys.argv[1])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model, optimizer = acc.prepare(model, optimizer)
+    step(acc, model, optimizer)
+    row = {"rank": acc.process_index, **measure(model, optimizer)}
+    print("RESULT " + json.dumps(row), flush=True)
+
+
 def main() -> None:
+    if sys.argv[2] == "overdrive":
+        prepared()
+        return
     acc = Accelerator(cpu=True)  # the process group only; the model is not prepared
     mesh = init_device_mesh("cpu", (acc.num_processes,))
     model = build(sys.argv[1])
