@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
@@ -22,3 +24,47 @@ def launch_result(nprocs: int, launch_flags: Sequence[str], worker: Sequence[str
     if done.returncode or not lines:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stdout}\n{done.stderr}")
     return json.loads(lines[-1][len("RESULT ") :])
+
+
+def alternate(
+    impls: dict[str, Callable[[], None]],
+    *,
+    rounds: int,
+    steps: int,
+    barrier: Callable[[], None],
+    warmup: int = 5,
+) -> dict[str, list[float]]:
+    """Per-step seconds of each implementation: ``warmup`` untimed steps each, then ``rounds``
+    rounds in which each one times a block of ``steps`` steps, the order reversed every other
+    round, so a slow phase of a shared machine hits all of them. ``barrier`` lines the
+    processes up before each timed step."""
+    for _ in range(warmup):
+        for run in impls.values():
+            run()
+    times: dict[str, list[float]] = {name: [] for name in impls}
+    for r in range(rounds):
+        order = list(impls) if r % 2 == 0 else list(reversed(impls))
+        for name in order:
+            for _ in range(steps):
+                barrier()
+                start = time.perf_counter()
+                impls[name]()
+                times[name].append(time.perf_counter() - start)
+    return times
+
+
+def ratio_table(times: dict[str, list[float]], base: str = "raw") -> str:
+    """Median and p10 step times of each implementation, with their ratio to ``base``."""
+    base_med = statistics.median(times[base])
+    base_p10 = statistics.quantiles(times[base], n=10)[0]
+    lines = [
+        "| implementation | median step (ms) | ratio | p10 step (ms) | ratio | steps |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, values in times.items():
+        med, p10 = statistics.median(values), statistics.quantiles(values, n=10)[0]
+        lines.append(
+            f"| {name} | {med * 1e3:.3f} | {med / base_med:.3f}x | {p10 * 1e3:.3f} | "
+            f"{p10 / base_p10:.3f}x | {len(values)} |"
+        )
+    return "\n".join(lines)

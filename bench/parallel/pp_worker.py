@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -24,7 +23,9 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: shared helpers
 
+from launched import alternate  # noqa: E402
 from worker import build  # noqa: E402
 
 from overdrive import Accelerator, MegatronLMPlugin  # noqa: E402
@@ -75,18 +76,7 @@ def main() -> None:
         raw_opt.zero_grad()
 
     impls = {"raw": step_raw, "overdrive": step_ours}
-    times: dict[str, list[float]] = {name: [] for name in impls}
-    for _ in range(5):  # warm-up (and the stages' shape inference)
-        step_raw()
-        step_ours()
-    for r in range(args.rounds):
-        order = list(impls) if r % 2 == 0 else list(reversed(impls))
-        for name in order:
-            for _ in range(args.steps):
-                acc.wait_for_everyone()
-                start = time.perf_counter()
-                impls[name]()
-                times[name].append(time.perf_counter() - start)
+    times = alternate(impls, rounds=args.rounds, steps=args.steps, barrier=acc.wait_for_everyone)
     if acc.is_main_process:
         print("RESULT " + json.dumps(times), flush=True)
 

@@ -11,14 +11,13 @@ micro-batches. Reports median and p10 step times and their ratio (overdrive / by
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from launched import launch_result  # noqa: E402
+from launched import launch_result, ratio_table  # noqa: E402
 
 
 def main() -> None:
@@ -41,16 +40,7 @@ def main() -> None:
     for _ in range(args.repeats):
         for name, values in launch_result(args.nprocs, flags, worker).items():
             times[name].extend(values)
-    raw_med = statistics.median(times["raw"])
-    raw_p10 = statistics.quantiles(times["raw"], n=10)[0]
-    print("| implementation | median step (ms) | ratio | p10 step (ms) | ratio | steps |")
-    print("|---|---|---|---|---|---|")
-    for name, values in times.items():
-        med, p10 = statistics.median(values), statistics.quantiles(values, n=10)[0]
-        print(
-            f"| {name} | {med * 1e3:.3f} | {med / raw_med:.3f}x | {p10 * 1e3:.3f} | "
-            f"{p10 / raw_p10:.3f}x | {len(values)} |"
-        )
+    print(ratio_table(times))
 
 
 if __name__ == "__main__":

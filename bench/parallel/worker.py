@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
+import sys
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -23,7 +24,11 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
-from overdrive import Accelerator, ParallelismConfig
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: shared helpers
+
+from launched import alternate  # noqa: E402
+
+from overdrive import Accelerator, ParallelismConfig  # noqa: E402
 
 PLAN = {"*.up": "colwise", "*.down": "rowwise"}
 
@@ -86,18 +91,7 @@ def main() -> None:
         raw_opt.zero_grad()
 
     impls = {"raw": step_raw, "overdrive": step_ours}
-    times: dict[str, list[float]] = {name: [] for name in impls}
-    for _ in range(5):  # warm-up
-        step_raw()
-        step_ours()
-    for r in range(args.rounds):
-        order = list(impls) if r % 2 == 0 else list(reversed(impls))
-        for name in order:
-            for _ in range(args.steps):
-                acc.wait_for_everyone()
-                start = time.perf_counter()
-                impls[name]()
-                times[name].append(time.perf_counter() - start)
+    times = alternate(impls, rounds=args.rounds, steps=args.steps, barrier=acc.wait_for_everyone)
     if acc.is_main_process:
         print("RESULT " + json.dumps(times), flush=True)
 

@@ -19,33 +19,25 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import sys
 from pathlib import Path
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from overdrive import Accelerator, FullyShardedDataParallelPlugin, ParallelismConfig
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from tiny_llama import tiny_llama  # noqa: E402
+
+from overdrive import Accelerator, FullyShardedDataParallelPlugin, ParallelismConfig  # noqa: E402
 
 STEPS, SEQ, VOCAB = 10, 8, 128
 MLP_PLAN = {"0": "colwise", "2": "rowwise"}
 
 
 def build_llama(tied: bool = False) -> nn.Module:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        max_position_embeddings=SEQ,
-        tie_word_embeddings=tied,
-    )
-    return LlamaForCausalLM(config)
+    return tiny_llama(layers=2, vocab=VOCAB, seq=SEQ, tied=tied)
 
 
 def build_mlp() -> nn.Module:
