@@ -9,8 +9,14 @@ from tests.helpers.dist import assert_ok, result_rows, run_launch
 SCRIPT = "fsdp_efficient_init.py"
 
 
+# Large allocations straight from mmap, so memory a process frees goes back to the system and
+# the peak counts what it holds, not glibc's free lists (which FSDP1's per-unit flattening
+# would otherwise fill with freed full-size buffers).
+MALLOC = {"MALLOC_MMAP_THRESHOLD_": "65536"}
+
+
 def _rows(*flags: str) -> list[dict]:
-    result = run_launch(SCRIPT, nprocs=2, launch_args=["--use_fsdp", *flags])
+    result = run_launch(SCRIPT, nprocs=2, launch_args=["--use_fsdp", *flags], env=MALLOC)
     assert_ok(result)
     rows = result_rows(result.stdout)
     assert [r["rank"] for r in rows] == [0, 1]
@@ -33,8 +39,14 @@ def test_without_it_every_process_builds_the_whole_model() -> None:
 
 
 @pytest.mark.distributed
-def test_fsdp1_fills_empty_models_from_the_main_process() -> None:
-    # FSDP1 lets the weights pass through each process once (docs/fsdp.md); values still
-    # arrive from the main process (checked in the script).
-    main, other = _rows("--fsdp_version", "1", "--fsdp_cpu_ram_efficient_loading", "true")
+@pytest.mark.parametrize("wrap", ["NO_WRAP", "SIZE_BASED_WRAP"])
+def test_only_the_main_process_builds_the_weights_fsdp1(wrap: str) -> None:
+    # FSDP1 fills each module from the main process as it shards it: the other process
+    # holds its shards plus one unit (one unit: the whole model without wrapping).
+    flags = ["--fsdp_version", "1", "--fsdp_cpu_ram_efficient_loading", "true"]
+    flags += ["--fsdp_auto_wrap_policy", wrap, "--fsdp_min_num_params", "1000000"]
+    main, other = _rows(*flags)
     assert not main["was_empty"] and other["was_empty"]
+    assert main["grown_kb"] >= main["model_kb"]
+    if wrap == "SIZE_BASED_WRAP":  # 32 units of one layer each
+        assert other["grown_kb"] < 0.7 * other["model_kb"], other

@@ -19,11 +19,14 @@ def apply_fsdp1(
     policy: FSDPPolicy,
     units: list[nn.Module],
     device: torch.device,
+    *,
+    param_init_fn: Any = None,
 ) -> nn.Module:
     """Wrap ``model`` (and each unit, through a custom wrap policy) with FSDP1.
 
     The mesh makes sharded state dicts DTensors, as under FSDP2, so checkpoints of both
-    versions share one format.
+    versions share one format. ``param_init_fn`` (a meta-device model) fills each module as
+    its unit is sharded.
     """
     from torch.distributed.fsdp import (
         BackwardPrefetch,
@@ -46,6 +49,8 @@ def apply_fsdp1(
         else BackwardPrefetch[policy.backward_prefetch],
         "device_id": device,
     }
+    if param_init_fn is not None:
+        kwargs["param_init_fn"] = param_init_fn
     if units:
         kwargs["auto_wrap_policy"] = CustomPolicy(lambda module: id(module) in wanted)
     if policy.offload_params and device.type != "cpu":

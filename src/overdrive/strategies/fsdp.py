@@ -39,6 +39,7 @@ class FSDPStrategy(Strategy):
         self._mesh: Any = None
         self._roots: list[nn.Module] = []
         self._replaced: dict[int, nn.Parameter] = {}
+        self._fsdp1_source: dict[str, torch.Tensor] | None = None  # FSDP1 empty-model fill
         self._optimizers: list[torch.optim.Optimizer] = []
         self._owner: dict[int, nn.Module] = {}  # id(raw optimizer) -> its sharded model
         self.units: dict[int, list[str]] = {}  # id(root) -> module paths of its units
@@ -78,20 +79,48 @@ class FSDPStrategy(Strategy):
     def _place(
         self, model: nn.Module, empty: list[int], device_placement: bool
     ) -> tuple[nn.Module, bool]:
-        """Move ``model`` to the device and give it rank 0's weights, or (FSDP2, empty models
-        on some processes) leave that until it is sharded; returns (model, fill later)."""
+        """Move ``model`` to the device and give it rank 0's weights, or (empty models on
+        some processes) leave that until it is sharded; returns (model, FSDP2 fills later)."""
         p = self.policy
-        if empty and is_empty(model) and p.version == 1:
-            # FSDP1 cannot fill empty shards from the main process on every device; the
-            # weights pass through this process once (docs/fsdp.md).
-            model = model.to_empty(device=self.device)
-        elif device_placement and not p.offload_params and not is_empty(model):
+        self._fsdp1_source = None
+        if empty and p.version == 1:
+            # Every process goes empty; FSDP1 then fills each unit from the main process as
+            # it shards it (``_fsdp1_filler``), so no other process ever holds the model.
+            # detach(): the values, kept when ``to("meta")`` swaps the parameters' data.
+            main = self._is_main()
+            self._fsdp1_source = {n: t.detach() for n, t in _all_tensors(model)} if main else {}
+            return model.to("meta"), False
+        if device_placement and not p.offload_params and not is_empty(model):
             model = model.to(self.device)
         fill_later = bool(empty) and p.version == 2
-        if (p.sync_module_states or empty) and not fill_later:
+        if p.sync_module_states and not fill_later:
             # Done here for both versions: FSDP1's own sync refuses CPU (rehearsal) modules.
             _broadcast_from_rank0(model, self.device)
         return model, fill_later
+
+    def _fsdp1_filler(self, root: nn.Module) -> Any:
+        """FSDP1's ``param_init_fn`` for an all-empty model: allocate one module's own
+        tensors on this device and broadcast the main process's values into them, module by
+        module as each unit is sharded (a process holds its shards plus one unit)."""
+        import torch.distributed as dist
+
+        source = self._fsdp1_source
+        if source is None:
+            return None
+        paths = {id(m): name for name, m in root.named_modules()}
+        device, main = self.device, self._is_main()
+
+        def fill(module: nn.Module) -> None:
+            module.to_empty(device=device, recurse=False)
+            prefix = paths[id(module)]
+            with torch.no_grad():
+                for name, tensor in _all_tensors(module, recurse=False):
+                    if main:
+                        tensor.copy_(source[f"{prefix}.{name}" if prefix else name])
+                    if dist.is_initialized():
+                        dist.broadcast(tensor, src=0)
+
+        return fill
 
     def _shard(self, model: nn.Module) -> nn.Module:
         """Choose the units, checkpoint their activations, shard them and the root."""
@@ -116,7 +145,9 @@ class FSDPStrategy(Strategy):
 
             hybrid = p.sharding_strategy.startswith("HYBRID")
             dp_mesh = data_parallel_mesh(self.mesh, flat=not hybrid)
-            wrapped = apply_fsdp1(model, dp_mesh, p, units, self.device)
+            filler = self._fsdp1_filler(model)
+            wrapped = apply_fsdp1(model, dp_mesh, p, units, self.device, param_init_fn=filler)
+            self._fsdp1_source = None
         self.units[id(wrapped)] = unit_paths
         return wrapped
 
@@ -353,3 +384,9 @@ def _broadcast_from_rank0(model: nn.Module, device: torch.device) -> None:
             dist.broadcast(on_device, src=0)
             if on_device is not tensor.data:
                 tensor.data.copy_(on_device)
+
+
+def _all_tensors(module: nn.Module, recurse: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
+    """Parameters and buffers (non-persistent ones too), by name."""
+    yield from module.named_parameters(recurse=recurse)
+    yield from module.named_buffers(recurse=recurse)
