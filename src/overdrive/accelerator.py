@@ -18,12 +18,12 @@ from torch.utils.data import DataLoader
 
 from overdrive import effective_settings
 from overdrive.accelerator_setup import (
-    callable_wrap_policy,
     code_settings,
     export_for_transformers,
     project_configuration,
     registrable,
     sort_handlers,
+    strategy_for,
 )
 from overdrive.accumulation import GradientState
 from overdrive.compat.accelerator_compat import AcceleratorCompat
@@ -31,7 +31,6 @@ from overdrive.config import Settings, load_settings
 from overdrive.errors import ConfigError, OverdriveError
 from overdrive.kwargs_handlers import (
     AutocastKwargs,
-    DistributedDataParallelKwargs,
     GradScalerKwargs,
     InitProcessGroupKwargs,
 )
@@ -50,7 +49,7 @@ from overdrive.precision import FP8RecipeKwargs, make_precision
 from overdrive.random_state import check_rng_types
 from overdrive.scheduler import AcceleratedScheduler, is_scheduler
 from overdrive.state import PartialState
-from overdrive.strategies import check_available, select_strategy
+from overdrive.strategies import check_available
 from overdrive.strategies.base import TrainingLoop
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -135,16 +134,8 @@ class Accelerator(AcceleratorCompat):
         self.fsdp_plugin = fsdp_plugin
         self.megatron_lm_plugin = megatron_lm_plugin
 
-        self.strategy = select_strategy(
-            self.state,
-            self.settings,
-            ddp_kwargs=handlers.get(DistributedDataParallelKwargs),
-            fsdp_wrap=callable_wrap_policy(fsdp_plugin),
-            deepspeed_plugin=deepspeed_plugin,
-            tp_plan=getattr(parallelism_config, "tp_plan", None),
-            pp_loss_fn=getattr(megatron_lm_plugin, "pipeline_loss_fn", None),
-            pp_split_points=getattr(megatron_lm_plugin, "pipeline_split_points", None),
-        )
+        in_code = (fsdp_plugin, deepspeed_plugin, parallelism_config, megatron_lm_plugin)
+        self.strategy = strategy_for(self.state, self.settings, handlers, *in_code)
         export_for_transformers(self.settings, self.state.distributed_type)
         self.precision = make_precision(
             self.settings["mixed_precision"],
@@ -456,13 +447,9 @@ class Accelerator(AcceleratorCompat):
         """Gather evaluation outputs: exactly the dataset's samples, in order, no padding."""
         from overdrive.data import gather_for_metrics
 
-        return gather_for_metrics(
-            input_data,
-            self.loop_state,
-            use_gather_object=use_gather_object,
-            debug=self._debug,
-            ranks=self.strategy.data_parallel_ranks(),
-        )
+        ranks = self.strategy.data_parallel_ranks()
+        options = {"use_gather_object": use_gather_object, "debug": self._debug, "ranks": ranks}
+        return gather_for_metrics(input_data, self.loop_state, **options)
 
     def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
         """Sum (or mean) ``tensor`` over the data-parallel processes (every process unless

@@ -136,6 +136,31 @@ def export_for_transformers(settings: Settings, distributed_type: Any) -> None:
         os.environ["FSDP_CPU_RAM_EFFICIENT_LOADING"] = "true"
 
 
+def strategy_for(
+    state: Any,
+    settings: Settings,
+    handlers: dict[type, Any],
+    fsdp_plugin: Any,
+    deepspeed_plugin: Any,
+    parallelism_config: Any,
+    megatron_lm_plugin: Any,
+) -> Any:
+    """The strategy for this run, with what the plugins give in code (a wrap policy, a
+    DeepSpeed config dict, a tensor-parallel plan, a pipeline loss and split points)."""
+    from overdrive.strategies import select_strategy
+
+    return select_strategy(
+        state,
+        settings,
+        ddp_kwargs=handlers.get(DistributedDataParallelKwargs),
+        fsdp_wrap=callable_wrap_policy(fsdp_plugin),
+        deepspeed_plugin=deepspeed_plugin,
+        tp_plan=getattr(parallelism_config, "tp_plan", None),
+        pp_loss_fn=getattr(megatron_lm_plugin, "pipeline_loss_fn", None),
+        pp_split_points=getattr(megatron_lm_plugin, "pipeline_split_points", None),
+    )
+
+
 def callable_wrap_policy(plugin: Any) -> Any:
     """A callable ``auto_wrap_policy`` given to ``FullyShardedDataParallelPlugin`` in code."""
     policy = getattr(plugin, "auto_wrap_policy", None)
