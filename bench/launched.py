@@ -26,6 +26,17 @@ def launch_result(nprocs: int, launch_flags: Sequence[str], worker: Sequence[str
     return json.loads(lines[-1][len("RESULT ") :])
 
 
+def repeated_times(
+    repeats: int, nprocs: int, launch_flags: Sequence[str], worker: Sequence[str]
+) -> dict[str, list[float]]:
+    """Each implementation's step times over ``repeats`` launches of ``worker``."""
+    times: dict[str, list[float]] = {}
+    for _ in range(repeats):
+        for name, values in launch_result(nprocs, launch_flags, worker).items():
+            times.setdefault(name, []).extend(values)
+    return times
+
+
 def alternate(
     impls: dict[str, Callable[[], None]],
     *,

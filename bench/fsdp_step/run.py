@@ -15,7 +15,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from launched import launch_result, ratio_table  # noqa: E402
+from launched import ratio_table, repeated_times  # noqa: E402
 
 
 def main() -> None:
@@ -27,11 +27,7 @@ def main() -> None:
     flags = ["--use_fsdp", "--fsdp_version", "2", "--fsdp_auto_wrap_policy"]
     flags += ["TRANSFORMER_BASED_WRAP", "--fsdp_transformer_layer_cls_to_wrap", "Sequential"]
     worker = [str(HERE / "worker.py"), "--rounds", str(args.rounds)]
-    times: dict[str, list[float]] = {"raw": [], "overdrive": []}
-    for _ in range(args.repeats):
-        for name, values in launch_result(args.nprocs, flags, worker).items():
-            times[name].extend(values)
-    print(ratio_table(times))
+    print(ratio_table(repeated_times(args.repeats, args.nprocs, flags, worker)))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from launched import launch_result, ratio_table  # noqa: E402
+from launched import ratio_table, repeated_times  # noqa: E402
 
 
 def main() -> None:
@@ -36,11 +36,7 @@ def main() -> None:
     script = "pp_worker.py" if args.pipeline else "worker.py"
     worker = [str(HERE / script), "--rounds", str(args.rounds)]
     worker += ["--raw-also-shards"] if args.raw_also_shards else []
-    times: dict[str, list[float]] = {"raw": [], "overdrive": []}
-    for _ in range(args.repeats):
-        for name, values in launch_result(args.nprocs, flags, worker).items():
-            times[name].extend(values)
-    print(ratio_table(times))
+    print(ratio_table(repeated_times(args.repeats, args.nprocs, flags, worker)))
 
 
 if __name__ == "__main__":
