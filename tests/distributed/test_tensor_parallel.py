@@ -65,6 +65,9 @@ def test_tp2_llama_with_its_own_plan_trains_as_one_process_and_resumes(tmp_path:
     common = ("--tp", "2", "--batch", "4", "--global_batch", "4")
     row = _run(2, *common, "--save", str(tmp_path))
     assert row["strategy"] == "tensor_parallel" and row["param_types"] == ["DTensor"]
+    # One data-parallel process: FSDP has nothing to do and is not applied; the norms are
+    # replicated DTensors, read as plain values only while their module runs.
+    assert not row["fsdp_applied"] and row["attributes_are_parameters"]
     assert row["plan"]["lm_head"] == "colwise_rep"
     assert row["plan"]["model.layers.1.mlp.down_proj"] == "rowwise"
     assert row["coordinates"] == [[0, 0], [1, 0]]  # (tensor_parallel_rank, data_parallel_rank)
@@ -73,6 +76,18 @@ def test_tp2_llama_with_its_own_plan_trains_as_one_process_and_resumes(tmp_path:
     resumed = _run(2, *common, "--resume", str(tmp_path))
     for mine, ref in zip(resumed["losses"], row["losses"][5:], strict=True):
         assert math.isclose(mine, ref, rel_tol=1e-6), (resumed["losses"], row["losses"])
+    _assert_same_weights(tmp_path)
+
+
+@pytest.mark.distributed
+def test_tp2_checkpoint_resumes_under_fsdp_dp2(tmp_path: Path) -> None:
+    """TP=2 alone saves replicated norms on the tp mesh; FSDP2 FULL_SHARD on the same two
+    processes (each now a data-parallel rank) loads that state and continues identically."""
+    whole = _run(2, "--tp", "2", "--batch", "4", "--global_batch", "4", "--save", str(tmp_path))
+    resumed = _run(2, "--fsdp", "--batch", "2", "--global_batch", "4", "--resume", str(tmp_path))
+    assert resumed["strategy"] == "fsdp" and resumed["fsdp_applied"]
+    for mine, ref in zip(resumed["losses"], whole["losses"][5:], strict=True):
+        assert math.isclose(mine, ref, rel_tol=RTOL), (resumed["losses"], whole["losses"])
     _assert_same_weights(tmp_path)
 
 
@@ -116,6 +131,7 @@ def test_fsdp2_times_tp2_checkpoint_resumes_under_dp4_and_back(tmp_path: Path) -
     common = ("--fsdp", "--global_batch", "4")
     whole = _run(4, "--tp", "2", "--batch", "2", "--save", str(tmp_path), *common)
     assert whole["type"] == "FSDP" and whole["strategy"] == "tensor_parallel"
+    assert whole["fsdp_applied"]
     assert whole["coordinates"] == [[0, 0], [1, 0], [0, 1], [1, 1]]
     _assert_matches_one_process(whole)
 

@@ -4,8 +4,10 @@ The order is torchtitan's: split the modules over the ``tp`` mesh dimension firs
 ``fully_shard`` over the data-parallel sub-mesh: FSDP FULL_SHARD / HYBRID gives 2-D
 (dp_shard x tp) or 3-D layouts; without FSDP the data-parallel dimension replicates
 (``fully_shard`` on a ``(dp_replicate, dp_shard=1)`` mesh keeps whole copies and averages
-gradients, as DDP does), and with one data-parallel process nothing is sharded but every
-parameter still becomes a DTensor, so the optimizer and clipping see one kind of tensor.
+gradients, as DDP does). With one data-parallel process there is nothing for FSDP to do
+(its per-step copies would cost a quarter of a small step), so it is not applied; the
+parameters the plan leaves whole become replicated DTensors on the tp mesh instead, and
+the optimizer and clipping still see one kind of tensor.
 """
 
 from __future__ import annotations
@@ -16,10 +18,13 @@ import torch
 from torch import nn
 
 from overdrive.errors import ConfigError
+from overdrive.parallel.activation_checkpointing import apply_activation_checkpointing
 from overdrive.parallel.fsdp_policy import FSDPPolicy
 from overdrive.parallel.grad_norm import clip_grad_norm
 from overdrive.parallel.layout import ParallelLayout
 from overdrive.parallel.tp import TPSettings, apply_tp
+from overdrive.parallel.tp_replicate import replicate_leftovers
+from overdrive.parallel.wrap import wrap_units
 from overdrive.strategies.base import Params
 from overdrive.strategies.fsdp import FSDPStrategy
 
@@ -68,9 +73,32 @@ class TensorParallelStrategy(FSDPStrategy):
 
     def _shard(self, model: nn.Module) -> nn.Module:
         plan = apply_tp(model, self.mesh["tp"], self.tp)
-        wrapped = super()._shard(model)
+        if self._fsdp_has_work():
+            wrapped = super()._shard(model)
+        else:
+            wrapped = self._tp_only(model)
         self.plans[id(wrapped)] = plan
         return wrapped
+
+    def _fsdp_has_work(self) -> bool:
+        """FSDP2 is applied when it shards, replicates, offloads or casts parameters."""
+        p = self.policy
+        return self.layout.dp_size > 1 or p.offload_params or p.mixed_precision != "no"
+
+    def _tp_only(self, model: nn.Module) -> nn.Module:
+        p = self.policy
+        if p.activation_checkpointing:
+            units = wrap_units(
+                model,
+                p.auto_wrap_policy,
+                layer_names=list(p.layer_names),
+                min_num_params=p.min_num_params,
+                source=p.layer_source,
+            )
+            apply_activation_checkpointing(units or [model])
+        replicate_leftovers(model, self.mesh["tp"])
+        self.units[id(model)] = []
+        return model
 
     def clip_grad_norm_(
         self, parameters: Params, max_norm: float, norm_type: float = 2.0

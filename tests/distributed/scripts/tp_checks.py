@@ -186,6 +186,13 @@ def main() -> None:
             and acc.unwrap_model(model).lm_head.weight
             is acc.unwrap_model(model).model.embed_tokens.weight,
             "param_types": sorted({type(p).__name__ for p in model.parameters()}),
+            "fsdp_applied": any(type(m).__name__.startswith("FSDP") for m in model.modules()),
+            # leftover parameters read through local values in forward stay Parameters
+            "attributes_are_parameters": all(
+                isinstance(getattr(m, n), nn.Parameter)
+                for m in model.modules()
+                for n, _ in m.named_parameters(recurse=False)
+            ),
             "plan": getattr(acc.strategy, "plans", {}) and next(iter(acc.strategy.plans.values())),
         }
         print("RESULT " + json.dumps(row))
