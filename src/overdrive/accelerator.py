@@ -279,7 +279,7 @@ class Accelerator(AcceleratorCompat):
                 return prepared  # prepared before (or its inner module): one wrapper per model
         place = self.device_placement if device_placement is None else device_placement
         model = self.precision.convert_module(model)  # also runs forward under autocast
-        model = self.strategy.setup_model(model, device_placement=place)
+        model = self.strategy.wrap_model(model, device_placement=place)
         if self.settings["dynamo_config.dynamo_backend"] != "no":
             from overdrive.compile import compile_model
 

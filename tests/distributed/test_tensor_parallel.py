@@ -92,6 +92,28 @@ def test_tp2_checkpoint_resumes_under_fsdp_dp2(tmp_path: Path) -> None:
 
 
 @pytest.mark.distributed
+def test_megatron_recompute_and_backend_clipping_under_tp2() -> None:
+    """recompute_activations runs each layer's forward again in backward; gradient_clipping
+    clips by the global norm at the optimizer step (the loop only reads the norm): the
+    losses stay those of one process clipping at 1.0 in its loop."""
+    flags = (
+        "--use_megatron_lm",
+        "--megatron_lm_tp_degree",
+        "2",
+        "--megatron_lm_recompute_activations",
+        "true",
+        "--megatron_lm_gradient_clipping",
+        "1.0",
+    )
+    args = ("--batch", "4", "--global_batch", "4", "--backend_clips")
+    row = _run(2, *args, launch_args=flags)
+    assert row["type"] == "MEGATRON_LM" and row["strategy"] == "tensor_parallel"
+    assert row["probe_calls"] == 2 * 10  # forward and recomputation, 10 steps
+    assert max(row["norms"]) > 1.0  # the unclipped norms: the backend's clipping mattered
+    _assert_matches_one_process(row)
+
+
+@pytest.mark.distributed
 def test_tied_embeddings_stay_whole_and_tied_and_train_as_one_process() -> None:
     row = _run(2, "--tp", "2", "--tied", "--batch", "4", "--global_batch", "4")
     assert "lm_head" not in row["plan"] and "model.embed_tokens" not in row["plan"]

@@ -98,13 +98,13 @@ def test_sequence_parallelism_is_refused_as_not_available_yet() -> None:
 @pytest.mark.parametrize(
     ("key", "value", "refused"),
     [
-        ("megatron_lm_config.recompute_activations", True, True),  # True == 1, still a request
-        ("megatron_lm_config.recompute_activations", False, False),
-        ("megatron_lm_config.gradient_clipping", 1.0, True),  # a norm of 1.0 is a request
-        ("megatron_lm_config.gradient_clipping", 0.0, False),
+        ("megatron_lm_config.use_distributed_optimizer", True, True),  # True == 1: a request
+        ("megatron_lm_config.use_distributed_optimizer", False, False),
+        ("megatron_lm_config.recompute_activations", True, False),  # built
+        ("megatron_lm_config.gradient_clipping", 1.0, False),  # built
     ],
 )
-def test_megatron_switches_and_norms_that_ask_for_something_are_refused(
+def test_megatron_switches_that_ask_for_what_is_not_built_are_refused(
     key: str, value: object, refused: bool
 ) -> None:
     s = _settings(distributed_type="MEGATRON_LM", **{key: value})

@@ -42,13 +42,26 @@ def select_strategy(
     ``state`` is the process state (``num_processes``, ``device``). A backend that is asked
     for but not built yet is an error naming the setting and where it came from.
     """
+    from overdrive.parallel.megatron_options import megatron_options
+
     check_available(settings)
-    pp_strategy = _pipeline_parallel(state, settings, pp_loss_fn, pp_split_points)
-    if pp_strategy is not None:
-        return pp_strategy
-    tp_strategy = _tensor_parallel(state, settings, fsdp_wrap, tp_plan)
-    if tp_strategy is not None:
-        return tp_strategy
+    strategy = (
+        _pipeline_parallel(state, settings, pp_loss_fn, pp_split_points)
+        or _tensor_parallel(state, settings, fsdp_wrap, tp_plan)
+        or _data_parallel(state, settings, ddp_kwargs, fsdp_wrap, deepspeed_plugin)
+    )
+    strategy.megatron = megatron_options(settings)
+    return strategy
+
+
+def _data_parallel(
+    state: Any,
+    settings: Settings,
+    ddp_kwargs: DistributedDataParallelKwargs | None,
+    fsdp_wrap: Callable[..., Any] | None,
+    deepspeed_plugin: Any,
+) -> Strategy:
+    """FSDP or DeepSpeed when asked for, DDP on several processes, else one device."""
     if settings["distributed_type"] == "FSDP":
         from overdrive.parallel.fsdp_policy import policy_from_settings
         from overdrive.parallel.layout import layout_from_settings

@@ -17,6 +17,7 @@ from torch import nn
 if TYPE_CHECKING:
     from overdrive.accumulation import GradientState
     from overdrive.loop_state import LoopState
+    from overdrive.parallel.megatron_options import MegatronOptions
     from overdrive.precision import Precision
 
 Params = Iterable[torch.Tensor] | torch.Tensor
@@ -49,6 +50,10 @@ class Strategy:
     # Whether save_state may be called inside an accumulation window (the summed gradients
     # are then saved from ``param.grad``); engines that keep them elsewhere say False.
     checkpoints_mid_window = True
+
+    # megatron_lm_config's recomputation and clipping (set under MEGATRON_LM, whatever the
+    # degrees: the same loop then behaves the same on any layout).
+    megatron: MegatronOptions | None = None
 
     # --- models and optimizers -------------------------------------------------------
     def prepare(
@@ -88,6 +93,25 @@ class Strategy:
     def model_init_context(self) -> contextlib.AbstractContextManager[Any]:
         """Where a model is built so this backend can create it efficiently (nothing here)."""
         return contextlib.nullcontext()
+
+    def wrap_model(self, model: nn.Module, *, device_placement: bool) -> nn.Module:
+        """``setup_model``, after recomputation hooks when ``megatron`` asks for them."""
+        options = self.megatron
+        trains = any(p.requires_grad for p in model.parameters())
+        if options and options.recompute_activations and trains:
+            from overdrive.parallel.activation_checkpointing import (
+                apply_activation_checkpointing,
+                repeated_layers,
+            )
+            from overdrive.parallel.megatron_options import RECOMPUTE_KEY
+
+            if not getattr(model, "_overdrive_recomputes", False):
+                source = options.recompute_source
+                apply_activation_checkpointing(
+                    repeated_layers(model, key=RECOMPUTE_KEY, source=source)
+                )
+                model._overdrive_recomputes = True  # type: ignore[assignment]
+        return self.setup_model(model, device_placement=device_placement)
 
     def setup_model(self, model: nn.Module, *, device_placement: bool) -> nn.Module:
         """Move ``model`` to the device (when asked) and wrap it for this backend."""
@@ -143,6 +167,11 @@ class Strategy:
         self, optimizer: torch.optim.Optimizer, precision: Precision, closure: Any = None
     ) -> bool:
         """One optimizer step when a window closes; returns whether it really ran."""
+        clip = self.megatron.gradient_clipping if self.megatron else None
+        if clip is not None:
+            precision.unscale_(optimizer)
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            self.clip_grad_norm_(params, clip)
         if closure is None:
             return precision.optimizer_step(optimizer)
         return precision.optimizer_step(optimizer, closure=closure)

@@ -94,6 +94,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=2, help="per data-parallel rank")
     parser.add_argument("--global_batch", type=int, default=4)
     parser.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step")
+    parser.add_argument(
+        "--backend_clips",
+        action="store_true",
+        help="the loop does not clip (it reads the norm); megatron_lm_config.gradient_clipping does",
+    )
     parser.add_argument("--save", default=None)
     parser.add_argument("--resume", default=None)
     parser.add_argument("--reload", default=None, help="load DIR/end, save_model DIR/reloaded")
@@ -103,6 +108,11 @@ def main() -> None:
     data = dataset(args.case, STEPS * args.global_batch)
     model = build_llama(args.tied) if args.case == "llama" else build_mlp()
     ref = copy.deepcopy(model)
+    # Calls of one layer's module: twice per step when recomputed. A pre-hook, as the
+    # recomputation stops inside the layer's last op once it has what backward needs.
+    calls: list[int] = []
+    probe = model.model.layers[0].mlp if args.case == "llama" else model[2]
+    probe.register_forward_pre_hook(lambda *a: calls.append(1))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
     loader = DataLoader(data, batch_size=args.batch)
@@ -128,7 +138,8 @@ def main() -> None:
             acc.backward(loss)
             if acc.sync_gradients:
                 acc.clip_grad_value_(model.parameters(), 100.0)  # no effect on these numbers
-                norms.append(float(acc.clip_grad_norm_(model.parameters(), 1.0)))
+                limit = float("inf") if args.backend_clips else 1.0
+                norms.append(float(acc.clip_grad_norm_(model.parameters(), limit)))
             opt.step()
             opt.zero_grad()
         losses.append(acc.reduce(loss.detach(), "mean").item())
@@ -185,6 +196,7 @@ def main() -> None:
             "still_tied": args.case == "llama"
             and acc.unwrap_model(model).lm_head.weight
             is acc.unwrap_model(model).model.embed_tokens.weight,
+            "probe_calls": len(calls),
             "param_types": sorted({type(p).__name__ for p in model.parameters()}),
             "fsdp_applied": any(type(m).__name__.startswith("FSDP") for m in model.modules()),
             # leftover parameters read through local values in forward stay Parameters
