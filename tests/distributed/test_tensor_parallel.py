@@ -164,3 +164,18 @@ def test_fsdp2_times_tp2_checkpoint_resumes_under_dp4_and_back(tmp_path: Path) -
         assert math.isclose(mine, ref, rel_tol=RTOL), (resumed["losses"], whole["losses"])
 
     _assert_same_weights(tmp_path)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+@pytest.mark.four_processes
+def test_hsdp_times_tp2_on_eight_processes_trains_as_one_process() -> None:
+    """HYBRID_SHARD (2 replicas x 2 shards) x TP=2: a 3-D mesh of 8 processes."""
+    row = _run(8, "--tp", "2", "--hybrid", "2", "--batch", "1", "--global_batch", "4")
+    assert row["type"] == "FSDP" and row["fsdp_applied"]
+    assert row["mesh"] == {"dp_replicate": 2, "dp_shard": 2, "tp": 2}
+    # data_parallel_rank is the replica (as in the described system); the shard within it
+    # and tp are inner dimensions
+    assert [dp for _, dp in row["coordinates"]] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert [tp for tp, _ in row["coordinates"]] == [0, 1] * 4
+    _assert_matches_one_process(row)

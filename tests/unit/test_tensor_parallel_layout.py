@@ -234,3 +234,21 @@ def test_the_global_norm_and_clipping_match_torch_on_plain_tensors(norm_type: fl
     torch.testing.assert_close(norm, expected)
     for a, b in zip(ours.parameters(), theirs.parameters(), strict=True):
         torch.testing.assert_close(a.grad, b.grad)
+
+
+def test_hybrid_shard_times_tp_is_a_three_dimensional_mesh() -> None:
+    s = _settings(
+        distributed_type="FSDP",
+        **{
+            "fsdp_config.fsdp_version": 2,
+            "fsdp_config.fsdp_sharding_strategy": "HYBRID_SHARD",
+            "parallelism_config.parallelism_config_dp_shard_size": 2,
+            "parallelism_config.parallelism_config_tp_size": 2,
+        },
+    )
+    layout = layout_from_settings(s, 8)
+    assert layout.mesh_dims() == (("dp_replicate", "dp_shard", "tp"), (2, 2, 2))
+    # tp innermost, then the shard groups, replicas outermost
+    assert [layout.dp_rank(r) for r in range(8)] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert layout.coordinates(5) == {"pp": 0, "dp_replicate": 1, "dp_shard": 0, "cp": 0, "tp": 1}
+    assert layout.data_ranks() == [0, 2, 4, 6]

@@ -64,10 +64,13 @@ def accelerator(args: argparse.Namespace) -> Accelerator:
     kwargs: dict = {}
     if args.tp:
         plan = MLP_PLAN if args.case == "mlp" else None
-        kwargs["parallelism_config"] = ParallelismConfig(tp_size=args.tp, tp_plan=plan)
-    if args.fsdp:
+        shards = {"dp_shard_size": args.hybrid} if args.hybrid else {}
+        kwargs["parallelism_config"] = ParallelismConfig(tp_size=args.tp, tp_plan=plan, **shards)
+    if args.fsdp or args.hybrid:
         kwargs["fsdp_plugin"] = FullyShardedDataParallelPlugin(
-            fsdp_version=2, sharding_strategy="FULL_SHARD", state_dict_type="SHARDED_STATE_DICT"
+            fsdp_version=2,
+            sharding_strategy="HYBRID_SHARD" if args.hybrid else "FULL_SHARD",
+            state_dict_type="SHARDED_STATE_DICT",
         )
     return Accelerator(cpu=True, gradient_accumulation_steps=args.accum, **kwargs)
 
@@ -90,6 +93,9 @@ def main() -> None:
     parser.add_argument("--case", choices=["llama", "mlp"], default="llama")
     parser.add_argument("--tp", type=int, default=0)
     parser.add_argument("--fsdp", action="store_true")
+    parser.add_argument(
+        "--hybrid", type=int, default=0, help="HYBRID_SHARD: processes per shard group"
+    )
     parser.add_argument("--tied", action="store_true", help="Llama with tied embeddings")
     parser.add_argument("--batch", type=int, default=2, help="per data-parallel rank")
     parser.add_argument("--global_batch", type=int, default=4)
@@ -193,6 +199,9 @@ def main() -> None:
             "gathered_exactly": gathered_exactly,
             "reduce_counts": data_parallel_copies,
             "coordinates": coordinates,
+            "mesh": dict(zip(acc.strategy.mesh.mesh_dim_names, acc.strategy.mesh.shape))
+            if hasattr(acc.strategy, "mesh")
+            else {},
             "still_tied": args.case == "llama"
             and acc.unwrap_model(model).lm_head.weight
             is acc.unwrap_model(model).model.embed_tokens.weight,
