@@ -114,6 +114,17 @@ def test_megatron_recompute_and_backend_clipping_under_tp2() -> None:
 
 
 @pytest.mark.distributed
+def test_megatron_distributed_optimizer_shards_optimizer_state_over_data_parallel() -> None:
+    """use_distributed_optimizer without a tp degree: FSDP2 SHARD_GRAD_OP over the two
+    data-parallel processes; each holds half the optimizer state; trains as one process."""
+    flags = ("--use_megatron_lm", "--megatron_lm_use_distributed_optimizer", "true")
+    row = _run(2, "--batch", "2", "--global_batch", "4", launch_args=flags)
+    assert row["type"] == "MEGATRON_LM" and row["strategy"] == "fsdp" and row["fsdp_applied"]
+    assert 0.45 < row["optimizer_fraction"] < 0.55, row["optimizer_fraction"]
+    _assert_matches_one_process(row)
+
+
+@pytest.mark.distributed
 def test_tied_embeddings_stay_whole_and_tied_and_train_as_one_process() -> None:
     row = _run(2, "--tp", "2", "--tied", "--batch", "4", "--global_batch", "4")
     assert "lm_head" not in row["plan"] and "model.embed_tokens" not in row["plan"]
@@ -140,6 +151,24 @@ def test_megatron_tp2_times_two_replicas_trains_as_one_process() -> None:
     row = _run(4, "--batch", "2", "--global_batch", "4", launch_args=flags)
     assert row["type"] == "MEGATRON_LM"
     assert row["coordinates"] == [[0, 0], [1, 0], [0, 1], [1, 1]]
+    _assert_matches_one_process(row)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+@pytest.mark.four_processes
+def test_megatron_tp2_with_the_distributed_optimizer_shards_over_data_parallel() -> None:
+    flags = (
+        "--use_megatron_lm",
+        "--megatron_lm_tp_degree",
+        "2",
+        "--megatron_lm_use_distributed_optimizer",
+        "true",
+    )
+    row = _run(4, "--batch", "2", "--global_batch", "4", launch_args=flags)
+    assert row["strategy"] == "tensor_parallel" and row["fsdp_applied"]
+    assert row["mesh"] == {"dp_shard": 2, "tp": 2}
+    assert row["optimizer_fraction"] < 0.3, row["optimizer_fraction"]  # tp and dp split it
     _assert_matches_one_process(row)
 
 

@@ -98,8 +98,9 @@ def test_sequence_parallelism_is_refused_as_not_available_yet() -> None:
 @pytest.mark.parametrize(
     ("key", "value", "refused"),
     [
-        ("megatron_lm_config.use_distributed_optimizer", True, True),  # True == 1: a request
-        ("megatron_lm_config.use_distributed_optimizer", False, False),
+        ("megatron_lm_config.sequence_parallelism", True, True),  # True == 1: a request
+        ("megatron_lm_config.sequence_parallelism", False, False),
+        ("megatron_lm_config.use_distributed_optimizer", True, False),  # built
         ("megatron_lm_config.recompute_activations", True, False),  # built
         ("megatron_lm_config.gradient_clipping", 1.0, False),  # built
     ],
@@ -252,3 +253,13 @@ def test_hybrid_shard_times_tp_is_a_three_dimensional_mesh() -> None:
     assert [layout.dp_rank(r) for r in range(8)] == [0, 0, 1, 1, 2, 2, 3, 3]
     assert layout.coordinates(5) == {"pp": 0, "dp_replicate": 1, "dp_shard": 0, "cp": 0, "tp": 1}
     assert layout.data_ranks() == [0, 2, 4, 6]
+
+
+def test_distributed_optimizer_shards_the_data_parallel_processes() -> None:
+    megatron = {"distributed_type": "MEGATRON_LM", "megatron_lm_config.tp_degree": 2}
+    replicas = layout_from_settings(_settings(**megatron), 8)
+    assert (replicas.dp_replicate, replicas.dp_shard, replicas.tp) == (4, 1, 2)
+    s = _settings(**megatron, **{"megatron_lm_config.use_distributed_optimizer": True})
+    sharded = layout_from_settings(s, 8)
+    assert (sharded.dp_replicate, sharded.dp_shard, sharded.tp) == (1, 4, 2)
+    assert [sharded.dp_rank(r) for r in range(8)] == [0, 0, 1, 1, 2, 2, 3, 3]

@@ -103,6 +103,13 @@ def _hybrid_degrees(settings: Any, world: int) -> tuple[int, int]:
     return replicate, shard
 
 
+def _distributed_optimizer(settings: Any) -> bool:
+    """MEGATRON_LM's ``use_distributed_optimizer``: the data-parallel processes shard."""
+    return settings["distributed_type"] == "MEGATRON_LM" and bool(
+        settings["megatron_lm_config.use_distributed_optimizer"]
+    )
+
+
 TP_KEYS = ("megatron_lm_config.tp_degree", "parallelism_config.parallelism_config_tp_size")
 
 
@@ -229,7 +236,7 @@ def layout_from_settings(settings: Any, world: int) -> ParallelLayout:
         replicate, shard = _hybrid_degrees(settings, dp_world)
     elif fsdp and settings["fsdp_config.fsdp_sharding_strategy"] == "NO_SHARD":
         replicate, shard = dp_world, 1
-    elif fsdp:
+    elif fsdp or _distributed_optimizer(settings):
         replicate, shard = 1, dp_world
     else:
         replicate, shard = dp_world, 1

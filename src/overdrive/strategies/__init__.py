@@ -62,9 +62,10 @@ def _data_parallel(
     deepspeed_plugin: Any,
 ) -> Strategy:
     """FSDP or DeepSpeed when asked for, DDP on several processes, else one device."""
+    from overdrive.parallel.layout import layout_from_settings
+
     if settings["distributed_type"] == "FSDP":
         from overdrive.parallel.fsdp_policy import policy_from_settings
-        from overdrive.parallel.layout import layout_from_settings
         from overdrive.strategies.fsdp import FSDPStrategy
 
         layout = layout_from_settings(settings, state.num_processes)
@@ -77,6 +78,13 @@ def _data_parallel(
         config = build(settings, code_config=given if isinstance(given, dict) else None)
         zero3_init = bool(settings["deepspeed_config.zero3_init_flag"])
         return DeepSpeedStrategy(state.device, config, zero3_init=zero3_init)
+    if state.num_processes > 1 and settings["distributed_type"] == "MEGATRON_LM":
+        layout = layout_from_settings(settings, state.num_processes)
+        if layout.dp_shard > 1:  # use_distributed_optimizer without tp or pp degrees
+            from overdrive.strategies.fsdp import FSDPStrategy
+            from overdrive.strategies.tensor_parallel import distributed_optimizer_policy
+
+            return FSDPStrategy(state.device, layout, distributed_optimizer_policy())
     if state.num_processes > 1:
         return DDPStrategy(state.device, ddp_kwargs)
     return SingleDeviceStrategy(state.device)
@@ -102,7 +110,11 @@ def _tensor_parallel(
             )
         return None
     from overdrive.parallel.tp import TPSettings
-    from overdrive.strategies.tensor_parallel import TensorParallelStrategy, replicate_policy
+    from overdrive.strategies.tensor_parallel import (
+        TensorParallelStrategy,
+        distributed_optimizer_policy,
+        replicate_policy,
+    )
 
     layout = layout_from_settings(settings, state.num_processes)
     tp = TPSettings(degree=degree, key=key, source=str(settings.source(key)), plan=tp_plan)
@@ -110,6 +122,8 @@ def _tensor_parallel(
         from overdrive.parallel.fsdp_policy import policy_from_settings
 
         policy = policy_from_settings(settings, fsdp_wrap)
+    elif layout.dp_shard > 1:  # MEGATRON_LM use_distributed_optimizer
+        policy = distributed_optimizer_policy()
     else:
         policy = replicate_policy()
     return TensorParallelStrategy(state.device, layout, policy, tp)
@@ -149,6 +163,12 @@ def _pipeline_parallel(
             "mixed_precision",
             lambda v: v == "fp16",
             "use bf16 (fp16 loss scaling inside the schedule is not available yet)",
+        ),
+        (
+            "megatron_lm_config.use_distributed_optimizer",
+            bool,
+            "turn it off (the replicas of each stage keep whole optimizer states: sharding "
+            "them under a pipeline is not available yet)",
         ),
         (
             "dynamo_config.dynamo_backend",

@@ -44,6 +44,21 @@ def replicate_policy() -> FSDPPolicy:
     )
 
 
+def distributed_optimizer_policy() -> FSDPPolicy:
+    """``megatron_lm_config.use_distributed_optimizer``: the data-parallel processes shard
+    gradients and optimizer state; each gathers the whole parameters once per step and keeps
+    them through backward (FSDP2 SHARD_GRAD_OP over the root alone: ZeRO-2, as Megatron-LM's
+    distributed optimizer)."""
+    return FSDPPolicy(
+        version=2,
+        sharding_strategy="SHARD_GRAD_OP",
+        reshard_after_forward=False,
+        auto_wrap_policy=None,
+        state_dict_type="SHARDED_STATE_DICT",
+        sync_module_states=True,
+    )
+
+
 class TensorParallelStrategy(FSDPStrategy):
     """Splits modules over the tp processes, then shards or replicates over the dp ones."""
 

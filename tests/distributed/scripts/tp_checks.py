@@ -88,6 +88,15 @@ def same_batch_in_each_tp_group(acc: Accelerator, batch: torch.Tensor) -> bool:
     )
 
 
+def optimizer_fraction(opt: torch.optim.Optimizer, model: nn.Module) -> float:
+    """Elements of AdamW's exp_avg this process holds, over the whole model's parameters."""
+    raw = getattr(opt, "optimizer", opt)
+    local = [
+        getattr(s["exp_avg"], "to_local", lambda t=s["exp_avg"]: t)() for s in raw.state.values()
+    ]
+    return sum(t.numel() for t in local) / sum(p.numel() for p in model.parameters())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--case", choices=["llama", "mlp"], default="llama")
@@ -206,6 +215,7 @@ def main() -> None:
             and acc.unwrap_model(model).lm_head.weight
             is acc.unwrap_model(model).model.embed_tokens.weight,
             "probe_calls": len(calls),
+            "optimizer_fraction": optimizer_fraction(opt, model),
             "param_types": sorted({type(p).__name__ for p in model.parameters()}),
             "fsdp_applied": any(type(m).__name__.startswith("FSDP") for m in model.modules()),
             # leftover parameters read through local values in forward stay Parameters
