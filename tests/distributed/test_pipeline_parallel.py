@@ -99,8 +99,39 @@ def test_pp2_times_two_replicas_trains_as_one_process() -> None:
 
 
 @pytest.mark.distributed
+@pytest.mark.slow
+@pytest.mark.four_processes
+def test_pp2_times_two_replicas_accumulating_trains_as_one_process() -> None:
+    """Inside a window each replica keeps its own sum (averaged at the window's end): the
+    same steps as one process accumulating the global batches."""
+    row = _run(4, "--batch", "2", "--global_batch", "4", "--accum", "2")
+    _assert_matches_one_process(row)
+    assert len(row["norms"]) == 5
+
+
+@pytest.mark.distributed
 def test_a_world_the_pipeline_does_not_divide_exits_2_before_workers_start() -> None:
     result = run_launch(SCRIPT, nprocs=3, launch_args=list(PP2), timeout=120)
     assert result.returncode == 2, result.stderr[-2000:]
     assert "megatron_lm_config.pp_degree" in result.stderr and "3 processes" in result.stderr
     assert "Traceback" not in result.stderr and "RESULT" not in result.stdout
+
+
+@pytest.mark.distributed
+def test_pp2_accumulates_recomputes_and_clips_by_megatron_settings_as_one_process() -> None:
+    """2 batches per optimizer step on top of 2 micro-batches each, every layer recomputed
+    in backward, the gradients clipped by megatron_lm_config.gradient_clipping (the loop
+    only reads the norm): the same losses as one process accumulating and clipping."""
+    flags = (
+        *PP2,
+        "--megatron_lm_recompute_activations",
+        "true",
+        "--megatron_lm_gradient_clipping",
+        "1.0",
+    )
+    row = _run(2, "--accum", "2", "--backend_clips", launch_args=flags)
+    _assert_matches_one_process(row)
+    assert len(row["norms"]) == 5 and max(row["norms"]) > 1.0  # clipping had work to do
+    # forward and recomputation of 2 micro-batches x 10 batches (27 calls without it: 20,
+    # the evaluation calls and the schedules' shape inference)
+    assert row["probe_calls"] >= 2 * 2 * 10, row["probe_calls"]

@@ -125,7 +125,7 @@ def test_pipeline_degree_outside_megatron_lm_takes_no_processes() -> None:
 @pytest.mark.parametrize(
     ("key", "value", "fix"),
     [
-        ("gradient_accumulation_steps", 2, "num_micro_batches"),
+        ("megatron_lm_config.use_distributed_optimizer", True, "turn it off"),
         ("mixed_precision", "fp16", "bf16"),
         ("dynamo_config.dynamo_backend", "eager", "dynamo_backend to no"),
     ],

@@ -155,11 +155,6 @@ def _pipeline_parallel(
     key = "megatron_lm_config.pp_degree"
     for other, bad, why in (
         (
-            "gradient_accumulation_steps",
-            lambda v: (v or 1) > 1,
-            "split the batch with megatron_lm_config.num_micro_batches instead",
-        ),
-        (
             "mixed_precision",
             lambda v: v == "fp16",
             "use bf16 (fp16 loss scaling inside the schedule is not available yet)",

@@ -11,8 +11,9 @@ replicas of the pipeline average their gradients right after the schedule.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,7 @@ from overdrive.errors import ConfigError, OverdriveError
 from overdrive.parallel.layout import ParallelLayout
 from overdrive.parallel.mesh import build_mesh
 from overdrive.parallel.pipeline import PP_KEY, Stage, split_model
-from overdrive.strategies.base import Params, Strategy, _raw
+from overdrive.strategies.base import Params, PrepareOne, Strategy, TrainingLoop, _raw
 
 MICRO_BATCHES_KEY = "megatron_lm_config.num_micro_batches"
 
@@ -105,6 +106,9 @@ class PipelineParallelStrategy(Strategy):
         self._schedules: dict[tuple[Any, ...], Any] = {}
         self._stepped = False  # the last call ran backward: accelerator.backward skips it
         self._dp_group: Any = None
+        self._accumulation: Any = None  # the Accelerator's GradientState, once prepared
+        self._in_window = False  # inside no_sync: replicas average at the window's end only
+        self._micro_losses: list[torch.Tensor] = []
 
     @property
     def mesh(self) -> Any:
@@ -121,6 +125,16 @@ class PipelineParallelStrategy(Strategy):
         return int(self.mesh["pp"].get_local_rank())
 
     # --- models and optimizers -------------------------------------------------------
+    def prepare(
+        self,
+        objects: Sequence[Any],
+        placements: Sequence[bool],
+        prepare_one: PrepareOne,
+        loop: TrainingLoop,
+    ) -> list[Any]:
+        self._accumulation = loop.gradient_state  # the loss inside the schedule divides by k
+        return super().prepare(objects, placements, prepare_one, loop)
+
     def setup_model(self, model: nn.Module, *, device_placement: bool) -> nn.Module:
         if any(model is m or model is m.module for m in self._models):
             return model
@@ -197,17 +211,21 @@ class PipelineParallelStrategy(Strategy):
         inputs = inputs.to(self.device)
         target = labels.to(self.device) if (labels is not None and stage.is_last) else None
         args = (inputs,) if stage.is_first else ()
-        losses: list[torch.Tensor] = []
+        self._micro_losses = []
+        losses: list[torch.Tensor] = []  # the schedule's: one per micro-batch, scaled
         kwargs: dict[str, Any] = {"target": target, "losses": losses if with_loss else None}
         outputs = schedule.step(*args, **kwargs) if training else schedule.eval(*args, **kwargs)
         if training:
-            self._average_over_replicas(model)
+            if not self._in_window:
+                self._average_over_replicas(model)
             self._stepped = True
         loss = None
         if with_loss:
             loss = torch.zeros((), dtype=torch.float32, device=self.device)
             if stage.is_last:
-                loss = torch.stack([x.detach().float() for x in losses]).mean()
+                # the plain values of the schedule's losses (a first call also runs the
+                # loss once while it infers shapes: that one is not a micro-batch's)
+                loss = torch.stack(self._micro_losses[-len(losses) :]).mean()
             last = dist.get_global_rank(self.pp_group, self.pp.degree - 1)
             dist.broadcast(loss, src=last, group=self.pp_group)
         return PipelineOutput(loss=loss, logits=outputs if stage.is_last else None)
@@ -226,11 +244,39 @@ class PipelineParallelStrategy(Strategy):
                 stage.module, stage.index, stage.num_stages, self.device, group=self.pp_group
             )
             loss_fn = (stage.loss_fn or self.pp.loss_fn or _never) if with_loss else None
+            scaled = self._scaled(loss_fn) if loss_fn is not None else None
             cls = Schedule1F1B if self.pp.schedule == "1F1B" and training else ScheduleGPipe
+            # scale_grads=False: the schedule would divide every gradient, the ones summed
+            # over an accumulation window included; the loss is divided instead.
             self._schedules[key] = cls(
-                pipe_stage, self.pp.micro_batches, loss_fn=loss_fn, scale_grads=True
+                pipe_stage, self.pp.micro_batches, loss_fn=scaled, scale_grads=False
             )
         return self._schedules[key]
+
+    def _scaled(self, loss_fn: Callable[[Any, Any], torch.Tensor]) -> Callable[..., Any]:
+        """``loss_fn`` divided by micro-batches x accumulation steps (the gradients are the
+        mean over the window, as one pass over it would give); the plain value is kept."""
+
+        def scaled(output: Any, target: Any) -> torch.Tensor:
+            loss = loss_fn(output, target)
+            self._micro_losses.append(loss.detach().float())
+            steps = self._accumulation.num_steps if self._accumulation is not None else 1
+            return loss / (self.pp.micro_batches * steps)
+
+        return scaled
+
+    def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager[None]:
+        """Inside an accumulation window the replicas keep their own sums (averaged once,
+        when the window's last micro-batch runs)."""
+        return self._window()
+
+    @contextlib.contextmanager
+    def _window(self) -> Iterator[None]:
+        self._in_window = True
+        try:
+            yield
+        finally:
+            self._in_window = False
 
     def _average_over_replicas(self, model: PipelinedModel) -> None:
         import torch.distributed as dist

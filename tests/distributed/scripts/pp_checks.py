@@ -72,16 +72,32 @@ def main() -> None:
     parser.add_argument("--resume", default=None, help="load DIR/half, save DIR/resumed")
     parser.add_argument("--mixed_precision", default="no")
     parser.add_argument("--split", default="", help="pipeline split points, e.g. 4")
+    parser.add_argument("--accum", type=int, default=1, help="batches per optimizer step")
+    parser.add_argument(
+        "--backend_clips",
+        action="store_true",
+        help="the loop does not clip (it reads the norm); megatron_lm_config.gradient_clipping does",
+    )
     args = parser.parse_args()
 
     split = [int(x) for x in args.split.split(",")] if args.split else None
     plugin = MegatronLMPlugin(
         pipeline_loss_fn=mse if args.case == "mlp" else None, pipeline_split_points=split
     )
-    acc = Accelerator(cpu=True, megatron_lm_plugin=plugin, mixed_precision=args.mixed_precision)
+    acc = Accelerator(
+        cpu=True,
+        megatron_lm_plugin=plugin,
+        mixed_precision=args.mixed_precision,
+        gradient_accumulation_steps=args.accum,
+    )
     data = dataset(args.case, STEPS * args.global_batch)
     model = build_llama() if args.case == "llama" else build_mlp()
     ref = copy.deepcopy(model)
+    # Calls of a module inside the first layer: twice per batch on its stage when
+    # recomputed (a pre-hook: the recomputation stops inside the layer's last op).
+    calls: list[int] = []
+    probe = model.model.layers[0].mlp if args.case == "llama" else model[0]
+    probe.register_forward_pre_hook(lambda *a: calls.append(1))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
     loader = DataLoader(data, batch_size=args.batch)
@@ -94,11 +110,14 @@ def main() -> None:
         start = STEPS // 2
     losses, norms, same_batches = [], [], True
     for step, batch in enumerate(loader, start=start):
-        loss = loss_of(args.case, model, batch)
-        acc.backward(loss)
-        norms.append(float(acc.clip_grad_norm_(model.parameters(), 1.0)))
-        opt.step()
-        opt.zero_grad()
+        with acc.accumulate(model):
+            loss = loss_of(args.case, model, batch)
+            acc.backward(loss)
+            if acc.sync_gradients:
+                limit = float("inf") if args.backend_clips else 1.0
+                norms.append(float(acc.clip_grad_norm_(model.parameters(), limit)))
+            opt.step()
+            opt.zero_grad()
         losses.append(acc.reduce(loss.detach(), "mean").item())
         per_rank = acc.gather(batch[0].float().reshape(1, -1)).reshape(acc.num_processes, -1)
         layout = acc.strategy.layout  # type: ignore[attr-defined]
@@ -140,13 +159,14 @@ def main() -> None:
     if acc.is_main_process:
         ref_losses, ref_norms = [], []
         ref_batches = [] if args.resume else DataLoader(data, batch_size=args.global_batch)
-        for batch in ref_batches:
+        for i, batch in enumerate(ref_batches):
             loss = loss_of(args.case, ref, batch)
-            loss.backward()
+            (loss / args.accum).backward()
             ref_losses.append(loss.item())
-            ref_norms.append(float(torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)))
-            ref_opt.step()
-            ref_opt.zero_grad()
+            if (i + 1) % args.accum == 0:
+                ref_norms.append(float(torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)))
+                ref_opt.step()
+                ref_opt.zero_grad()
         with torch.no_grad():
             ref_eval = float(loss_of(args.case, ref.eval(), next(iter(loader))))
         if args.save:
@@ -172,6 +192,7 @@ def main() -> None:
             "gathered_exactly": gathered_exactly,
             "state_dict_is_whole": sorted(full_state) == sorted(ref.state_dict()),
             "pp_rank": acc.pipeline_parallel_rank,
+            "probe_calls": len(calls),
         }
         print("RESULT " + json.dumps(row))
     acc.wait_for_everyone()
