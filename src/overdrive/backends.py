@@ -24,7 +24,6 @@ _NOT_BUILT = {
 
 # megatron_lm_config settings that need what is not built yet: key -> (what, when inert).
 _MEGATRON_NOT_BUILT = {
-    "megatron_lm_config.sequence_parallelism": "sequence parallelism",
     "megatron_lm_config.recompute_activations": "activation recomputation under MEGATRON_LM",
     "megatron_lm_config.use_distributed_optimizer": "a distributed optimizer under MEGATRON_LM "
     "(FSDP with a tensor-parallel degree shards the optimizer state)",
