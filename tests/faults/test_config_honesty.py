@@ -82,7 +82,7 @@ def test_validate_sees_the_environment_launch_sees(tmp_path: Path, script: Path)
     path.write_text("num_processes: 2\n")
     env = {
         "ACCELERATE_USE_MEGATRON_LM": "true",
-        "ACCELERATE_MEGATRON_LM_SEQUENCE_PARALLELISM": "true",
+        "ACCELERATE_MEGATRON_LM_RECOMPUTE_ACTIVATIONS": "true",
     }
     launched = assert_clean_refusal(
         overdrive("launch", "--dry_run", "--config_file", path, script, env=env)

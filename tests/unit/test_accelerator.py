@@ -95,7 +95,7 @@ def test_duplicate_kwargs_handlers_are_an_error() -> None:
 
 def test_backend_not_built_names_setting_and_source() -> None:
     with pytest.raises(ConfigError) as info:
-        Accelerator(megatron_lm_plugin=MegatronLMPlugin(sequence_parallelism=True))
+        Accelerator(megatron_lm_plugin=MegatronLMPlugin(recompute_activations=True))
     text = str(info.value)
     assert "MEGATRON_LM" in text and "not available yet" in text
     assert "code Accelerator(megatron_lm_plugin=...)" in text
@@ -103,7 +103,7 @@ def test_backend_not_built_names_setting_and_source() -> None:
 
 def test_backend_from_environment_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACCELERATE_USE_MEGATRON_LM", "true")
-    monkeypatch.setenv("ACCELERATE_MEGATRON_LM_SEQUENCE_PARALLELISM", "true")
+    monkeypatch.setenv("ACCELERATE_MEGATRON_LM_RECOMPUTE_ACTIVATIONS", "true")
     with pytest.raises(ConfigError, match="env ACCELERATE_USE_MEGATRON_LM"):
         Accelerator()
 

@@ -80,12 +80,12 @@ def test_a_backend_not_built_yet_stops_before_any_worker_starts(
     script = tmp_path / "t.py"
     script.write_text("")
     monkeypatch.setenv("ACCELERATE_USE_MEGATRON_LM", "true")
-    monkeypatch.setenv("ACCELERATE_MEGATRON_LM_SEQUENCE_PARALLELISM", "true")  # not built yet
+    monkeypatch.setenv("ACCELERATE_MEGATRON_LM_RECOMPUTE_ACTIVATIONS", "true")  # not built yet
     code = main(["launch", "--cpu", "--num_processes", "2", str(script)])
     err = capsys.readouterr().err
     assert code == 2
     assert "MEGATRON_LM" in err and "not available yet" in err
-    assert "env ACCELERATE_MEGATRON_LM_SEQUENCE_PARALLELISM" in err
+    assert "env ACCELERATE_MEGATRON_LM_RECOMPUTE_ACTIVATIONS" in err
     assert "env ACCELERATE_USE_MEGATRON_LM" in err
     assert "Traceback" not in err and "RANK" not in err
 

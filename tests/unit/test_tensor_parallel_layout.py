@@ -86,13 +86,17 @@ def test_backends_tp_does_not_compose_with_are_refused(backend: str) -> None:
         layout_from_settings(s, 4)
 
 
-def test_sequence_parallelism_is_refused_as_not_available_yet() -> None:
+def test_sequence_parallelism_is_available_and_recomputation_still_refused() -> None:
     key = "megatron_lm_config.sequence_parallelism"
-    s = _settings(distributed_type="MEGATRON_LM", **{key: True})
-    with pytest.raises(ConfigError) as info:
-        check_available(s)
-    assert "sequence parallelism" in str(info.value) and "not available yet" in str(info.value)
+    check_available(_settings(distributed_type="MEGATRON_LM", **{key: True}))
     check_available(_settings(distributed_type="MEGATRON_LM"))  # tp alone is available
+    s = _settings(
+        distributed_type="MEGATRON_LM",
+        **{key: True},
+        **{"megatron_lm_config.recompute_activations": True},
+    )
+    with pytest.raises(ConfigError, match="recompute_activations = True .* not available yet"):
+        check_available(s)
 
 
 @pytest.mark.parametrize(
@@ -200,11 +204,6 @@ def test_dry_run_shows_which_rank_holds_which_coordinate(
     assert "mesh (dp_shard=2 x tp=2; data-parallel degree 2" in out
     assert "rank 1: dp_shard 0, tp 1  (reads data-parallel share 0)" in out
     assert "rank 2: dp_shard 1, tp 0  (reads data-parallel share 1)" in out
-
-
-def test_sequence_parallel_entries_are_refused_until_built() -> None:
-    with pytest.raises(ConfigError, match="not a tensor-parallel style"):
-        check_plan({"norm": "sequence_parallel"}, "plan")
 
 
 def test_megatron_lm_mixed_precision_is_autocast_not_handed_to_an_engine() -> None:

@@ -104,23 +104,12 @@ def plan_for(model: nn.Module, tp: TPSettings) -> dict[str, str]:
     return _untie(model, resolve(model, plan, source))
 
 
-def apply_tp(model: nn.Module, mesh: DeviceMesh, tp: TPSettings) -> dict[str, str]:
-    """Split ``model``'s modules over ``mesh`` (1-D, the ``tp`` dimension) in place.
-
-    Returns the plan applied (module name -> style). All processes of a tp group must hold
-    the same weights beforehand (the strategy broadcasts rank 0's first).
-    """
-    from torch.distributed.tensor.parallel import parallelize_module
-
+def layout_for(model: nn.Module, tp: TPSettings) -> dict[str, str]:
+    """Module name -> the style applied: the plan, checked, with the sequence-parallel
+    layouts added when sequence parallelism is on (empty when the plan splits nothing)."""
     check_heads(model, tp)
     names = plan_for(model, tp)
     if not names:
-        warnings.warn(
-            f"the tensor-parallel plan for {type(model).__name__} splits no module; every "
-            "process computes the whole model",
-            UserWarning,
-            stacklevel=3,
-        )
         return names
     for name, style in list(names.items()):
         module = model.get_submodule(name)
@@ -135,11 +124,30 @@ def apply_tp(model: nn.Module, mesh: DeviceMesh, tp: TPSettings) -> dict[str, st
             )
         if isinstance(module, nn.Embedding) and style == "rowwise":
             names[name] = "rowwise_rep"  # an embedding's input (token ids) is always whole
-    sequence = tp_sequence.wanted(tp, names)
-    if sequence:
+    if tp_sequence.wanted(tp, names):
         names = tp_sequence.sequence_plan(model, names, tp)
+    return names
+
+
+def apply_tp(model: nn.Module, mesh: DeviceMesh, tp: TPSettings) -> dict[str, str]:
+    """Split ``model``'s modules over ``mesh`` (1-D, the ``tp`` dimension) in place.
+
+    Returns the plan applied (module name -> style). All processes of a tp group must hold
+    the same weights beforehand (the strategy broadcasts rank 0's first).
+    """
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    names = layout_for(model, tp)
+    if not names:
+        warnings.warn(
+            f"the tensor-parallel plan for {type(model).__name__} splits no module; every "
+            "process computes the whole model",
+            UserWarning,
+            stacklevel=3,
+        )
+        return names
     styles = {name: _style(style) for name, style in names.items()}
     parallelize_module(model, mesh, {n: s for n, s in styles.items() if s is not None})
-    if sequence:
+    if tp_sequence.wanted(tp, names):
         tp_sequence.add_hooks(model, mesh, names, tp)
     return names

@@ -144,9 +144,7 @@ def _derive(model: nn.Module, names: dict[str, str], tp: TPSettings) -> dict[str
     if not blocks:
         raise _refuse(model, tp, "its plan has no block of colwise then rowwise Linears")
     planned = list(names) + blocks
-    norms = [
-        n for n, m in model.named_modules() if n and _is_norm(m) and not _inside(n, planned)
-    ]
+    norms = [n for n, m in model.named_modules() if n and _is_norm(m) and not _inside(n, planned)]
     if not norms:
         raise _refuse(model, tp, "no LayerNorm/RMSNorm outside the attention and MLP blocks")
     embedding = _embedding(model)
@@ -174,7 +172,7 @@ def sequence_plan(model: nn.Module, names: dict[str, str], tp: TPSettings) -> di
     user = SEQ in names.values()
     for name, kind in names.items():
         module = model.get_submodule(name)
-        if kind == SEQ and any(any(kid.parameters()) for kid in module.children()):
+        if kind == SEQ and any(True for kid in module.children() for _ in kid.parameters()):
             raise ConfigError(
                 f"ParallelismConfig(tp_plan=...) names {name!r} ({type(module).__name__}) "
                 "sequence_parallel, but it "
@@ -242,9 +240,12 @@ def _reduce_partial_grad(param: torch.Tensor) -> None:
             param.grad = grad.redistribute(placements=param.placements)  # type: ignore[attr-defined]
 
 
-def _check_length(
+def check_length(
     degree: int, where: tuple[str, str], name: str, module: nn.Module, args: Any, kwargs: Any
 ) -> None:
+    """A forward pre-hook: the whole input about to be split over the sequence has one
+    (dim 1; token ids ``(batch, sequence)``, activations ``(batch, sequence, ...)``) that
+    ``degree`` divides."""
     from torch.distributed.tensor import DTensor
 
     values = list(args) + list(kwargs.values())
@@ -279,6 +280,6 @@ def add_hooks(model: nn.Module, mesh: DeviceMesh, names: dict[str, str], tp: TPS
             for param in module.parameters():
                 param.register_post_accumulate_grad_hook(_reduce_partial_grad)
         if kind in (SEQ, ROW_SEQ, ROW_REP_SEQ, SHARD_OUT):
-            check = partial(_check_length, tp.degree, where, name)
+            check = partial(check_length, tp.degree, where, name)
             module.register_forward_pre_hook(check, prepend=True, with_kwargs=True)
     model.register_forward_hook(_gather_outputs)

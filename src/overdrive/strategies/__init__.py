@@ -98,9 +98,10 @@ def _tensor_parallel(
     if degree <= 1:
         import warnings
 
-        for what, given in (("ParallelismConfig(tp_plan=...)", tp_plan is not None), (
-            f"sequence parallelism ({sp_key}, from {sp_source})", sp
-        )):
+        for what, given in (
+            ("ParallelismConfig(tp_plan=...)", tp_plan is not None),
+            (f"sequence parallelism ({sp_key}, from {sp_source})", sp),
+        ):
             if given:
                 warnings.warn(
                     f"{what} cannot take effect: the tensor-parallel degree is 1 ({key}, "

@@ -37,7 +37,13 @@ from overdrive import Accelerator, FullyShardedDataParallelPlugin, ParallelismCo
 
 STEPS, SEQ, VOCAB = 10, 8, 128
 MLP_PLAN = {"0": "colwise", "2": "rowwise"}
-SP_MLP_PLAN = {"0": "colwise", "2": "rowwise", "3": "sequence_parallel", "4": "colwise", "6": "rowwise"}
+SP_MLP_PLAN = {
+    "0": "colwise",
+    "2": "rowwise",
+    "3": "sequence_parallel",
+    "4": "colwise",
+    "6": "rowwise",
+}
 
 
 def build_llama(tied: bool = False) -> nn.Module:
