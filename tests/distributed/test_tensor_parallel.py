@@ -142,12 +142,18 @@ def _assert_sequence_parallel_llama(row: dict, tied: bool = False) -> None:
 
 
 @pytest.mark.distributed
-def test_tp2_sequence_parallel_llama_trains_as_one_process() -> None:
+def test_tp2_sequence_parallel_llama_trains_as_one_process_and_resumes(tmp_path: Path) -> None:
     """ParallelismConfig(tp_size=2, sequence_parallel=True); one data-parallel process."""
-    row = _run(2, "--tp", "2", "--sp", "--batch", "4", "--global_batch", "4")
+    common = ("--tp", "2", "--sp", "--batch", "4", "--global_batch", "4")
+    row = _run(2, *common, "--save", str(tmp_path))
     assert row["strategy"] == "tensor_parallel" and not row["fsdp_applied"]
     _assert_sequence_parallel_llama(row)
     _assert_matches_one_process(row)
+
+    resumed = _run(2, *common, "--resume", str(tmp_path))
+    for mine, ref in zip(resumed["losses"], row["losses"][5:], strict=True):
+        assert math.isclose(mine, ref, rel_tol=1e-6), (resumed["losses"], row["losses"])
+    _assert_same_weights(tmp_path)
 
 
 @pytest.mark.distributed

@@ -144,3 +144,11 @@ def test_sequence_parallelism_without_a_tensor_parallel_degree_warns() -> None:
     s = load_settings(code={"distributed_type": "MEGATRON_LM", SP_KEY: True}, environ={})
     with pytest.warns(UserWarning, match="sequence parallelism .* cannot take effect"):
         assert _tensor_parallel(_state(), s, None, None) is None
+
+
+def test_an_embedding_split_over_features_is_refused() -> None:
+    model = _llama()
+    plan = {"model.embed_tokens": "colwise", "model.layers.*.mlp.up_proj": "colwise"}
+    plan["model.layers.*.mlp.down_proj"] = "rowwise"
+    with pytest.raises(ConfigError, match="split over features, not the sequence"):
+        layout_for(model, _tp(plan=plan))

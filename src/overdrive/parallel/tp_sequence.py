@@ -11,7 +11,8 @@ The layouts follow torchtitan's Llama plan, built from PyTorch's parallel styles
 * a block holding colwise and rowwise Linears (attention, MLP), and every colwise Linear:
   sequence-split DTensor inputs are gathered (``Replicate``) before it runs;
 * an LM head the plan leaves whole (tied embeddings) gathers its input to a plain tensor;
-* the model's outputs: any DTensor left is gathered whole, so the loss is the unsplit one.
+* the model's outputs (and a transformers base model's): any DTensor left is gathered
+  whole, so the loss is the unsplit one.
 
 Plain tensors between modules are always whole; a split activation is always a DTensor.
 The norms' weight gradients come from sequence slices: DTensor leaves them ``Partial`` (a
@@ -84,6 +85,8 @@ def _where(tp: TPSettings) -> tuple[str, str]:
 def _is_norm(module: nn.Module) -> bool:
     if isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
         return True
+    if isinstance(module, nn.GroupNorm):  # normalises over channels, not each token
+        return False
     return type(module).__name__.endswith(_NORM_SUFFIXES) and not any(
         isinstance(m, (nn.Linear, nn.Embedding)) for m in module.modules()
     )
@@ -150,6 +153,13 @@ def _derive(model: nn.Module, names: dict[str, str], tp: TPSettings) -> dict[str
     embedding = _embedding(model)
     if embedding is None:
         raise _refuse(model, tp, "no input embedding (the sequence must start split there)")
+    if names.get(embedding, "rowwise_rep") != "rowwise_rep":
+        raise _refuse(
+            model,
+            tp,
+            f"its plan splits the input embedding {embedding!r} "
+            f"{names[embedding]}, so its output is split over features, not the sequence",
+        )
     head = _head(model)
     known = planned + norms + [embedding] + ([head] if head else [])
     stray = [
@@ -258,7 +268,7 @@ def check_length(
     key, source = where
     raise ConfigError(
         f"sequence parallelism ({key}, from {source}) splits dim 1 (the sequence) of "
-        f"{name!r}'s input over {degree} processes, and that input has shape "
+        f"the input of {name!r} over {degree} processes, and that input has shape "
         f"{tuple(first.shape)}",
         key=key,
         fix=f"feed (batch, sequence, ...) inputs whose sequence length {degree} divides (pad "
@@ -282,4 +292,8 @@ def add_hooks(model: nn.Module, mesh: DeviceMesh, names: dict[str, str], tp: TPS
         if kind in (SEQ, ROW_SEQ, ROW_REP_SEQ, SHARD_OUT):
             check = partial(check_length, tp.degree, where, name)
             module.register_forward_pre_hook(check, prepend=True, with_kwargs=True)
-    model.register_forward_hook(_gather_outputs)
+    # transformers' base model too: called on its own it also returns whole hidden states
+    # (the head gathers its input anyway, so this costs nothing more).
+    base = getattr(model, str(getattr(model, "base_model_prefix", "")), None)
+    for root in (model, base) if isinstance(base, nn.Module) and base is not model else (model,):
+        root.register_forward_hook(_gather_outputs)
