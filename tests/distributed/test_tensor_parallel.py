@@ -139,6 +139,7 @@ def _assert_sequence_parallel_llama(row: dict, tied: bool = False) -> None:
     for name, shape in row["norm_inputs"].items():
         assert shape[1:] == [4, 64], (name, shape)  # (batch, SEQ / 2, hidden)
     assert row["param_types"] == ["DTensor"]  # the optimizer sees one kind of tensor
+    assert row["reports_sequence_parallel"]  # accelerator.parallelism_config says so
 
 
 @pytest.mark.distributed

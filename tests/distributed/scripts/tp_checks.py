@@ -231,6 +231,7 @@ def main() -> None:
             ),
             "plan": getattr(acc.strategy, "plans", {}) and next(iter(acc.strategy.plans.values())),
             "norm_inputs": norm_inputs,
+            "reports_sequence_parallel": acc.parallelism_config.sequence_parallel,
         }
         print("RESULT " + json.dumps(row))
 
