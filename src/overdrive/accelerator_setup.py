@@ -156,6 +156,7 @@ def strategy_for(
         fsdp_wrap=callable_wrap_policy(fsdp_plugin),
         deepspeed_plugin=deepspeed_plugin,
         tp_plan=getattr(parallelism_config, "tp_plan", None),
+        sequence_parallel=bool(getattr(parallelism_config, "sequence_parallel", False)),
         pp_loss_fn=getattr(megatron_lm_plugin, "pipeline_loss_fn", None),
         pp_split_points=getattr(megatron_lm_plugin, "pipeline_split_points", None),
     )

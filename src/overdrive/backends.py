@@ -22,41 +22,9 @@ _NOT_BUILT = {
 }
 
 
-# megatron_lm_config settings that need what is not built yet: key -> (what, when inert).
-_MEGATRON_NOT_BUILT = {
-    "megatron_lm_config.sequence_parallelism": "sequence parallelism",
-}
-
-
-def _inert(value: object) -> bool:
-    """Unset, off, zero, or a degree of 1; not ``True`` (which equals 1) nor a clipping
-    norm of 1.0 (a real request)."""
-    if value is None or isinstance(value, bool):
-        return value is not True
-    return value == 0 or (type(value) is int and value == 1)
-
-
-def _check_megatron(settings: Settings) -> None:
-    """MEGATRON_LM runs tensor parallelism; what it does not run yet is refused by name."""
-    for key, what in _MEGATRON_NOT_BUILT.items():
-        value = settings[key]
-        if not settings.is_set(key) or _inert(value):
-            continue
-        raise ConfigError(
-            f"{key} = {value} ({settings.source(key)}) asks for {what}, which is not available "
-            f"yet in this version of overdrive (distributed_type MEGATRON_LM, from "
-            f"{settings.source('distributed_type')}, runs tensor and pipeline "
-            "parallelism: megatron_lm_config.tp_degree, pp_degree, num_micro_batches)",
-            key=key,
-            fix=f"remove {key} ({settings.source(key)}); docs/parallelism.md lists what runs",
-        )
-
-
 def check_available(settings: Settings) -> None:
     """Raise if the settings ask for a backend this version cannot run (before any set-up)."""
     requested = settings["distributed_type"]
-    if requested == "MEGATRON_LM":
-        _check_megatron(settings)
     if requested not in _NOT_BUILT:
         return
     source = settings.source("distributed_type")

@@ -249,7 +249,11 @@ class ParallelismConfig(Plugin):
     with FSDP); ``tp_size`` processes form one tensor-parallel group (docs/parallelism.md).
     ``tp_plan`` (code only) maps module-name patterns (``fnmatch``, ``*`` for any part) to
     ``"colwise"``, ``"rowwise"``, ``"colwise_rep"`` or ``"rowwise_rep"``; without it a
-    transformers model's own plan is used. Context parallelism (``cp_size`` above 1) is not available yet and is refused.
+    transformers model's own plan is used. ``sequence_parallel`` (code only): run the norms
+    between the split modules on slices of the sequence (as
+    ``megatron_lm_config.sequence_parallelism`` does under MEGATRON_LM); a plan's own
+    ``"sequence_parallel"`` entries do the same for the modules they name. Context
+    parallelism (``cp_size`` above 1) is not available yet and is refused.
     """
 
     dp_replicate_size: int | None = None
@@ -257,6 +261,7 @@ class ParallelismConfig(Plugin):
     tp_size: int | None = None
     cp_size: int | None = None
     tp_plan: dict[str, str] | None = None
+    sequence_parallel: bool = False
 
     KEYS = {
         "dp_replicate_size": "parallelism_config.parallelism_config_dp_replicate_size",

@@ -25,9 +25,19 @@ def _arg(args: tuple[str, ...], name: str) -> int:
     return int(args[args.index(name) + 1])
 
 
-def _run(nprocs: int, *args: str, launch_args: tuple[str, ...] = ()) -> dict:
+def _run(
+    nprocs: int,
+    *args: str,
+    launch_args: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+) -> dict:
     result = run_launch(
-        SCRIPT, nprocs=nprocs, args=list(args), launch_args=list(launch_args), timeout=420
+        SCRIPT,
+        nprocs=nprocs,
+        args=list(args),
+        launch_args=list(launch_args),
+        env=env,
+        timeout=420,
     )
     assert_ok(result)
     (row,) = result_rows(result.stdout)
@@ -141,6 +151,84 @@ def test_plain_module_with_a_user_plan_accumulates_as_one_process() -> None:
     )
     assert row["plan"] == {"0": "colwise", "2": "rowwise"}
     _assert_matches_one_process(row, accum=2)
+
+
+def _assert_sequence_parallel_llama(row: dict, tied: bool = False) -> None:
+    """The norms ran on half the sequence (8 tokens), between gathering blocks."""
+    plan = row["plan"]
+    for layer in (0, 1):
+        for norm in ("input_layernorm", "post_attention_layernorm"):
+            assert plan[f"model.layers.{layer}.{norm}"] == "sequence_parallel"
+        assert plan[f"model.layers.{layer}.mlp.down_proj"] == "rowwise_seq"
+        assert plan[f"model.layers.{layer}.self_attn"] == "gather_input"
+    assert plan["model.norm"] == "sequence_parallel"
+    if tied:
+        assert plan["model.embed_tokens"] == "shard_output" and row["still_tied"]
+        assert plan["lm_head"] == "gather_input_local"
+    else:
+        assert plan["model.embed_tokens"] == "rowwise_rep_seq"
+        assert plan["lm_head"] == "colwise_rep"
+    assert len(row["norm_inputs"]) == 5
+    for name, shape in row["norm_inputs"].items():
+        assert shape[1:] == [4, 64], (name, shape)  # (batch, SEQ / 2, hidden)
+    assert row["param_types"] == ["DTensor"]  # the optimizer sees one kind of tensor
+    assert row["reports_sequence_parallel"]  # accelerator.parallelism_config says so
+
+
+@pytest.mark.distributed
+def test_tp2_sequence_parallel_llama_trains_as_one_process_and_resumes(tmp_path: Path) -> None:
+    """ParallelismConfig(tp_size=2, sequence_parallel=True); one data-parallel process."""
+    common = ("--tp", "2", "--sp", "--batch", "4", "--global_batch", "4")
+    row = _run(2, *common, "--save", str(tmp_path))
+    assert row["strategy"] == "tensor_parallel" and not row["fsdp_applied"]
+    _assert_sequence_parallel_llama(row)
+    _assert_matches_one_process(row)
+
+    resumed = _run(2, *common, "--resume", str(tmp_path))
+    for mine, ref in zip(resumed["losses"], row["losses"][5:], strict=True):
+        assert math.isclose(mine, ref, rel_tol=1e-6), (resumed["losses"], row["losses"])
+    _assert_same_weights(tmp_path)
+
+
+@pytest.mark.distributed
+def test_megatron_sequence_parallelism_from_the_environment_with_tied_embeddings() -> None:
+    flags = ("--use_megatron_lm", "--megatron_lm_tp_degree", "2")
+    env = {"ACCELERATE_MEGATRON_LM_SEQUENCE_PARALLELISM": "true"}
+    row = _run(2, "--tied", "--batch", "4", "--global_batch", "4", launch_args=flags, env=env)
+    assert row["type"] == "MEGATRON_LM"
+    _assert_sequence_parallel_llama(row, tied=True)
+    _assert_matches_one_process(row)
+
+
+@pytest.mark.distributed
+def test_plain_module_with_a_sequence_parallel_layernorm_accumulates_as_one_process() -> None:
+    """Linear colwise, rowwise, LayerNorm sequence_parallel, colwise, rowwise; 2 micro-batches
+    per step, so the norm's partial gradients are reduced across an accumulation too."""
+    row = _run(
+        2, "--case", "sp_mlp", "--tp", "2", "--batch", "4", "--global_batch", "4", "--accum", "2"
+    )
+    assert row["plan"] == {
+        "0": "colwise",
+        "2": "rowwise_seq",
+        "3": "sequence_parallel",
+        "4": "colwise",
+        "6": "rowwise_seq",
+    }
+    assert row["norm_inputs"] == {"3": [4, 4, 16]}  # half of the 8-long sequence
+    _assert_matches_one_process(row, accum=2)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+@pytest.mark.four_processes
+def test_fsdp2_times_tp2_sequence_parallel_trains_as_one_process() -> None:
+    row = _run(4, "--fsdp", "--tp", "2", "--sp", "--batch", "2", "--global_batch", "4")
+    assert row["type"] == "FSDP" and row["fsdp_applied"]
+    assert row["coordinates"] == [[0, 0], [1, 0], [0, 1], [1, 1]]
+    norm_inputs = row["norm_inputs"]
+    row["norm_inputs"] = {k: [4, *v[1:]] for k, v in norm_inputs.items()}  # batch 2 here
+    _assert_sequence_parallel_llama(row)
+    _assert_matches_one_process(row)
 
 
 @pytest.mark.distributed

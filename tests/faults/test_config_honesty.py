@@ -79,16 +79,17 @@ def test_validate_accepts_what_launch_accepts(tmp_path: Path, script: Path, name
 
 def test_validate_sees_the_environment_launch_sees(tmp_path: Path, script: Path) -> None:
     path = tmp_path / "cfg.yaml"
-    path.write_text("num_processes: 2\n")
-    env = {
+    path.write_text("num_processes: 4\n")
+    env = {  # pipeline x tensor parallelism: not built
         "ACCELERATE_USE_MEGATRON_LM": "true",
-        "ACCELERATE_MEGATRON_LM_SEQUENCE_PARALLELISM": "true",
+        "ACCELERATE_MEGATRON_LM_TP_DEGREE": "2",
+        "ACCELERATE_MEGATRON_LM_PP_DEGREE": "2",
     }
     launched = assert_clean_refusal(
         overdrive("launch", "--dry_run", "--config_file", path, script, env=env)
     )
     validated = assert_clean_refusal(overdrive("config", "validate", path, env=env))
-    assert validated == launched and "env ACCELERATE_USE_MEGATRON_LM" in validated
+    assert validated == launched and "env ACCELERATE_MEGATRON_LM_PP_DEGREE" in validated
 
 
 @pytest.mark.parametrize(

@@ -93,18 +93,18 @@ def test_duplicate_kwargs_handlers_are_an_error() -> None:
         Accelerator(kwargs_handlers=[{"bucket_cap_mb": 1}])
 
 
-def test_backend_not_built_names_setting_and_source() -> None:
+def test_degrees_that_do_not_fit_name_setting_and_source() -> None:
     with pytest.raises(ConfigError) as info:
-        Accelerator(megatron_lm_plugin=MegatronLMPlugin(sequence_parallelism=True))
+        Accelerator(megatron_lm_plugin=MegatronLMPlugin(tp_degree=2))  # one process
     text = str(info.value)
-    assert "MEGATRON_LM" in text and "not available yet" in text
-    assert "code Accelerator(megatron_lm_plugin=...)" in text
+    assert "megatron_lm_config.tp_degree" in text and "does not divide the 1 processes" in text
+    assert "code Accelerator(megatron_lm_plugin=" in text
 
 
 def test_backend_from_environment_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACCELERATE_USE_MEGATRON_LM", "true")
-    monkeypatch.setenv("ACCELERATE_MEGATRON_LM_SEQUENCE_PARALLELISM", "true")
-    with pytest.raises(ConfigError, match="env ACCELERATE_USE_MEGATRON_LM"):
+    monkeypatch.setenv("ACCELERATE_MEGATRON_LM_TP_DEGREE", "2")
+    with pytest.raises(ConfigError, match="env ACCELERATE_MEGATRON_LM_TP_DEGREE"):
         Accelerator()
 
 

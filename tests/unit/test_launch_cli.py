@@ -75,18 +75,34 @@ def test_user_errors_exit_2_with_one_message(
 
 
 def test_a_backend_not_built_yet_stops_before_any_worker_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "t.py"
+    script.write_text("")
+    config = tmp_path / "xla.yaml"
+    config.write_text("distributed_type: XLA\n")  # not built
+    code = main(
+        ["launch", "--cpu", "--num_processes", "2", "--config_file", str(config), str(script)]
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "distributed_type XLA" in err and "not available yet" in err
+    assert f"file {config}:1" in err
+    assert "Traceback" not in err and "RANK" not in err
+
+
+def test_degrees_that_do_not_compose_stop_before_any_worker_starts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     script = tmp_path / "t.py"
     script.write_text("")
     monkeypatch.setenv("ACCELERATE_USE_MEGATRON_LM", "true")
-    monkeypatch.setenv("ACCELERATE_MEGATRON_LM_SEQUENCE_PARALLELISM", "true")  # not built yet
-    code = main(["launch", "--cpu", "--num_processes", "2", str(script)])
+    monkeypatch.setenv("ACCELERATE_MEGATRON_LM_TP_DEGREE", "2")
+    monkeypatch.setenv("ACCELERATE_MEGATRON_LM_PP_DEGREE", "2")  # pp x tp: not built
+    code = main(["launch", "--cpu", "--num_processes", "4", str(script)])
     err = capsys.readouterr().err
-    assert code == 2
-    assert "MEGATRON_LM" in err and "not available yet" in err
-    assert "env ACCELERATE_MEGATRON_LM_SEQUENCE_PARALLELISM" in err
-    assert "env ACCELERATE_USE_MEGATRON_LM" in err
+    assert code == 2 and "not available yet" in err
+    assert "env ACCELERATE_MEGATRON_LM_PP_DEGREE" in err
     assert "Traceback" not in err and "RANK" not in err
 
 

@@ -86,34 +86,16 @@ def test_backends_tp_does_not_compose_with_are_refused(backend: str) -> None:
         layout_from_settings(s, 4)
 
 
-def test_sequence_parallelism_is_refused_as_not_available_yet() -> None:
-    key = "megatron_lm_config.sequence_parallelism"
-    s = _settings(distributed_type="MEGATRON_LM", **{key: True})
-    with pytest.raises(ConfigError) as info:
-        check_available(s)
-    assert "sequence parallelism" in str(info.value) and "not available yet" in str(info.value)
-    check_available(_settings(distributed_type="MEGATRON_LM"))  # tp alone is available
-
-
 @pytest.mark.parametrize(
-    ("key", "value", "refused"),
+    "key",
     [
-        ("megatron_lm_config.sequence_parallelism", True, True),  # True == 1: a request
-        ("megatron_lm_config.sequence_parallelism", False, False),
-        ("megatron_lm_config.use_distributed_optimizer", True, False),  # built
-        ("megatron_lm_config.recompute_activations", True, False),  # built
-        ("megatron_lm_config.gradient_clipping", 1.0, False),  # built
+        "megatron_lm_config.sequence_parallelism",
+        "megatron_lm_config.use_distributed_optimizer",
+        "megatron_lm_config.recompute_activations",
     ],
 )
-def test_megatron_switches_that_ask_for_what_is_not_built_are_refused(
-    key: str, value: object, refused: bool
-) -> None:
-    s = _settings(distributed_type="MEGATRON_LM", **{key: value})
-    if refused:
-        with pytest.raises(ConfigError, match="not available yet"):
-            check_available(s)
-    else:
-        check_available(s)
+def test_every_megatron_switch_is_available(key: str) -> None:
+    check_available(_settings(distributed_type="MEGATRON_LM", **{key: True}))
 
 
 def test_context_parallelism_is_still_refused() -> None:
@@ -201,11 +183,6 @@ def test_dry_run_shows_which_rank_holds_which_coordinate(
     assert "mesh (dp_shard=2 x tp=2; data-parallel degree 2" in out
     assert "rank 1: dp_shard 0, tp 1  (reads data-parallel share 0)" in out
     assert "rank 2: dp_shard 1, tp 0  (reads data-parallel share 1)" in out
-
-
-def test_sequence_parallel_entries_are_refused_until_built() -> None:
-    with pytest.raises(ConfigError, match="not a tensor-parallel style"):
-        check_plan({"norm": "sequence_parallel"}, "plan")
 
 
 def test_megatron_lm_mixed_precision_is_autocast_not_handed_to_an_engine() -> None:

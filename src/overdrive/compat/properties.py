@@ -90,6 +90,9 @@ class PropertiesMixin:
             ],
             dp_shard_size=self.settings["parallelism_config.parallelism_config_dp_shard_size"],
             tp_size=self.settings["parallelism_config.parallelism_config_tp_size"],
+            sequence_parallel=bool(
+                getattr(getattr(self.strategy, "tp", None), "sequence_parallel", False)
+            ),
         )
 
     def _mesh_rank(self, names: tuple[str, ...], default: int) -> int:

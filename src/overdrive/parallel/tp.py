@@ -2,6 +2,8 @@
 
 The plan comes from the user (``ParallelismConfig(tp_plan=...)``) or from the model
 (transformers models carry their own); see ``overdrive.parallel.tp_plan`` for its format.
+Sequence parallelism changes the layouts between the split modules
+(``overdrive.parallel.tp_sequence``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 
 from overdrive.errors import ConfigError
+from overdrive.parallel import tp_sequence
 from overdrive.parallel.tp_plan import check_plan, model_plan, resolve
 
 if TYPE_CHECKING:
@@ -21,12 +24,16 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class TPSettings:
-    """The degree, where it was set (``key``, ``source``), and a plan given in code."""
+    """The degree, where it was set (``key``, ``source``), a plan given in code, and whether
+    sequence parallelism was asked for (``sp_key``, ``sp_source``: where)."""
 
     degree: int
     key: str
     source: str
     plan: dict[str, str] | None = None
+    sequence_parallel: bool = False
+    sp_key: str = "megatron_lm_config.sequence_parallelism"
+    sp_source: str = "default"
 
 
 def _style(name: str) -> Any:
@@ -39,7 +46,9 @@ def _style(name: str) -> Any:
         return RowwiseParallel()
     if name == "colwise_rep":
         return ColwiseParallel(output_layouts=Replicate())
-    return RowwiseParallel(input_layouts=Replicate())  # rowwise_rep
+    if name == "rowwise_rep":
+        return RowwiseParallel(input_layouts=Replicate())
+    return tp_sequence.style(name)
 
 
 def check_heads(model: nn.Module, tp: TPSettings) -> None:
@@ -89,8 +98,35 @@ def plan_for(model: nn.Module, tp: TPSettings) -> dict[str, str]:
                 "(docs/parallelism.md), or set the degree to 1",
             )
         source = f"{type(model).__name__}'s own tensor-parallel plan"
+        # Its sequence-parallel entries are derived here when asked for (tp_sequence).
+        own = {k: v for k, v in own.items() if v != tp_sequence.SEQ}
         plan = check_plan(own, source)
     return _untie(model, resolve(model, plan, source))
+
+
+def layout_for(model: nn.Module, tp: TPSettings) -> dict[str, str]:
+    """Module name -> the style applied: the plan, checked, with the sequence-parallel
+    layouts added when sequence parallelism is on (empty when the plan splits nothing)."""
+    check_heads(model, tp)
+    names = plan_for(model, tp)
+    if not names:
+        return names
+    for name, style in list(names.items()):
+        module = model.get_submodule(name)
+        if style == tp_sequence.SEQ:
+            continue
+        if not isinstance(module, (nn.Linear, nn.Embedding)):
+            raise ConfigError(
+                f"the tensor-parallel plan splits {name!r} ({style}), a "
+                f"{type(module).__name__}; only nn.Linear and nn.Embedding modules can be split",
+                key="tp_plan",
+                fix="name the Linear or Embedding modules inside it (see model.named_modules())",
+            )
+        if isinstance(module, nn.Embedding) and style == "rowwise":
+            names[name] = "rowwise_rep"  # an embedding's input (token ids) is always whole
+    if tp_sequence.wanted(tp, names):
+        names = tp_sequence.sequence_plan(model, names, tp)
+    return names
 
 
 def apply_tp(model: nn.Module, mesh: DeviceMesh, tp: TPSettings) -> dict[str, str]:
@@ -101,8 +137,7 @@ def apply_tp(model: nn.Module, mesh: DeviceMesh, tp: TPSettings) -> dict[str, st
     """
     from torch.distributed.tensor.parallel import parallelize_module
 
-    check_heads(model, tp)
-    names = plan_for(model, tp)
+    names = layout_for(model, tp)
     if not names:
         warnings.warn(
             f"the tensor-parallel plan for {type(model).__name__} splits no module; every "
@@ -111,16 +146,8 @@ def apply_tp(model: nn.Module, mesh: DeviceMesh, tp: TPSettings) -> dict[str, st
             stacklevel=3,
         )
         return names
-    for name, style in list(names.items()):
-        module = model.get_submodule(name)
-        if not isinstance(module, (nn.Linear, nn.Embedding)):
-            raise ConfigError(
-                f"the tensor-parallel plan splits {name!r} ({style}), a "
-                f"{type(module).__name__}; only nn.Linear and nn.Embedding modules can be split",
-                key="tp_plan",
-                fix="name the Linear or Embedding modules inside it (see model.named_modules())",
-            )
-        if isinstance(module, nn.Embedding) and style == "rowwise":
-            names[name] = "rowwise_rep"  # an embedding's input (token ids) is always whole
-    parallelize_module(model, mesh, {name: _style(style) for name, style in names.items()})
+    styles = {name: _style(style) for name, style in names.items()}
+    parallelize_module(model, mesh, {n: s for n, s in styles.items() if s is not None})
+    if tp_sequence.wanted(tp, names):
+        tp_sequence.add_hooks(model, mesh, names, tp)
     return names

@@ -13,8 +13,13 @@ A plan is a dict ``{pattern: style}``. Patterns are ``fnmatch`` patterns over th
 * ``rowwise_rep`` (transformers: ``embedding_rowwise``): rowwise whose input is whole (an
   embedding lookup, or a Linear after a replicated module).
 
-Sequence parallelism (norms on a slice of the sequence) needs the neighbouring modules to
-change their layouts too, and is not available yet: a ``sequence_parallel`` entry is refused.
+* ``sequence_parallel``: the module (a norm, or any module that treats each token on its
+  own) runs on this process's slice of the sequence (dim 1 of ``(batch, sequence, ...)``
+  activations); its weights are replicated and their gradients summed over the slices. A
+  plan with such an entry is sequence-parallel throughout: every ``rowwise`` output is split
+  over the sequence (reduce-scatter), every ``colwise`` module gathers its input, a whole
+  input of a ``sequence_parallel`` module is split there, and the model's outputs are
+  gathered whole. The sequence length must be a multiple of the degree.
 
 Torch-free: the plan of a ``ParallelismConfig`` is checked when it is built.
 """
@@ -33,8 +38,9 @@ ALIASES = {
     "colwise_gather_output": "colwise_rep",
     "rowwise_rep": "rowwise_rep",
     "embedding_rowwise": "rowwise_rep",
+    "sequence_parallel": "sequence_parallel",
 }
-STYLES = ("colwise", "rowwise", "colwise_rep", "rowwise_rep")
+STYLES = ("colwise", "rowwise", "colwise_rep", "rowwise_rep", "sequence_parallel")
 
 
 def check_plan(plan: Any, source: str) -> dict[str, str]:

@@ -29,6 +29,7 @@ def select_strategy(
     fsdp_wrap: Callable[..., Any] | None = None,
     deepspeed_plugin: Any = None,
     tp_plan: dict[str, str] | None = None,
+    sequence_parallel: bool = False,
     pp_loss_fn: Callable[..., Any] | None = None,
     pp_split_points: list[int] | None = None,
 ) -> Strategy:
@@ -36,6 +37,8 @@ def select_strategy(
     run, else one device. ``fsdp_wrap`` is a callable wrap policy given in code;
     ``deepspeed_plugin.hf_ds_config`` may hold a DeepSpeed config dict given in code;
     ``tp_plan`` is a tensor-parallel plan given in code (``ParallelismConfig(tp_plan=...)``);
+    ``sequence_parallel`` asks for sequence parallelism in code
+    (``ParallelismConfig(sequence_parallel=True)``);
     ``pp_loss_fn`` and ``pp_split_points`` the pipeline's loss and stage starts
     (``MegatronLMPlugin(pipeline_loss_fn=..., pipeline_split_points=...)``).
 
@@ -47,7 +50,7 @@ def select_strategy(
     check_available(settings)
     strategy = (
         _pipeline_parallel(state, settings, pp_loss_fn, pp_split_points)
-        or _tensor_parallel(state, settings, fsdp_wrap, tp_plan)
+        or _tensor_parallel(state, settings, fsdp_wrap, tp_plan, sequence_parallel)
         or _data_parallel(state, settings, ddp_kwargs, fsdp_wrap, deepspeed_plugin)
     )
     strategy.megatron = megatron_options(settings)
@@ -90,24 +93,43 @@ def _data_parallel(
     return SingleDeviceStrategy(state.device)
 
 
+def _sequence_setting(settings: Settings, in_code: bool) -> tuple[bool, str, str]:
+    """(asked for, key, source) of sequence parallelism: in code, or (under MEGATRON_LM)
+    ``megatron_lm_config.sequence_parallelism``."""
+    key = "megatron_lm_config.sequence_parallelism"
+    if in_code:
+        return True, "sequence_parallel", "ParallelismConfig(sequence_parallel=True), in code"
+    on = settings["distributed_type"] == "MEGATRON_LM" and settings[key] is True
+    return on, key, str(settings.source(key))
+
+
 def _tensor_parallel(
-    state: Any, settings: Settings, fsdp_wrap: Callable[..., Any] | None, tp_plan: Any
+    state: Any,
+    settings: Settings,
+    fsdp_wrap: Callable[..., Any] | None,
+    tp_plan: Any,
+    sequence_parallel: bool = False,
 ) -> Strategy | None:
     """The tensor-parallel strategy when a degree above 1 is set (FSDP2 over dp, or
     replication), else None."""
     from overdrive.parallel.layout import layout_from_settings, tp_setting
 
     degree, key = tp_setting(settings)
+    sp, sp_key, sp_source = _sequence_setting(settings, sequence_parallel)
     if degree <= 1:
-        if tp_plan is not None:
-            import warnings
+        import warnings
 
-            warnings.warn(
-                f"ParallelismConfig(tp_plan=...) cannot take effect: the tensor-parallel degree "
-                f"is 1 ({key}, from {settings.source(key)}); set tp_size to split the model",
-                UserWarning,
-                stacklevel=4,
-            )
+        for what, given in (
+            ("ParallelismConfig(tp_plan=...)", tp_plan is not None),
+            (f"sequence parallelism ({sp_key}, from {sp_source})", sp),
+        ):
+            if given:
+                warnings.warn(
+                    f"{what} cannot take effect: the tensor-parallel degree is 1 ({key}, "
+                    f"from {settings.source(key)}); set tp_size to split the model",
+                    UserWarning,
+                    stacklevel=4,
+                )
         return None
     from overdrive.parallel.tp import TPSettings
     from overdrive.strategies.tensor_parallel import (
@@ -117,7 +139,15 @@ def _tensor_parallel(
     )
 
     layout = layout_from_settings(settings, state.num_processes)
-    tp = TPSettings(degree=degree, key=key, source=str(settings.source(key)), plan=tp_plan)
+    tp = TPSettings(
+        degree=degree,
+        key=key,
+        source=str(settings.source(key)),
+        plan=tp_plan,
+        sequence_parallel=sp,
+        sp_key=sp_key,
+        sp_source=sp_source,
+    )
     if settings["distributed_type"] == "FSDP":
         from overdrive.parallel.fsdp_policy import policy_from_settings
 

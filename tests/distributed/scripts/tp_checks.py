@@ -1,14 +1,17 @@
 """Tensor parallelism written as the ordinary training loop; prints ``RESULT {json}`` rows.
 
 ``--case llama``: a tiny transformers Llama split by its own plan; ``--case mlp``: a plain
-``nn.Sequential`` split by a user-given plan. Either way every process also trains an
+``nn.Sequential`` split by a user-given plan (with ``--sp``: a LayerNorm between a rowwise
+and a colwise Linear, run ``sequence_parallel`` on slices of the sequence). Either way every process also trains an
 unsplit copy on the whole global batch (the one-process reference) and the rows carry both
 loss traces, the clipped norms, what ``gather_for_metrics`` returned and whether the
 processes of one tensor-parallel group read the same batches.
 
 The layout comes from the flags: ``--tp N`` (``ParallelismConfig(tp_size=N)`` in code; leave
 it out to take it from the launch flags) and ``--fsdp`` (FSDP2 FULL_SHARD over the
-data-parallel processes, sharded checkpoints). ``--save DIR`` / ``--resume DIR``: save the
+data-parallel processes, sharded checkpoints); ``--sp``: sequence parallelism
+(``ParallelismConfig(sequence_parallel=True)`` for the Llama; the rows then record the shape
+each norm's input had inside the forward). ``--save DIR`` / ``--resume DIR``: save the
 state halfway and the full model at the end / resume from that state (any layout with
 the same global batch), save the full model and the state at the end too. ``--reload DIR``:
 load that end state and save the full model again (a layout change back).
@@ -34,15 +37,38 @@ from overdrive import Accelerator, FullyShardedDataParallelPlugin, ParallelismCo
 
 STEPS, SEQ, VOCAB = 10, 8, 128
 MLP_PLAN = {"0": "colwise", "2": "rowwise"}
+SP_MLP_PLAN = {
+    "0": "colwise",
+    "2": "rowwise",
+    "3": "sequence_parallel",
+    "4": "colwise",
+    "6": "rowwise",
+}
 
 
 def build_llama(tied: bool = False) -> nn.Module:
     return tiny_llama(layers=2, vocab=VOCAB, seq=SEQ, tied=tied)
 
 
-def build_mlp() -> nn.Module:
+def build_mlp(sp: bool = False) -> nn.Module:
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16))
+    layers = [nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16)]
+    if sp:
+        layers += [nn.LayerNorm(16), nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 16)]
+    return nn.Sequential(*layers)
+
+
+def record_norm_inputs(model: nn.Module, shapes: dict[str, list[int]]) -> None:
+    """The local shape of each norm's input the first time it runs (a slice under SP)."""
+
+    def hook(name: str, module: nn.Module, args: tuple) -> None:
+        x = args[0]
+        local = x.to_local() if hasattr(x, "to_local") else x
+        shapes.setdefault(name, list(local.shape))
+
+    for name, module in model.named_modules():
+        if type(module).__name__.endswith("Norm"):
+            module.register_forward_pre_hook(lambda m, a, n=name: hook(n, m, a))
 
 
 def loss_of(case: str, model: nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
@@ -55,6 +81,10 @@ def dataset(case: str, samples: int) -> TensorDataset:
     g = torch.Generator().manual_seed(5)
     if case == "llama":
         return TensorDataset(torch.randint(0, VOCAB, (samples, SEQ), generator=g))
+    if case == "sp_mlp":  # (batch, sequence, features)
+        return TensorDataset(
+            torch.randn(samples, SEQ, 16, generator=g), torch.randn(samples, SEQ, 16, generator=g)
+        )
     return TensorDataset(
         torch.randn(samples, 16, generator=g), torch.randn(samples, 16, generator=g)
     )
@@ -63,9 +93,12 @@ def dataset(case: str, samples: int) -> TensorDataset:
 def accelerator(args: argparse.Namespace) -> Accelerator:
     kwargs: dict = {}
     if args.tp:
-        plan = MLP_PLAN if args.case == "mlp" else None
+        plan = {"mlp": MLP_PLAN, "sp_mlp": SP_MLP_PLAN}.get(args.case)
+        sp = args.sp and args.case == "llama"
         shards = {"dp_shard_size": args.hybrid} if args.hybrid else {}
-        kwargs["parallelism_config"] = ParallelismConfig(tp_size=args.tp, tp_plan=plan, **shards)
+        kwargs["parallelism_config"] = ParallelismConfig(
+            tp_size=args.tp, tp_plan=plan, sequence_parallel=sp, **shards
+        )
     if args.fsdp or args.hybrid:
         kwargs["fsdp_plugin"] = FullyShardedDataParallelPlugin(
             fsdp_version=2,
@@ -99,7 +132,8 @@ def optimizer_fraction(opt: torch.optim.Optimizer, model: nn.Module) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--case", choices=["llama", "mlp"], default="llama")
+    parser.add_argument("--case", choices=["llama", "mlp", "sp_mlp"], default="llama")
+    parser.add_argument("--sp", action="store_true", help="sequence parallelism (Llama)")
     parser.add_argument("--tp", type=int, default=0)
     parser.add_argument("--fsdp", action="store_true")
     parser.add_argument(
@@ -121,13 +155,15 @@ def main() -> None:
 
     acc = accelerator(args)
     data = dataset(args.case, STEPS * args.global_batch)
-    model = build_llama(args.tied) if args.case == "llama" else build_mlp()
+    model = build_llama(args.tied) if args.case == "llama" else build_mlp(args.case == "sp_mlp")
     ref = copy.deepcopy(model)
     # Calls of one layer's module: twice per step when recomputed. A pre-hook, as the
     # recomputation stops inside the layer's last op once it has what backward needs.
     calls: list[int] = []
-    probe = model.model.layers[0].mlp if args.case == "llama" else model[2]
+    probe = model.model.layers[0].mlp if args.case == "llama" else model[0]
     probe.register_forward_pre_hook(lambda *a: calls.append(1))
+    norm_inputs: dict[str, list[int]] = {}
+    record_norm_inputs(model, norm_inputs)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
     loader = DataLoader(data, batch_size=args.batch)
@@ -179,11 +215,11 @@ def main() -> None:
     seen, seen_objects = [], []
     for b in eval_loader:
         seen.append(acc.gather_for_metrics(b[0]))
-        firsts = [float(x) for x in b[0][:, 0]]
+        firsts = [float(x) for x in b[0].flatten(1)[:, 0]]
         seen_objects += acc.gather_for_metrics(firsts, use_gather_object=True)
     expected = eval_data.tensors[0]
     gathered_exactly = torch.equal(torch.cat(seen), expected) and seen_objects == [
-        float(x) for x in expected[:, 0]
+        float(x) for x in expected.flatten(1)[:, 0]
     ]
     data_parallel_copies = acc.reduce(torch.ones(()), "sum").item()
     mine = torch.tensor([[acc.tensor_parallel_rank, acc.data_parallel_rank]])
@@ -225,6 +261,8 @@ def main() -> None:
                 for n, _ in m.named_parameters(recurse=False)
             ),
             "plan": getattr(acc.strategy, "plans", {}) and next(iter(acc.strategy.plans.values())),
+            "norm_inputs": norm_inputs,
+            "reports_sequence_parallel": acc.parallelism_config.sequence_parallel,
         }
         print("RESULT " + json.dumps(row))
 
