@@ -175,12 +175,12 @@ def _assert_stage_files(saved: Path, full: set[str], writers: tuple[int, int]) -
 
 
 @pytest.mark.distributed
-def test_pp2_checkpoints_resume_under_fsdp2_and_tp2_and_back(tmp_path: Path) -> None:
+def test_pp2_checkpoints_resume_under_fsdp2_and_back_and_under_tp2(tmp_path: Path) -> None:
     """A chain of resumes on the same two processes, each from the previous run's sharded
     save: PP=2 (saved asynchronously after step 3, training on while it is written) ->
-    FSDP2 FULL_SHARD (saves after 5) -> PP=2 (after 7) -> TP=2 (after 8) -> PP=2. Each
-    stage's file holds only its own tensors; every run continues to the uninterrupted
-    losses and ends at its weights."""
+    FSDP2 FULL_SHARD (saves after 5) -> PP=2 (after 7) -> TP=2. Each stage's file holds only
+    its own tensors; every run continues to the uninterrupted losses and ends at its
+    weights."""
     from overdrive.checkpoint.shards import merge_full
 
     whole = _ckpt(
@@ -195,8 +195,7 @@ def test_pp2_checkpoints_resume_under_fsdp2_and_tp2_and_back(tmp_path: Path) -> 
     chain = [  # (extra flags, resumed from, saves, strategy)
         (("--fsdp", "--batch", "2"), 3, 5, "fsdp"),
         ((), 5, 7, "pipeline_parallel"),
-        (("--tp", "2"), 7, 8, "tensor_parallel"),
-        ((), 8, 0, "pipeline_parallel"),
+        (("--tp", "2"), 7, 0, "tensor_parallel"),
     ]
     for flags, start, save_at, strategy in chain:
         saves = ("--save", f"at{save_at}", "--save_at", str(save_at)) if save_at else ()
@@ -204,7 +203,7 @@ def test_pp2_checkpoints_resume_under_fsdp2_and_tp2_and_back(tmp_path: Path) -> 
         row = _ckpt(tmp_path, 2, *flags, "--tag", f"from{start}", *resume, *saves)
         assert row["strategy"] == strategy
         _assert_continues(row, whole, start)
-    _assert_same_weights(tmp_path, "from3", "from5", "from7", "from8")
+    _assert_same_weights(tmp_path, "from3", "from5", "from7")
 
 
 @pytest.mark.distributed
