@@ -18,10 +18,10 @@ from overdrive.parallel.pipeline_checkpoint import (
 )
 
 
-def _stage() -> tuple[nn.Module, torch.optim.Optimizer, dict[int, str]]:
+def _stage() -> tuple[nn.Sequential, torch.optim.Optimizer, dict[int, str]]:
     torch.manual_seed(0)
     module = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
-    groups = [
+    groups: list[dict[str, Any]] = [
         {"params": [module[0].weight, module[0].bias]},
         {"params": [module[1].weight, module[1].bias], "lr": 0.5},
     ]
