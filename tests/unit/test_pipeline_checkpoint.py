@@ -48,7 +48,7 @@ def test_the_model_tree_holds_whole_boxes_under_the_unsplit_names() -> None:
     assert sorted(tree) == ["lm_head.bias", "model.embed.weight"]
     box = tree["model.embed.weight"]
     assert not box.write and box.global_shape == (4, 3)
-    assert torch.equal(box.data, module[0].weight) and box.offsets == (0, 0)
+    assert torch.equal(box.data, module.state_dict()["0.weight"]) and box.offsets == (0, 0)
 
 
 def test_optimizer_state_round_trips_by_name_with_hyper_parameters_and_step() -> None:
