@@ -1,11 +1,11 @@
 """Pipeline checkpoints across layouts; prints a ``RESULT {json}`` row on the main process.
 
 Trains a tiny transformers Llama (4 layers) for 10 steps of a global batch of 4, clipping
-the global norm at 1.0, under the layout the launch flags give (pipeline parallelism) or,
-with ``--fsdp``, FSDP2 FULL_SHARD with sharded state dicts set in code (``--tp N``: tensor parallelism set in code). ``--resume NAME``
-continues from the state in ``DIR/NAME`` (saved after ``--start`` steps); ``--save NAME
---save_at K`` saves the state after step K into ``DIR/NAME`` (``--async_save``: written
-while training goes on); at the end ``save_model``
+the global norm at 1.0, under the layout the launch flags give (pipeline parallelism), or
+one set in code: ``--fsdp`` (FSDP2 FULL_SHARD, sharded state dicts) or ``--tp N`` (tensor
+parallelism). ``--resume NAME`` continues from the state in ``DIR/NAME`` (saved after
+``--start`` steps); ``--save NAME --save_at K`` saves the state after step K into
+``DIR/NAME`` (``--async_save``: written while training goes on); at the end ``save_model``
 writes the full weights into ``DIR/TAG``. The row holds the losses of the steps run.
 """
 
