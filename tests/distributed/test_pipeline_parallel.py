@@ -135,3 +135,124 @@ def test_pp2_accumulates_recomputes_and_clips_by_megatron_settings_as_one_proces
     # forward and recomputation of 2 micro-batches x 10 batches (27 calls without it: 20,
     # the evaluation calls and the schedules' shape inference)
     assert row["probe_calls"] >= 2 * 2 * 10, row["probe_calls"]
+
+
+# --- checkpoints in the sharded format, across layouts -----------------------------------
+CKPT_SCRIPT = "pp_ckpt.py"
+CROSS_RTOL = 1e-5  # another layout sums in another order: observed within 2e-7
+UNSAFE = (".bin", ".pt", ".pth", ".pkl", ".distcp")  # and torch.distributed's .metadata
+
+
+def _ckpt(directory: Path, nprocs: int, *args: str) -> dict:
+    """``pp_ckpt.py`` under PP=2, or under the layout ``--fsdp`` / ``--tp`` set in code."""
+    result = run_launch(
+        CKPT_SCRIPT,
+        nprocs=nprocs,
+        args=["--dir", str(directory), *args],
+        launch_args=[] if {"--fsdp", "--tp"} & set(args) else list(PP2),
+        timeout=420,
+    )
+    assert_ok(result)
+    (row,) = result_rows(result.stdout)
+    return row
+
+
+def _tensor_names(path: Path) -> set[str]:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        return set(f.keys())
+
+
+def _assert_continues(row: dict, whole: dict, start: int) -> None:
+    assert len(row["losses"]) == len(whole["losses"]) - start
+    for mine, ref in zip(row["losses"], whole["losses"][start:], strict=True):
+        assert math.isclose(mine, ref, rel_tol=CROSS_RTOL), (row["losses"], whole["losses"])
+
+
+def _assert_same_weights(directory: Path, *others: str) -> None:
+    import torch
+    from safetensors.torch import load_file
+
+    final = load_file(str(directory / "pp_final" / "model.safetensors"))
+    for other in others:
+        again = load_file(str(directory / other / "model.safetensors"))
+        assert sorted(again) == sorted(final)
+        for name, tensor in final.items():
+            torch.testing.assert_close(again[name], tensor, rtol=1e-5, atol=1e-5, msg=name)
+
+
+def _assert_stage_files(saved: Path, full: set[str], writers: tuple[int, int]) -> None:
+    """Each stage's first replica wrote its own stage's tensors, nothing else; the main
+    process's tree names every stage's; no pickle anywhere."""
+    import json
+
+    files = [p for p in saved.rglob("*") if p.is_file()]
+    assert not [p for p in files if p.suffix in UNSAFE or p.name == ".metadata"], files
+    first, last = (_tensor_names(saved / f"model_0.rank{r}.safetensors") for r in writers)
+    assert "model.embed_tokens.weight" in first and "lm_head.weight" in last
+    assert not first & last and first | last == full
+    assert all(
+        n.startswith(("model.embed_tokens", "model.layers.0.", "model.layers.1.")) for n in first
+    )
+    wrote = {int(p.name.split(".rank")[1].split(".")[0]) for p in saved.glob("*.safetensors")}
+    assert wrote == set(writers), "a second replica of a stage wrote its copy too"
+    opt_last = _tensor_names(saved / f"optimizer_0.rank{writers[1]}.safetensors")
+    assert opt_last == {f"state/{n}/{k}" for n in last for k in ("step", "exp_avg", "exp_avg_sq")}
+    tree = json.loads((saved / "optimizer_0.rank0.json").read_text())["tree"]
+    (group,) = tree["param_groups"]
+    assert sorted(group["params"]) == sorted(full) == sorted(tree["state"])
+    assert group["lr"] == 1e-2
+
+
+@pytest.mark.distributed
+def test_pp2_checkpoints_resume_under_fsdp2_and_back_and_under_tp2(tmp_path: Path) -> None:
+    """A chain of resumes on the same two processes, each from the previous run's sharded
+    save: PP=2 (saved asynchronously after step 3, training on while it is written) ->
+    FSDP2 FULL_SHARD (saves after 5) -> PP=2 (after 7) -> TP=2. Each stage's file holds only
+    its own tensors; every run continues to the uninterrupted losses and ends at its
+    weights."""
+    from overdrive.checkpoint.shards import merge_full
+
+    whole = _ckpt(
+        tmp_path, 2, "--tag", "pp_final", "--save", "at3", "--save_at", "3", "--async_save"
+    )
+    assert whole["strategy"] == "pipeline_parallel" and len(whole["losses"]) == 10
+    full = _tensor_names(tmp_path / "pp_final" / "model.safetensors")
+    _assert_stage_files(tmp_path / "at3", full, writers=(0, 1))
+    merged = merge_full(tmp_path / "at3", "model_0")  # merge-weights: the whole model
+    assert set(merged) == full
+
+    chain = [  # (extra flags, resumed from, saves, strategy)
+        (("--fsdp", "--batch", "2"), 3, 5, "fsdp"),
+        ((), 5, 7, "pipeline_parallel"),
+        (("--tp", "2"), 7, 0, "tensor_parallel"),
+    ]
+    for flags, start, save_at, strategy in chain:
+        saves = ("--save", f"at{save_at}", "--save_at", str(save_at)) if save_at else ()
+        resume = ("--resume", f"at{start}", "--start", str(start))
+        row = _ckpt(tmp_path, 2, *flags, "--tag", f"from{start}", *resume, *saves)
+        assert row["strategy"] == strategy
+        _assert_continues(row, whole, start)
+    _assert_same_weights(tmp_path, "from3", "from5", "from7")
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+@pytest.mark.four_processes
+def test_pp2_times_two_replicas_checkpoint_is_written_once_per_stage(tmp_path: Path) -> None:
+    """PP=2 x dp=2: the first replica of each stage writes it (ranks 0 and 2); FSDP2 over
+    the four processes resumes it to the uninterrupted losses and weights."""
+    whole = _ckpt(
+        tmp_path, 4, "--batch", "2", "--tag", "pp_final", "--save", "pp_at4", "--save_at", "4"
+    )
+    full = _tensor_names(tmp_path / "pp_final" / "model.safetensors")
+    _assert_stage_files(tmp_path / "pp_at4", full, writers=(0, 2))
+    fsdp = _ckpt(
+        tmp_path,
+        4,
+        *("--fsdp", "--batch", "1", "--tag", "fsdp_final", "--resume", "pp_at4"),
+        *("--start", "4"),
+    )
+    _assert_continues(fsdp, whole, 4)
+    _assert_same_weights(tmp_path, "fsdp_final")

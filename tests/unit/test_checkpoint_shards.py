@@ -365,3 +365,34 @@ def test_a_stored_dtype_that_differs_from_the_target_is_refused(tmp_path: Path) 
     finally:
         if owned:
             dist.destroy_process_group()
+
+
+def test_whole_boxes_and_placeholders_save_and_load_per_stage(tmp_path: Path) -> None:
+    """Pipeline stages: each rank writes the tensors it holds whole, placeholders (meta
+    data) for the others; a template of the same kind reads its own tensors only."""
+    from overdrive.checkpoint.shards import place_like
+
+    def whole(t: torch.Tensor) -> LocalShard:
+        return LocalShard(t, tuple(t.shape), (0,) * t.dim())
+
+    def held_elsewhere(t: torch.Tensor) -> LocalShard:
+        meta = torch.empty(0, dtype=t.dtype, device="meta")
+        return LocalShard(meta, tuple(t.shape), (0,) * t.dim(), write=False)
+
+    step = torch.tensor(4.0)
+    trees = [
+        {"w": whole(W), "b": held_elsewhere(B), "step": whole(step)},
+        {"w": held_elsewhere(W), "b": whole(B), "step": held_elsewhere(step)},
+    ]
+    for rank, tree in enumerate(trees):
+        save_shards(tree, tmp_path, "model_0", rank=rank, what="model 0", world_size=2)
+    assert set(load_file(str(tmp_path / "model_0.rank1.safetensors"))) == {"b"}
+    full = load_shards(tmp_path, "model_0", what="model 0")
+    assert torch.equal(full["w"], W) and torch.equal(full["b"], B) and full["step"] == 4.0
+    mine = load_shards(
+        tmp_path, "model_0", what="model 0", place=place_like(trees[1], what="model 0")
+    )
+    assert mine["w"] is None and mine["step"] is None and torch.equal(mine["b"], B)
+    wrong = {"b": whole(B.float())}
+    with pytest.raises(CheckpointError, match="stored as torch.bfloat16"):
+        load_shards(tmp_path, "model_0", what="model 0", place=place_like(wrong, what="m"))

@@ -34,6 +34,7 @@ from overdrive.checkpoint.tensor_file import write_safetensors
 
 __all__ = [
     "BoxReader",
+    "box_like",
     "LocalShard",
     "dtensor_like",
     "load_shards",
@@ -186,18 +187,7 @@ def dtensor_like(template: Any, reader: BoxReader) -> Any:
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
     _check_placements(template, reader.what, reader.key)
-    if tuple(template.shape) != tuple(reader.shape):
-        raise CheckpointError(
-            f"{reader.what}: {reader.key!r} was saved with shape {tuple(reader.shape)}, but "
-            f"this run's tensor has shape {tuple(template.shape)}\n  fix: build the model and "
-            "optimizer exactly as in the run that saved the checkpoint"
-        )
-    if reader.dtype != template.dtype:
-        raise CheckpointError(
-            f"{reader.what}: {reader.key!r} is stored as {reader.dtype}, but this run's tensor "
-            f"is {template.dtype}; loading does not cast\n  fix: build the model in the dtype "
-            "of the run that saved the checkpoint (the same .half()/.to(...) before prepare())"
-        )
+    _check_like(tuple(template.shape), template.dtype, reader)
     mesh, placements = template.device_mesh, template.placements
     shape, offsets = compute_local_shape_and_global_offset(template.shape, mesh, placements)
     local = reader.read(offsets, shape)
@@ -207,21 +197,50 @@ def dtensor_like(template: Any, reader: BoxReader) -> Any:
     )
 
 
+def box_like(template: LocalShard, reader: BoxReader) -> torch.Tensor | None:
+    """``template``'s box of the saved tensor, on its device; None for a placeholder (data
+    on the meta device: another process holds that tensor, nothing is read)."""
+    if template.data.is_meta:
+        return None
+    _check_like(tuple(template.global_shape), template.data.dtype, reader)
+    box = reader.read(template.offsets, tuple(template.data.shape))
+    return box.to(device=template.data.device)
+
+
+def _check_like(shape: tuple[int, ...], dtype: torch.dtype, reader: BoxReader) -> None:
+    if shape != tuple(reader.shape):
+        raise CheckpointError(
+            f"{reader.what}: {reader.key!r} was saved with shape {tuple(reader.shape)}, but "
+            f"this run's tensor has shape {shape}\n  fix: build the model and "
+            "optimizer exactly as in the run that saved the checkpoint"
+        )
+    if reader.dtype != dtype:
+        raise CheckpointError(
+            f"{reader.what}: {reader.key!r} is stored as {reader.dtype}, but this run's tensor "
+            f"is {dtype}; loading does not cast\n  fix: build the model in the dtype "
+            "of the run that saved the checkpoint (the same .half()/.to(...) before prepare())"
+        )
+
+
 def place_like(template: Any, *, what: str) -> Place:
     """A ``place`` for ``load_shards`` that rebuilds each sharded entry like the DTensor at the
-    same path in ``template`` (e.g. this run's ``get_model_state_dict``); a plain tensor there
-    gets the full tensor."""
+    same path in ``template`` (e.g. this run's ``get_model_state_dict``), or reads the box of
+    a ``LocalShard`` there (``box_like``: None for a placeholder); a plain tensor there, or
+    nothing, gets the full tensor."""
     found: dict[str, Any] = {}
 
     def collect(leaf: Any, key: str) -> dict[str, Any]:
         found[key] = leaf
         return {}
 
-    flatten(template, what=what, sharded=collect)
+    flatten(template, what=what, sharded=collect, sharded_types=(LocalShard,))
 
     def place(key: str, shape: torch.Size, dtype: torch.dtype, reader: BoxReader) -> Any:
-        if key in found:
-            return dtensor_like(found[key], reader)
+        leaf = found.get(key)
+        if isinstance(leaf, LocalShard):
+            return box_like(leaf, reader)
+        if leaf is not None:
+            return dtensor_like(leaf, reader)
         return reader.read_full()
 
     return place

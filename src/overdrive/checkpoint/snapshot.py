@@ -65,6 +65,10 @@ def _copy(tree: Any) -> Any:
     host copy of this process's box (``LocalShard``), which ``save_shards`` writes as is."""
     from overdrive.checkpoint.shards import LocalShard, local_shard
 
+    if isinstance(tree, LocalShard):  # a box given as such (pipeline stages): copied if written
+        keep = tree.write and not tree.data.is_meta
+        data = tree.data.detach().to("cpu", copy=True) if keep else tree.data.new_empty(0)
+        return LocalShard(data, tree.global_shape, tree.offsets, tree.write)
     if isinstance(tree, torch.Tensor):
         if hasattr(tree, "device_mesh"):
             box = local_shard(tree, what="save_state", key="")

@@ -433,6 +433,46 @@ class PipelineParallelStrategy(Strategy):
         entries = {index[name]: s for name, s in state["state"].items() if name in index}
         raw.load_state_dict({"state": entries, "param_groups": groups})
 
+    # Pipeline checkpoints are always sharded (whatever fsdp_state_dict_type says): each
+    # stage writes its own part, keyed as FSDP's sharded state dicts are.
+    @property
+    def sharded_checkpoints(self) -> bool:
+        return True
+
+    def sharded_model_state_dict(self, model: nn.Module) -> dict[str, Any]:
+        """The whole model's state dict: this stage's tensors as boxes (written by its first
+        data-parallel replica), the others' as placeholders; collective over the pipeline."""
+        from overdrive.parallel.pipeline_checkpoint import stage_model_state
+
+        if not isinstance(model, PipelinedModel):  # not split: every process holds it whole
+            return self.unwrap(model).state_dict()
+        stage = model.stage
+        return stage_model_state(stage.module, stage.names, self.pp_group, write=self._writes())
+
+    def sharded_optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """The whole optimizer's state keyed by parameter name, as FSDP's sharded one is:
+        this stage's tensors as boxes, the others' as placeholders; collective."""
+        from overdrive.parallel.pipeline_checkpoint import stage_optimizer_state
+
+        names = self._param_names()
+        return stage_optimizer_state(_raw(optimizer), names, self.pp_group, write=self._writes())
+
+    def load_sharded_model_state_dict(self, model: nn.Module, state: dict[str, Any]) -> None:
+        self.load_model_state_dict(model, state, strict=True)
+
+    def load_sharded_optimizer_state_dict(
+        self, optimizer: torch.optim.Optimizer, state: dict[str, Any]
+    ) -> None:
+        from overdrive.parallel.pipeline_checkpoint import load_stage_optimizer
+
+        load_stage_optimizer(_raw(optimizer), self._param_names(), state)
+
+    def _writes(self) -> bool:
+        """Whether this process writes its stage's tensors: its first replica does."""
+        import torch.distributed as dist
+
+        return self.layout.dp_rank(dist.get_rank()) == 0
+
     def _param_names(self) -> dict[int, str]:
         """id(parameter) -> its name in the unsplit model, over every pipelined model."""
         out: dict[int, str] = {}
