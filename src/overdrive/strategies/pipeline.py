@@ -109,6 +109,7 @@ class PipelineParallelStrategy(Strategy):
         self._accumulation: Any = None  # the Accelerator's GradientState, once prepared
         self._in_window = False  # inside no_sync: replicas average at the window's end only
         self._micro_losses: list[torch.Tensor] = []
+        self._pending_send: Any = None  # the last stage's loss broadcast, not waited for
 
     @property
     def mesh(self) -> Any:
@@ -189,7 +190,6 @@ class PipelineParallelStrategy(Strategy):
         self, model: PipelinedModel, inputs: torch.Tensor, labels: torch.Tensor | None
     ) -> PipelineOutput:
         """One schedule over the batch: forward (and backward when training) on every stage."""
-        import torch.distributed as dist
 
         training = model.training and torch.is_grad_enabled()
         n = self.pp.micro_batches
@@ -226,9 +226,28 @@ class PipelineParallelStrategy(Strategy):
                 # the plain values of the schedule's losses (a first call also runs the
                 # loss once while it infers shapes: that one is not a micro-batch's)
                 loss = torch.stack(self._micro_losses[-len(losses) :]).mean()
-            last = dist.get_global_rank(self.pp_group, self.pp.degree - 1)
-            dist.broadcast(loss, src=last, group=self.pp_group)
+            loss = self._share_loss(loss, stage.is_last)
         return PipelineOutput(loss=loss, logits=outputs if stage.is_last else None)
+
+    def _share_loss(self, loss: torch.Tensor, is_last: bool) -> torch.Tensor:
+        """The last stage's loss on every process of the pipeline.
+
+        The last stage sends without waiting (it finishes its backward first, and waiting
+        for the others to take the value would hold back its optimizer step); the others
+        wait, since they return the value. The send finishes before the next one starts.
+        """
+        import torch.distributed as dist
+
+        if self._pending_send is not None:
+            self._pending_send.wait()
+            self._pending_send = None
+        last = dist.get_global_rank(self.pp_group, self.pp.degree - 1)
+        if not is_last:
+            dist.broadcast(loss, src=last, group=self.pp_group)
+            return loss
+        sent = loss.clone()  # the caller's tensor stays free to change while it is sent
+        self._pending_send = dist.broadcast(sent, src=last, group=self.pp_group, async_op=True)
+        return loss
 
     def _schedule(
         self, model: PipelinedModel, inputs: torch.Tensor, training: bool, with_loss: bool
@@ -482,6 +501,9 @@ class PipelineParallelStrategy(Strategy):
         return out
 
     def teardown(self) -> None:
+        if self._pending_send is not None:
+            self._pending_send.wait()
+            self._pending_send = None
         self._models.clear()
         self._optimizers.clear()
         self._schedules.clear()
