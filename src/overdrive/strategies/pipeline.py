@@ -24,6 +24,7 @@ from overdrive.errors import ConfigError, OverdriveError
 from overdrive.parallel.layout import ParallelLayout
 from overdrive.parallel.mesh import build_mesh
 from overdrive.parallel.pipeline import PP_KEY, Stage, split_model
+from overdrive.parallel.pipeline_loss import LossChannel
 from overdrive.strategies.base import Params, PrepareOne, Strategy, TrainingLoop, _raw
 
 MICRO_BATCHES_KEY = "megatron_lm_config.num_micro_batches"
@@ -109,7 +110,7 @@ class PipelineParallelStrategy(Strategy):
         self._accumulation: Any = None  # the Accelerator's GradientState, once prepared
         self._in_window = False  # inside no_sync: replicas average at the window's end only
         self._micro_losses: list[torch.Tensor] = []
-        self._pending_send: Any = None  # the last stage's loss broadcast, not waited for
+        self._loss_channel: LossChannel | None = None
 
     @property
     def mesh(self) -> Any:
@@ -214,40 +215,39 @@ class PipelineParallelStrategy(Strategy):
         self._micro_losses = []
         losses: list[torch.Tensor] = []  # the schedule's: one per micro-batch, scaled
         kwargs: dict[str, Any] = {"target": target, "losses": losses if with_loss else None}
+        channel = self._channel()
+        if with_loss and not stage.is_last:
+            channel.expect()
         outputs = schedule.step(*args, **kwargs) if training else schedule.eval(*args, **kwargs)
         if training:
             if not self._in_window:
                 self._average_over_replicas(model)
             self._stepped = True
         loss = None
-        if with_loss:
-            loss = torch.zeros((), dtype=torch.float32, device=self.device)
-            if stage.is_last:
-                # the plain values of the schedule's losses (a first call also runs the
-                # loss once while it infers shapes: that one is not a micro-batch's)
-                loss = torch.stack(self._micro_losses[-len(losses) :]).mean()
-            loss = self._share_loss(loss, stage.is_last)
+        if with_loss and stage.is_last:
+            # the plain values of the schedule's losses (a first call also runs the loss
+            # once while it infers shapes: that one is not a micro-batch's)
+            loss = torch.stack(self._micro_losses[-len(losses) :]).mean()
+            channel.send(loss)
+        elif with_loss:
+            loss = channel.receive()
         return PipelineOutput(loss=loss, logits=outputs if stage.is_last else None)
 
-    def _share_loss(self, loss: torch.Tensor, is_last: bool) -> torch.Tensor:
-        """The last stage's loss on every process of the pipeline.
-
-        The last stage sends without waiting (it finishes its backward first, and waiting
-        for the others to take the value would hold back its optimizer step); the others
-        wait, since they return the value. The send finishes before the next one starts.
-        """
+    def _channel(self) -> LossChannel:
+        """This pipeline's loss channel (its own process group: made once, by every
+        process for every pipeline, at the first call, which every process makes)."""
         import torch.distributed as dist
 
-        if self._pending_send is not None:
-            self._pending_send.wait()
-            self._pending_send = None
-        last = dist.get_global_rank(self.pp_group, self.pp.degree - 1)
-        if not is_last:
-            dist.broadcast(loss, src=last, group=self.pp_group)
-            return loss
-        sent = loss.clone()  # the caller's tensor stays free to change while it is sent
-        self._pending_send = dist.broadcast(sent, src=last, group=self.pp_group, async_op=True)
-        return loss
+        if self._loss_channel is None:
+            names = list(self.mesh.mesh_dim_names or ())
+            ranks = self.mesh.mesh.movedim(names.index("pp"), -1).reshape(-1, self.pp.degree)
+            for pipeline in ranks.tolist():
+                group = dist.new_group(pipeline)
+                if dist.get_rank() in pipeline:
+                    self._loss_channel = LossChannel(group, pipeline, self.device)
+        if self._loss_channel is None:
+            raise RuntimeError("this process is in no pipeline of the mesh")
+        return self._loss_channel
 
     def _schedule(
         self, model: PipelinedModel, inputs: torch.Tensor, training: bool, with_loss: bool
@@ -501,9 +501,8 @@ class PipelineParallelStrategy(Strategy):
         return out
 
     def teardown(self) -> None:
-        if self._pending_send is not None:
-            self._pending_send.wait()
-            self._pending_send = None
+        if self._loss_channel is not None:
+            self._loss_channel.finish()
         self._models.clear()
         self._optimizers.clear()
         self._schedules.clear()
