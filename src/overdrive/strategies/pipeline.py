@@ -4,9 +4,10 @@ Each process keeps one stage of the model (``parallel/pipeline.py``). Calling th
 model runs a whole schedule (GPipe or 1F1B over ``num_micro_batches`` micro-batches): the
 forward passes and, when training, the backward passes too, since a pipeline interleaves
 them. The call returns an output whose ``.loss`` is the batch's loss on every process
-(computed on the last stage, the mean over equal micro-batches, broadcast over the
-pipeline); ``accelerator.backward(loss)`` then has nothing left to do. Data-parallel
-replicas of the pipeline average their gradients right after the schedule.
+(computed on the last stage, the mean over equal micro-batches, sent to the other stages
+by ``LossChannel``); ``accelerator.backward(loss)`` then has nothing left to do.
+Data-parallel replicas of the pipeline average their gradients right after the schedule
+(once per accumulation window).
 """
 
 from __future__ import annotations
