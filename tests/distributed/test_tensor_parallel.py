@@ -135,6 +135,16 @@ def test_megatron_distributed_optimizer_shards_optimizer_state_over_data_paralle
 
 
 @pytest.mark.distributed
+def test_tp2_from_an_empty_model_fills_from_the_main_process() -> None:
+    """fsdp_cpu_ram_efficient_loading: the second process builds the model on the meta
+    device; prepare splits it and fills its part from the main process's weights."""
+    row = _run(2, "--tp", "2", "--fsdp", "--efficient", "--batch", "4", "--global_batch", "4")
+    assert row["born_empty"] == [0.0, 1.0]
+    assert row["strategy"] == "tensor_parallel" and not row["fsdp_applied"]
+    _assert_matches_one_process(row)
+
+
+@pytest.mark.distributed
 def test_tied_embeddings_stay_whole_and_tied_and_train_as_one_process() -> None:
     row = _run(2, "--tp", "2", "--tied", "--batch", "4", "--global_batch", "4")
     assert "lm_head" not in row["plan"] and "model.embed_tokens" not in row["plan"]
@@ -257,6 +267,18 @@ def test_megatron_tp2_with_the_distributed_optimizer_shards_over_data_parallel()
     assert row["strategy"] == "tensor_parallel" and row["fsdp_applied"]
     assert row["mesh"] == {"dp_shard": 2, "tp": 2}
     assert row["optimizer_fraction"] < 0.3, row["optimizer_fraction"]  # tp and dp split it
+    _assert_matches_one_process(row)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+@pytest.mark.four_processes
+def test_fsdp2_times_tp2_from_empty_models_fills_every_tp_group_from_the_main_process() -> None:
+    """Three of four processes start empty, among them the whole second tp group (whose
+    first process is not the main one): each is filled from the main process."""
+    args = ("--tp", "2", "--fsdp", "--efficient", "--batch", "2", "--global_batch", "4")
+    row = _run(4, *args)
+    assert row["born_empty"] == [0.0, 1.0, 1.0, 1.0] and row["fsdp_applied"]
     _assert_matches_one_process(row)
 
 

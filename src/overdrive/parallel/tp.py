@@ -129,11 +129,15 @@ def layout_for(model: nn.Module, tp: TPSettings) -> dict[str, str]:
     return names
 
 
-def apply_tp(model: nn.Module, mesh: DeviceMesh, tp: TPSettings) -> dict[str, str]:
+def apply_tp(
+    model: nn.Module, mesh: DeviceMesh, tp: TPSettings, *, split_locally: bool = False
+) -> dict[str, str]:
     """Split ``model``'s modules over ``mesh`` (1-D, the ``tp`` dimension) in place.
 
-    Returns the plan applied (module name -> style). All processes of a tp group must hold
-    the same weights beforehand (the strategy broadcasts rank 0's first).
+    Returns the plan applied (module name -> style). ``split_locally``: every process cuts
+    its part out of the weights it holds, without communication (they hold the same
+    weights already, or are empty and get filled afterwards); otherwise the first process
+    of the tp group scatters its weights.
     """
     from torch.distributed.tensor.parallel import parallelize_module
 
@@ -147,7 +151,8 @@ def apply_tp(model: nn.Module, mesh: DeviceMesh, tp: TPSettings) -> dict[str, st
         )
         return names
     styles = {name: _style(style) for name, style in names.items()}
-    parallelize_module(model, mesh, {n: s for n, s in styles.items() if s is not None})
+    plan = {n: s for n, s in styles.items() if s is not None}
+    parallelize_module(model, mesh, plan, src_data_rank=None if split_locally else 0)
     if tp_sequence.wanted(tp, names):
         tp_sequence.add_hooks(model, mesh, names, tp)
     return names

@@ -169,11 +169,14 @@ class FSDPStrategy(Strategy):
                 if full is None:
                     full = torch.empty(param.shape, dtype=param.dtype, device=local.device)
                 full = full.to(device=local.device, dtype=param.dtype)
+                # From the main process to all: the first process of a DTensor's own mesh
+                # (which distribute_tensor would scatter from) may be an empty one.
+                torch.distributed.broadcast(full, src=0)
                 if isinstance(param, DTensor):
-                    part = distribute_tensor(full, param.device_mesh, param.placements)
+                    mesh, placements = param.device_mesh, param.placements
+                    part = distribute_tensor(full, mesh, placements, src_data_rank=None)
                     local.copy_(part.to_local())
                 else:
-                    torch.distributed.broadcast(full, src=0)
                     local.copy_(full)
                 del full
         broadcast_buffers(model, self.device)

@@ -17,7 +17,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from overdrive.errors import ConfigError
 from overdrive.parallel.activation_checkpointing import apply_activation_checkpointing
 from overdrive.parallel.fsdp_policy import FSDPPolicy
 from overdrive.parallel.grad_norm import clip_grad_norm
@@ -71,23 +70,27 @@ class TensorParallelStrategy(FSDPStrategy):
         self.tp = tp
         self.plans: dict[int, dict[str, str]] = {}  # id(root) -> module name -> style
         self._dp_group: Any = None
+        self._split_locally = False
+        self._fill_source: dict[str, Any] | None = None
 
     def _place(
         self, model: nn.Module, empty: list[int], device_placement: bool
     ) -> tuple[nn.Module, bool]:
-        if empty:  # the same list on every process: all refuse together
-            raise ConfigError(
-                f"processes {empty} built the model on the meta device (cpu_ram_efficient_init "
-                "or fsdp_cpu_ram_efficient_loading); filling split weights from the main "
-                "process is not available yet with tensor parallelism",
-                key=self.tp.key,
-                fix="build the model with real weights on every process (outside "
-                "accelerator.cpu_ram_efficient_init())",
-            )
-        return super()._place(model, empty, device_placement)
+        # The same answer on every process (``empty`` is agreed): either all hold rank 0's
+        # weights after this, or some are empty and are filled once split.
+        self._split_locally = bool(empty) or self.policy.sync_module_states
+        placed, fill_later = super()._place(model, empty, device_placement)
+        # An empty model is filled between the split and FSDP (each process then holds
+        # its tp part, once): filled after FSDP, the 2-D placements would need FSDP's own
+        # strided layout. The main process's full weights are the source.
+        self._fill_source = (placed.state_dict() if self._is_main() else {}) if fill_later else None
+        return placed, False
 
     def _shard(self, model: nn.Module) -> nn.Module:
-        plan = apply_tp(model, self.mesh["tp"], self.tp)
+        plan = apply_tp(model, self.mesh["tp"], self.tp, split_locally=self._split_locally)
+        if self._fill_source is not None:
+            self._fill_from_main(model, self._fill_source)
+            self._fill_source = None
         if self._fsdp_has_work():
             wrapped = super()._shard(model)
         else:

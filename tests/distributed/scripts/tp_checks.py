@@ -20,7 +20,7 @@ load that end state and save the full model again (a layout change back).
 from __future__ import annotations
 
 import argparse
-import copy
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -104,6 +104,7 @@ def accelerator(args: argparse.Namespace) -> Accelerator:
             fsdp_version=2,
             sharding_strategy="HYBRID_SHARD" if args.hybrid else "FULL_SHARD",
             state_dict_type="SHARDED_STATE_DICT",
+            cpu_ram_efficient_loading=args.efficient,
         )
     return Accelerator(cpu=True, gradient_accumulation_steps=args.accum, **kwargs)
 
@@ -140,6 +141,11 @@ def main() -> None:
         "--hybrid", type=int, default=0, help="HYBRID_SHARD: processes per shard group"
     )
     parser.add_argument("--tied", action="store_true", help="Llama with tied embeddings")
+    parser.add_argument(
+        "--efficient",
+        action="store_true",
+        help="fsdp_cpu_ram_efficient_loading: built in cpu_ram_efficient_init(), empty off rank 0",
+    )
     parser.add_argument("--batch", type=int, default=2, help="per data-parallel rank")
     parser.add_argument("--global_batch", type=int, default=4)
     parser.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step")
@@ -155,8 +161,14 @@ def main() -> None:
 
     acc = accelerator(args)
     data = dataset(args.case, STEPS * args.global_batch)
-    model = build_llama(args.tied) if args.case == "llama" else build_mlp(args.case == "sp_mlp")
-    ref = copy.deepcopy(model)
+
+    def build() -> nn.Module:
+        return build_llama(args.tied) if args.case == "llama" else build_mlp(args.case == "sp_mlp")
+
+    ref = build()  # seeded: the same weights as the model's on the main process
+    with acc.cpu_ram_efficient_init() if args.efficient else contextlib.nullcontext():
+        model = build()
+    born_empty = any(p.is_meta for p in model.parameters())
     # Calls of one layer's module: twice per step when recomputed. A pre-hook, as the
     # recomputation stops inside the layer's last op once it has what backward needs.
     calls: list[int] = []
@@ -168,6 +180,7 @@ def main() -> None:
     ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
     loader = DataLoader(data, batch_size=args.batch)
     model, opt, loader = acc.prepare(model, opt, loader)
+    born_empty_per_rank = acc.gather(torch.tensor([float(born_empty)])).tolist()
     assert loader.total_batch_size == args.global_batch, loader.total_batch_size
 
     if args.reload:
@@ -251,6 +264,7 @@ def main() -> None:
             and acc.unwrap_model(model).lm_head.weight
             is acc.unwrap_model(model).model.embed_tokens.weight,
             "probe_calls": len(calls),
+            "born_empty": born_empty_per_rank,
             "optimizer_fraction": optimizer_fraction(opt, model),
             "param_types": sorted({type(p).__name__ for p in model.parameters()}),
             "fsdp_applied": any(type(m).__name__.startswith("FSDP") for m in model.modules()),
