@@ -57,6 +57,14 @@ def _assert_matches_one_process(row: dict, steps: int = 10, accum: int = 1) -> N
     assert row["gathered_exactly"], "gather_for_metrics did not return the dataset in order"
 
 
+def _assert_resumes(directory: Path, row: dict, common: tuple[str, ...]) -> None:
+    """The same launch resumed from the halfway state: the same losses, the same weights."""
+    resumed = _run(2, *common, "--resume", str(directory))
+    for mine, ref in zip(resumed["losses"], row["losses"][5:], strict=True):
+        assert math.isclose(mine, ref, rel_tol=1e-6), (resumed["losses"], row["losses"])
+    _assert_same_weights(directory)
+
+
 def _assert_same_weights(directory: Path, other: str = "resumed") -> None:
     """``save_model`` of the uninterrupted and of the resumed run: the same full weights."""
     import torch
@@ -83,10 +91,7 @@ def test_tp2_llama_with_its_own_plan_trains_as_one_process_and_resumes(tmp_path:
     assert row["coordinates"] == [[0, 0], [1, 0]]  # (tensor_parallel_rank, data_parallel_rank)
     _assert_matches_one_process(row)
 
-    resumed = _run(2, *common, "--resume", str(tmp_path))
-    for mine, ref in zip(resumed["losses"], row["losses"][5:], strict=True):
-        assert math.isclose(mine, ref, rel_tol=1e-6), (resumed["losses"], row["losses"])
-    _assert_same_weights(tmp_path)
+    _assert_resumes(tmp_path, row, common)
 
 
 @pytest.mark.distributed
@@ -194,10 +199,7 @@ def test_tp2_sequence_parallel_llama_trains_as_one_process_and_resumes(tmp_path:
     _assert_sequence_parallel_llama(row)
     _assert_matches_one_process(row)
 
-    resumed = _run(2, *common, "--resume", str(tmp_path))
-    for mine, ref in zip(resumed["losses"], row["losses"][5:], strict=True):
-        assert math.isclose(mine, ref, rel_tol=1e-6), (resumed["losses"], row["losses"])
-    _assert_same_weights(tmp_path)
+    _assert_resumes(tmp_path, row, common)
 
 
 @pytest.mark.distributed

@@ -18,6 +18,7 @@ from overdrive.accelerator import Accelerator
 from overdrive.errors import ConfigError
 from overdrive.parallel.activation_checkpointing import repeated_layers
 from tests.helpers.env import forget_launcher
+from tests.helpers.llama import small_llama
 
 
 @pytest.fixture(autouse=True)
@@ -75,17 +76,7 @@ def test_options_stay_off_outside_megatron_lm() -> None:
 
 
 def test_repeated_layers_of_each_kind_of_model() -> None:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(
-        vocab_size=32,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=3,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-    )
-    llama = LlamaForCausalLM(config)
+    llama = small_llama(3)
     found = repeated_layers(llama, key="k", source="s")
     assert [type(m).__name__ for m in found] == ["LlamaDecoderLayer"] * 3
 

@@ -12,6 +12,7 @@ from overdrive.config import load_settings
 from overdrive.errors import ConfigError
 from overdrive.parallel.layout import layout_from_settings
 from overdrive.parallel.pipeline import split_model, stage_bounds
+from tests.helpers.llama import small_llama
 
 
 def _settings(**code: object):
@@ -19,17 +20,7 @@ def _settings(**code: object):
 
 
 def _llama(tied: bool = False) -> nn.Module:
-    transformers = pytest.importorskip("transformers")
-    config = transformers.LlamaConfig(
-        vocab_size=32,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=5,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        tie_word_embeddings=tied,
-    )
-    return transformers.LlamaForCausalLM(config)
+    return small_llama(5, tied=tied)
 
 
 def test_layers_are_spread_evenly_earlier_stages_taking_the_rest() -> None:

@@ -14,6 +14,7 @@ from overdrive.parallel.tp_plan import check_plan
 from overdrive.parallel.tp_sequence import check_length
 from overdrive.plugins import ParallelismConfig
 from overdrive.strategies import _tensor_parallel
+from tests.helpers.llama import small_llama
 
 SP_KEY = "megatron_lm_config.sequence_parallelism"
 
@@ -31,17 +32,7 @@ def _tp(sequence_parallel: bool = True, plan: dict[str, str] | None = None) -> T
 
 
 def _llama(tied: bool = False) -> nn.Module:
-    transformers = pytest.importorskip("transformers")
-    config = transformers.LlamaConfig(
-        vocab_size=32,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        tie_word_embeddings=tied,
-    )
-    return transformers.LlamaForCausalLM(config)
+    return small_llama(2, tied=tied)
 
 
 def test_sequence_parallel_is_a_plan_style() -> None:

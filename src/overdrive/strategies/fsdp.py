@@ -122,16 +122,21 @@ class FSDPStrategy(Strategy):
 
         return fill
 
-    def _shard(self, model: nn.Module) -> nn.Module:
-        """Choose the units, checkpoint their activations, shard them and the root."""
+    def _units(self, model: nn.Module) -> list[nn.Module]:
+        """The submodules the policy makes units of (sharded, and checkpointed if asked)."""
         p = self.policy
-        units = wrap_units(
+        return wrap_units(
             model,
             p.auto_wrap_policy,
             layer_names=list(p.layer_names),
             min_num_params=p.min_num_params,
             source=p.layer_source,
         )
+
+    def _shard(self, model: nn.Module) -> nn.Module:
+        """Choose the units, checkpoint their activations, shard them and the root."""
+        p = self.policy
+        units = self._units(model)
         paths = {id(m): name for name, m in model.named_modules()}
         unit_paths = sorted(paths[id(u)] for u in units)
         if p.activation_checkpointing:

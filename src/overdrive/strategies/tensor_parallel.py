@@ -23,7 +23,6 @@ from overdrive.parallel.grad_norm import clip_grad_norm
 from overdrive.parallel.layout import ParallelLayout
 from overdrive.parallel.tp import TPSettings, apply_tp
 from overdrive.parallel.tp_replicate import replicate_leftovers
-from overdrive.parallel.wrap import wrap_units
 from overdrive.strategies.base import Params
 from overdrive.strategies.fsdp import FSDPStrategy
 
@@ -104,16 +103,8 @@ class TensorParallelStrategy(FSDPStrategy):
         return self.layout.dp_size > 1 or p.offload_params or p.mixed_precision != "no"
 
     def _tp_only(self, model: nn.Module) -> nn.Module:
-        p = self.policy
-        if p.activation_checkpointing:
-            units = wrap_units(
-                model,
-                p.auto_wrap_policy,
-                layer_names=list(p.layer_names),
-                min_num_params=p.min_num_params,
-                source=p.layer_source,
-            )
-            apply_activation_checkpointing(units or [model])
+        if self.policy.activation_checkpointing:
+            apply_activation_checkpointing(self._units(model) or [model])
         replicate_leftovers(model, self.mesh["tp"])
         self.units[id(model)] = []
         return model
