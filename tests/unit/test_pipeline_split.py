@@ -143,3 +143,23 @@ def test_1f1b_with_fewer_micro_batches_than_stages_is_refused_before_workers_sta
     assert info.value.key == "megatron_lm_config.num_micro_batches" and "GPipe" in str(info.value)
     gpipe = layout_from_settings(_pp(**few, **{"megatron_lm_config.pipeline_schedule": "GPipe"}), 2)
     assert gpipe.pp == 2
+
+
+def test_an_optimizer_over_named_parameters_keeps_the_names_of_its_stage() -> None:
+    """Dropping another stage's parameters drops their names too: the names an optimizer
+    built from named_parameters() saves must stay those of the parameters it steps."""
+    import torch
+
+    from overdrive.parallel.layout import ParallelLayout
+    from overdrive.strategies.pipeline import PipelineParallelStrategy, PPSettings
+
+    model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    optimizer = torch.optim.AdamW(model.named_parameters())
+    strategy = PipelineParallelStrategy(
+        torch.device("cpu"), ParallelLayout(pp=2), PPSettings(2, 2, "1F1B")
+    )
+    strategy._dropped = {id(p) for p in model[0].parameters()}
+    strategy._keep_stage_params(optimizer)
+    (group,) = optimizer.param_groups
+    assert group["params"] == list(model[1].parameters())
+    assert group["param_names"] == ["1.weight", "1.bias"]

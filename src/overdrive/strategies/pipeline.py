@@ -178,7 +178,10 @@ class PipelineParallelStrategy(Strategy):
     def _keep_stage_params(self, optimizer: torch.optim.Optimizer) -> None:
         """The optimizer steps this stage's parameters only (the others live elsewhere)."""
         for group in optimizer.param_groups:
-            group["params"] = [p for p in group["params"] if id(p) not in self._dropped]
+            kept = [i for i, p in enumerate(group["params"]) if id(p) not in self._dropped]
+            group["params"] = [group["params"][i] for i in kept]
+            if "param_names" in group:  # built from named_parameters(): names follow
+                group["param_names"] = [group["param_names"][i] for i in kept]
         for p in [p for p in optimizer.state if id(p) in self._dropped]:
             del optimizer.state[p]
 
