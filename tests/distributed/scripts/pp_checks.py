@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from reference import train_reference  # noqa: E402
 from tiny_llama import tiny_llama  # noqa: E402
 
 from overdrive import Accelerator, MegatronLMPlugin  # noqa: E402
@@ -157,16 +158,10 @@ def main() -> None:
         acc.save_model(model, str(out / ("resumed" if args.resume else "pipelined")))
 
     if acc.is_main_process:
-        ref_losses, ref_norms = [], []
         ref_batches = [] if args.resume else DataLoader(data, batch_size=args.global_batch)
-        for i, batch in enumerate(ref_batches):
-            loss = loss_of(args.case, ref, batch)
-            (loss / args.accum).backward()
-            ref_losses.append(loss.item())
-            if (i + 1) % args.accum == 0:
-                ref_norms.append(float(torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)))
-                ref_opt.step()
-                ref_opt.zero_grad()
+        ref_losses, ref_norms = train_reference(
+            ref, ref_opt, ref_batches, lambda m, b: loss_of(args.case, m, b), args.accum
+        )
         with torch.no_grad():
             ref_eval = float(loss_of(args.case, ref.eval(), next(iter(loader))))
         if args.save:

@@ -31,6 +31,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from reference import train_reference  # noqa: E402
 from tiny_llama import tiny_llama  # noqa: E402
 
 from overdrive import Accelerator, FullyShardedDataParallelPlugin, ParallelismConfig  # noqa: E402
@@ -211,16 +212,16 @@ def main() -> None:
         if args.save and step + 1 == STEPS // 2:
             acc.save_state(str(Path(args.save) / "half"))
 
-    ref_losses, ref_norms = [], []
+    ref_losses: list[float] = []
+    ref_norms: list[float] = []
     if ref is not None:
-        for i, batch in enumerate(DataLoader(data, batch_size=args.global_batch)):
-            loss = loss_of(args.case, ref, batch)
-            (loss / args.accum).backward()
-            ref_losses.append(loss.item())
-            if (i + 1) % args.accum == 0:
-                ref_norms.append(float(torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)))
-                ref_opt.step()
-                ref_opt.zero_grad()
+        ref_losses, ref_norms = train_reference(
+            ref,
+            ref_opt,
+            DataLoader(data, batch_size=args.global_batch),
+            lambda m, b: loss_of(args.case, m, b),
+            args.accum,
+        )
 
     # Evaluation: 7 samples over the data-parallel ranks, gathered back exactly, in order.
     eval_data = dataset(args.case, 7)
