@@ -6,8 +6,12 @@ unsplit copy on the whole global batches (the one-process reference); its row ca
 loss traces, the clipped norms, an eval loss under ``torch.no_grad()``, which layers each
 stage kept and whether the processes of one pipeline read the same batches. ``--save DIR``
 saves the state halfway (``save_state``) and the full weights at the end with ``save_model``
-(and the reference's next to them); ``--resume DIR`` continues from that state and saves the
-full weights again.
+(and the reference's next to them, the initial weights, and a second reference that sums each
+batch's gradient over the pipeline's micro-batches: two orders of summation, whose difference
+measures the arithmetic noise); ``--resume DIR`` continues from that state and saves the full
+weights again. ``--optimizer sgd`` trains with plain SGD and no clipping, so a wrong gradient
+scale shows in the weights in proportion; ``--scale_error F`` multiplies the pipeline's loss
+division by F (a deliberate bug, for the test that shows such a bug is caught).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import copy
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -28,6 +33,7 @@ from reference import train_reference  # noqa: E402
 from tiny_llama import tiny_llama  # noqa: E402
 
 from overdrive import Accelerator, MegatronLMPlugin  # noqa: E402
+from overdrive.strategies.pipeline import PipelineParallelStrategy  # noqa: E402
 
 STEPS, SEQ, VOCAB = 10, 8, 128
 
@@ -64,6 +70,31 @@ def dataset(case: str, samples: int) -> TensorDataset:
     )
 
 
+def optimizer_for(name: str, model: nn.Module) -> torch.optim.Optimizer:
+    if name == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=0.1)
+    return torch.optim.AdamW(model.parameters(), lr=1e-2)
+
+
+def inject_scale_error(factor: float) -> None:
+    """A deliberate bug: the pipeline's loss (so every gradient) scaled by ``factor``."""
+    scaled = PipelineParallelStrategy._scaled
+
+    def wrong(self: PipelineParallelStrategy, loss_fn: Any) -> Any:
+        right = scaled(self, loss_fn)
+        return lambda output, target: right(output, target) * factor
+
+    PipelineParallelStrategy._scaled = wrong  # type: ignore[method-assign]
+
+
+def save_weights(model: nn.Module, folder: Path) -> None:
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    save_file(state, str(folder / "model.safetensors"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--case", choices=["llama", "mlp"], default="llama")
@@ -74,6 +105,8 @@ def main() -> None:
     parser.add_argument("--mixed_precision", default="no")
     parser.add_argument("--split", default="", help="pipeline split points, e.g. 4")
     parser.add_argument("--accum", type=int, default=1, help="batches per optimizer step")
+    parser.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
+    parser.add_argument("--scale_error", type=float, default=1.0)
     parser.add_argument(
         "--backend_clips",
         action="store_true",
@@ -81,6 +114,8 @@ def main() -> None:
     )
     args = parser.parse_args()
 
+    if args.scale_error != 1.0:
+        inject_scale_error(args.scale_error)
     split = [int(x) for x in args.split.split(",")] if args.split else None
     plugin = MegatronLMPlugin(
         pipeline_loss_fn=mse if args.case == "mlp" else None, pipeline_split_points=split
@@ -94,13 +129,17 @@ def main() -> None:
     data = dataset(args.case, STEPS * args.global_batch)
     model = build_llama() if args.case == "llama" else build_mlp()
     ref = copy.deepcopy(model)
+    initial = copy.deepcopy(model)
+    if args.save and acc.is_main_process:
+        save_weights(model, Path(args.save) / "initial")
     # Calls of a module inside the first layer: twice per batch on its stage when
     # recomputed (a pre-hook: the recomputation stops inside the layer's last op).
     calls: list[int] = []
     probe = model.model.layers[0].mlp if args.case == "llama" else model[0]
     probe.register_forward_pre_hook(lambda *a: calls.append(1))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    opt = optimizer_for(args.optimizer, model)
+    ref_opt = optimizer_for(args.optimizer, ref)
+    clip = float("inf") if args.optimizer == "sgd" else 1.0
     loader = DataLoader(data, batch_size=args.batch)
     model, opt, loader = acc.prepare(model, opt, loader)
     assert loader.total_batch_size == args.global_batch, loader.total_batch_size
@@ -115,7 +154,7 @@ def main() -> None:
             loss = loss_of(args.case, model, batch)
             acc.backward(loss)
             if acc.sync_gradients:
-                limit = float("inf") if args.backend_clips else 1.0
+                limit = float("inf") if args.backend_clips else clip
                 norms.append(float(acc.clip_grad_norm_(model.parameters(), limit)))
             opt.step()
             opt.zero_grad()
@@ -160,16 +199,34 @@ def main() -> None:
     if acc.is_main_process:
         ref_batches = [] if args.resume else DataLoader(data, batch_size=args.global_batch)
         ref_losses, ref_norms = train_reference(
-            ref, ref_opt, ref_batches, lambda m, b: loss_of(args.case, m, b), args.accum
+            ref, ref_opt, ref_batches, lambda m, b: loss_of(args.case, m, b), args.accum, clip=clip
         )
         with torch.no_grad():
             ref_eval = float(loss_of(args.case, ref.eval(), next(iter(loader))))
+        # Two more one-process runs that differ from ``ref`` only in the order gradients are
+        # summed (over the pipeline's micro-batches, and sample by sample): how far apart
+        # they end is the arithmetic noise the tests measure the pipeline against.
+        noise_losses, noise_norms, noise_evals = [], [], []
+        micro_batches = acc.strategy.pp.micro_batches  # type: ignore[attr-defined]
+        for slices in sorted({micro_batches, args.global_batch}):
+            other = copy.deepcopy(initial)
+            other_losses, other_norms = train_reference(
+                other,
+                optimizer_for(args.optimizer, other),
+                ref_batches,
+                lambda m, b: loss_of(args.case, m, b),
+                args.accum,
+                micro_batches=slices,
+                clip=clip,
+            )
+            noise_losses.append(other_losses)
+            noise_norms.append(other_norms)
+            with torch.no_grad():
+                noise_evals.append(float(loss_of(args.case, other.eval(), next(iter(loader)))))
+            if args.save and slices == micro_batches:
+                save_weights(other, Path(args.save) / "reference_micro")
         if args.save:
-            from safetensors.torch import save_file
-
-            (Path(args.save) / "reference").mkdir(parents=True, exist_ok=True)
-            state = {k: v.contiguous() for k, v in ref.state_dict().items()}
-            save_file(state, str(Path(args.save) / "reference" / "model.safetensors"))
+            save_weights(ref, Path(args.save) / "reference")
         row = {
             "rank": acc.process_index,
             "strategy": acc.strategy.name,
@@ -188,6 +245,9 @@ def main() -> None:
             "state_dict_is_whole": sorted(full_state) == sorted(ref.state_dict()),
             "pp_rank": acc.pipeline_parallel_rank,
             "probe_calls": len(calls),
+            "noise_losses": noise_losses,
+            "noise_norms": noise_norms,
+            "noise_evals": noise_evals,
         }
         print("RESULT " + json.dumps(row))
     acc.wait_for_everyone()

@@ -16,15 +16,24 @@ def train_reference(
     batches: Iterable[Any],
     loss_of: Callable[[nn.Module, Any], torch.Tensor],
     accum: int = 1,
+    *,
+    micro_batches: int = 1,
+    clip: float = 1.0,
 ) -> tuple[list[float], list[float]]:
-    """(the loss of every batch, the clipped norm of every optimizer step)."""
+    """(the loss of every batch, the clipped norm of every optimizer step).
+
+    ``micro_batches > 1`` sums each batch's gradient over that many equal slices (a
+    pipeline's order of summation) instead of one backward over the whole batch.
+    """
     losses, norms = [], []
     for i, batch in enumerate(batches):
-        loss = loss_of(model, batch)
-        (loss / accum).backward()
-        losses.append(loss.item())
+        slices = zip(*(t.chunk(micro_batches) for t in batch), strict=True)
+        parts = [loss_of(model, list(s)) for s in slices]
+        for part in parts:
+            (part / (accum * len(parts))).backward()
+        losses.append(torch.stack(parts).mean().item())
         if (i + 1) % accum == 0:
-            norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)))
+            norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip)))
             optimizer.step()
             optimizer.zero_grad()
     return losses, norms
