@@ -13,16 +13,12 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.dist import assert_ok, result_rows, run_launch
+from tests.helpers.noise import NOISE_FACTOR, tolerance
 
 pytest.importorskip("transformers")
 
 SCRIPT = "pp_checks.py"
 PP2 = ("--use_megatron_lm", "--megatron_lm_pp_degree", "2", "--megatron_lm_num_micro_batches", "2")
-# Distances between valid orders of summation are samples of one noise; 3x the measured
-# samples leaves room for a larger one. A scale error of 1% shows here as 40x the noise in the
-# AdamW norms (Adam's weights hide it), 1500x in the weights under SGD.
-NOISE_FACTOR = 3.0
-FLOOR = 1e-6  # float32 rounding over a 10-step trace, where the measured orders agree exactly
 
 
 def _run(nprocs: int, *args: str, launch_args: tuple[str, ...] = PP2) -> dict:
@@ -34,26 +30,17 @@ def _run(nprocs: int, *args: str, launch_args: tuple[str, ...] = PP2) -> dict:
     return row
 
 
-def _tolerance(other_orders: list[list[float]], ref: list[float]) -> float:
-    """A relative tolerance from the measured noise: how far the traces of one-process runs
-    that sum their gradients in other orders (the script's ``noise_*``) are from ``ref``."""
-    noise = max(
-        abs(a - b) / abs(b) for trace in other_orders for a, b in zip(trace, ref, strict=True)
-    )
-    return max(NOISE_FACTOR * noise, FLOOR)
-
-
 def _assert_matches_one_process(row: dict, steps: int = 10) -> None:
     assert row["strategy"] == "pipeline_parallel"
     assert len(row["losses"]) == len(row["ref_losses"]) == steps
-    loss_tol = _tolerance(row["noise_losses"], row["ref_losses"])
+    loss_tol = tolerance(row["noise_losses"], row["ref_losses"])
     for mine, ref in zip(row["losses"], row["ref_losses"], strict=True):
         assert math.isclose(mine, ref, rel_tol=loss_tol), (row["losses"], row["ref_losses"])
-    norm_tol = _tolerance(row["noise_norms"], row["ref_norms"])
+    norm_tol = tolerance(row["noise_norms"], row["ref_norms"])
     for mine, ref in zip(row["norms"], row["ref_norms"], strict=True):
         assert math.isclose(mine, ref, rel_tol=norm_tol), (row["norms"], row["ref_norms"])
     evals = [[value] for value in row["noise_evals"]]  # one eval loss per order, after training
-    eval_tol = _tolerance(evals, [row["ref_eval_loss"]])
+    eval_tol = tolerance(evals, [row["ref_eval_loss"]])
     assert math.isclose(row["eval_loss"], row["ref_eval_loss"], rel_tol=eval_tol)
     assert row["same_batches"], "the processes of one pipeline read different batches"
     assert row["optimizer_holds_stage_only"], "an optimizer steps another stage's parameters"
@@ -140,7 +127,7 @@ def test_pp2_sgd_updates_are_one_process_and_a_wrong_gradient_scale_is_caught(
     assert wrong > 100 * noise, (wrong, noise)
     adamw = _run(2, "--scale_error", "1.01")
     drift = max(abs(a - b) / b for a, b in zip(adamw["norms"], adamw["ref_norms"], strict=True))
-    assert drift > 2 * _tolerance(adamw["noise_norms"], adamw["ref_norms"]), drift
+    assert drift > 2 * tolerance(adamw["noise_norms"], adamw["ref_norms"]), drift
 
 
 @pytest.mark.distributed
@@ -207,7 +194,10 @@ def test_pp2_accumulates_recomputes_and_clips_by_megatron_settings_as_one_proces
 
 # --- checkpoints in the sharded format, across layouts -----------------------------------
 CKPT_SCRIPT = "pp_ckpt.py"
-CROSS_RTOL = 1e-5  # another layout sums in another order: observed within 2e-7
+# Another layout sums in another order. Measured here: losses within 1e-7 relative, final
+# weights within 2.9e-6 after the continuation's AdamW steps (1/4 of the 1e-5 allowed); the
+# norms of the same-layout tests above are what catch a wrong gradient scale.
+CROSS_RTOL = 1e-5
 UNSAFE = (".bin", ".pt", ".pth", ".pkl", ".distcp")  # and torch.distributed's .metadata
 
 

@@ -1,5 +1,6 @@
 """A tiny transformers LlamaForCausalLM (built from a config, no download) trained for a few
-steps; prints the loss of every step as ``RESULT {json}`` on the main process.
+steps; prints the loss and the norm before clipping of every step as ``RESULT {json}`` on
+the main process.
 
 The backend (DDP or FSDP), precision and activation checkpointing come from launch flags, so
 one script gives the traces tests/distributed/test_fsdp_llama.py compares.
@@ -40,16 +41,16 @@ def main() -> None:
     model = build_model()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     model, opt, loader = acc.prepare(model, opt, loader)
-    losses = []
+    losses, norms = [], []
     for (batch,) in loader:
         loss = model(input_ids=batch, labels=batch).loss
         acc.backward(loss)
-        acc.clip_grad_norm_(model.parameters(), 1.0)
+        norms.append(float(acc.clip_grad_norm_(model.parameters(), 1.0)))
         opt.step()
         opt.zero_grad()
         losses.append(acc.reduce(loss.detach().float(), "mean").item())
     if acc.is_main_process:
-        result = {"rank": 0, "losses": losses, "type": str(acc.distributed_type)}
+        result = {"rank": 0, "losses": losses, "norms": norms, "type": str(acc.distributed_type)}
         result["param_dtype"] = fsdp_param_dtype(acc, model)
         result["master_dtype"] = str(next(model.parameters()).dtype)
         result["scaler"] = type(acc.scaler).__name__ if acc.scaler is not None else None

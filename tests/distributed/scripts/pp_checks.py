@@ -29,7 +29,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from reference import train_reference  # noqa: E402
+from reference import train_other_orders, train_reference  # noqa: E402
 from tiny_llama import tiny_llama  # noqa: E402
 
 from overdrive import Accelerator, MegatronLMPlugin  # noqa: E402
@@ -203,30 +203,22 @@ def main() -> None:
         )
         with torch.no_grad():
             ref_eval = float(loss_of(args.case, ref.eval(), next(iter(loader))))
-        # Two more one-process runs that differ from ``ref`` only in the order gradients are
-        # summed (over the pipeline's micro-batches, and sample by sample): how far apart
-        # they end is the arithmetic noise the tests measure the pipeline against.
-        noise_losses, noise_norms, noise_evals = [], [], []
+        # The same run summed in other orders (the pipeline's micro-batches, sample by
+        # sample): their spread is the noise the tests measure the pipeline against.
         micro_batches = acc.strategy.pp.micro_batches  # type: ignore[attr-defined]
-        for slices in sorted({micro_batches, args.global_batch}):
-            other = copy.deepcopy(initial)
-            other_losses, other_norms = train_reference(
-                other,
-                optimizer_for(args.optimizer, other),
-                ref_batches,
-                lambda m, b: loss_of(args.case, m, b),
-                args.accum,
-                micro_batches=slices,
-                clip=clip,
-            )
-            noise_losses.append(other_losses)
-            noise_norms.append(other_norms)
-            with torch.no_grad():
-                noise_evals.append(float(loss_of(args.case, other.eval(), next(iter(loader)))))
-            if args.save and slices == micro_batches:
-                save_weights(other, Path(args.save) / "reference_micro")
+        noise, others = train_other_orders(
+            initial,
+            lambda m: optimizer_for(args.optimizer, m),
+            ref_batches,
+            lambda m, b: loss_of(args.case, m, b),
+            args.accum,
+            orders=(micro_batches, args.global_batch),
+            clip=clip,
+            eval_batch=next(iter(loader)),
+        )
         if args.save:
             save_weights(ref, Path(args.save) / "reference")
+            save_weights(others[micro_batches], Path(args.save) / "reference_micro")
         row = {
             "rank": acc.process_index,
             "strategy": acc.strategy.name,
@@ -245,9 +237,7 @@ def main() -> None:
             "state_dict_is_whole": sorted(full_state) == sorted(ref.state_dict()),
             "pp_rank": acc.pipeline_parallel_rank,
             "probe_calls": len(calls),
-            "noise_losses": noise_losses,
-            "noise_norms": noise_norms,
-            "noise_evals": noise_evals,
+            **noise,
         }
         print("RESULT " + json.dumps(row))
     acc.wait_for_everyone()

@@ -1,8 +1,11 @@
 """The one-process reference the parallelism scripts compare against: the unsplit model
-trained on the whole global batches, with the same accumulation and clipping at 1.0."""
+trained on the whole global batches, with the same accumulation and clipping at 1.0; and
+the same run in other orders of summation, whose spread is the arithmetic noise the tests
+derive their tolerances from (``tests/helpers/noise.py``)."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -37,3 +40,33 @@ def train_reference(
             optimizer.step()
             optimizer.zero_grad()
     return losses, norms
+
+
+def train_other_orders(
+    initial: nn.Module,
+    make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],
+    batches: Iterable[Any],
+    loss_of: Callable[[nn.Module, Any], torch.Tensor],
+    accum: int = 1,
+    *,
+    orders: Iterable[int],
+    clip: float = 1.0,
+    eval_batch: Any = None,
+) -> tuple[dict[str, list[Any]], dict[int, nn.Module]]:
+    """The reference again from a copy of ``initial`` once per entry of ``orders`` (slices
+    each batch's gradient is summed over): their traces (``noise_losses``, ``noise_norms``,
+    ``noise_evals`` on ``eval_batch``) and trained models, keyed by the number of slices."""
+    traces: dict[str, list[Any]] = {"noise_losses": [], "noise_norms": [], "noise_evals": []}
+    models = {}
+    for slices in sorted(set(orders)):
+        model = copy.deepcopy(initial)
+        losses, norms = train_reference(
+            model, make_optimizer(model), batches, loss_of, accum, micro_batches=slices, clip=clip
+        )
+        traces["noise_losses"].append(losses)
+        traces["noise_norms"].append(norms)
+        if eval_batch is not None:
+            with torch.no_grad():
+                traces["noise_evals"].append(float(loss_of(model.eval(), eval_batch)))
+        models[slices] = model
+    return traces, models
