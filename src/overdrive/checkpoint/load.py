@@ -15,9 +15,11 @@ from overdrive.checkpoint import integrity, layout
 from overdrive.checkpoint.dtypes import dtype_problems
 from overdrive.checkpoint.errors import CheckpointError, CheckpointMismatchError
 from overdrive.checkpoint.legacy import looks_legacy, refuse_or_load_legacy
+from overdrive.checkpoint.optimizer_keys import convert, parameter_names
 from overdrive.checkpoint.parts import FORMAT, Part, compare, main_parts, require_prepared
 from overdrive.checkpoint.save import wait_for_pending
 from overdrive.checkpoint.serialization import load_tree, read_json
+from overdrive.checkpoint.shard_reader import BoxReader, load_shards
 from overdrive.checkpoint.sync import Rendezvous
 
 
@@ -144,6 +146,31 @@ def _restore_sharded(accelerator: Any, part: Part, state: Any) -> None:
         ) from exc
 
 
+def _whole(key: str, shape: torch.Size, dtype: torch.dtype, reader: BoxReader) -> torch.Tensor:
+    """Every saved piece of a sharded tensor, put together (one tensor at a time)."""
+    return reader.read_full()
+
+
+def _keyed_for_strategy(accelerator: Any, part: Part, state: Any) -> Any:
+    """A saved optimizer state keyed as this run's strategy loads it: by parameter name
+    (FSDP, TP, PP) or by index (one process, DDP); converted when another layout saved it."""
+    by_name = accelerator.strategy.optimizer_state_by_name
+    if by_name is None or not isinstance(state, dict) or "param_groups" not in state:
+        return state  # an engine with a format of its own, or an empty (non-main) tree
+    if "masters" in state:  # DeepSpeed's: fp32 masters beside the per-name state
+        raise CheckpointError(
+            f"load_state: {part.label} was saved by DeepSpeed (fp32 master weights and "
+            f"ZeRO's state), which this run's {accelerator.strategy.name} strategy cannot "
+            "read yet\n  fix: resume under the DeepSpeed config that saved it; to move on "
+            "without its optimizer state, load the weights (save_model) into a new run"
+        )
+    models = [accelerator.unwrap_model(m) for m in accelerator._models]
+    names = parameter_names(part.obj, models)
+    if names is None:
+        return state
+    return convert(state, names, to_names=by_name, what=part.label)
+
+
 def _rank_dir(accelerator: Any, path: Path, manifest: dict[str, Any]) -> Path:
     """This process's saved state; on another world size, process 0's (said once)."""
     rank, world = accelerator.state.process_index, accelerator.state.num_processes
@@ -211,12 +238,19 @@ def _load_all(accelerator: Any, path: Path, allow_unsafe_pickle: bool) -> None:
             only=_verified_here(rank_dir.name, rank, accelerator.state.num_processes),
             labels=_labels(parts, rank),
         )
-    states = {
-        p.stem: _load_sharded(accelerator, path, p)
-        if p.sharded
-        else load_tree(path, p.stem, what=p.label, allow_unsafe_pickle=allow_unsafe_pickle)
-        for p in parts
-    }
+    saved_sharded = {(p["kind"], p["index"]): bool(p.get("sharded")) for p in manifest["parts"]}
+    states = {}
+    for p in parts:
+        if p.sharded and saved_sharded[(p.kind, p.index)]:
+            states[p.stem] = _load_sharded(accelerator, path, p)
+        elif saved_sharded[(p.kind, p.index)]:  # another layout's shards, read whole
+            states[p.stem] = load_shards(path, p.stem, what=p.label, place=_whole)
+        else:
+            states[p.stem] = load_tree(
+                path, p.stem, what=p.label, allow_unsafe_pickle=allow_unsafe_pickle
+            )
+        if p.kind == "optimizer":
+            states[p.stem] = _keyed_for_strategy(accelerator, p, states[p.stem])
     precision_state = load_tree(
         path, "precision", what="precision state", allow_unsafe_pickle=allow_unsafe_pickle
     )
@@ -240,7 +274,7 @@ def _load_all(accelerator: Any, path: Path, allow_unsafe_pickle: bool) -> None:
             "when a window closed (accelerator.sync_gradients is True)"
         )
     for part in parts:
-        if part.sharded:
+        if part.sharded and saved_sharded[(part.kind, part.index)]:
             _restore_sharded(accelerator, part, states[part.stem])
         else:
             _restore_part(accelerator, part, states[part.stem])

@@ -244,6 +244,16 @@ class PreparedDataLoader:
             return gen
         return None
 
+    def _adopt_sampler_generator(self) -> torch.Generator | None:
+        """A generator for a shuffling sampler that draws from torch's global RNG (one process
+        leaves it so), when the checkpoint's processes shuffled with one of their own: the
+        resumed epoch, and the ones after it, then draw the saving run's orders."""
+        sampler = getattr(self._batch_sampler, "sampler", None)
+        if sampler is None or not hasattr(sampler, "generator") or sampler.generator is not None:
+            return None
+        sampler.generator = torch.Generator()
+        return sampler.generator
+
     def _order_record(self) -> dict[str, Any] | None:
         if self._order is None:
             return None
@@ -268,6 +278,8 @@ class PreparedDataLoader:
         if generator is not None and state.get("generator") is not None:
             generator.set_state(torch.tensor(state["generator"], dtype=torch.uint8))
         own = self._sampler_generator()
+        if own is None and state.get("sampler_generator") is not None:
+            own = self._adopt_sampler_generator()
         if own is not None and state.get("sampler_generator") is not None:
             own.set_state(torch.tensor(state["sampler_generator"], dtype=torch.uint8))
         p = self._progress

@@ -51,6 +51,12 @@ class Strategy:
     # are then saved from ``param.grad``); engines that keep them elsewhere say False.
     checkpoints_mid_window = True
 
+    # How this strategy's optimizer state is keyed in checkpoints: by parameter index (a
+    # plain optimizer's state_dict), by parameter name (FSDP, TP, PP: what reshards), or
+    # None for an engine with a format of its own (DeepSpeed). Loading converts between the
+    # first two, so a checkpoint of either kind of layout resumes under the other.
+    optimizer_state_by_name: bool | None = False
+
     # megatron_lm_config's recomputation and clipping (set under MEGATRON_LM, whatever the
     # degrees: the same loop then behaves the same on any layout).
     megatron: MegatronOptions | None = None

@@ -52,6 +52,7 @@ class DeepSpeedStrategy(Strategy):
 
     name = "deepspeed"
     checkpoints_mid_window = False  # ZeRO keeps the summed gradients in its own buffers
+    optimizer_state_by_name = None  # fp32 masters and ZeRO state: its own format
 
     def __init__(
         self, device: torch.device, config: DeepSpeedConfig, *, zero3_init: bool = False

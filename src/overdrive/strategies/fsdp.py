@@ -30,6 +30,7 @@ class FSDPStrategy(Strategy):
     """Shards parameters, gradients and optimizer state over the data-parallel processes."""
 
     name = "fsdp"
+    optimizer_state_by_name = True
     sharded_grads = True
 
     def __init__(self, device: torch.device, layout: ParallelLayout, policy: FSDPPolicy) -> None:

@@ -96,6 +96,7 @@ class PipelineParallelStrategy(Strategy):
 
     name = "pipeline_parallel"
     checkpoints_mid_window = False
+    optimizer_state_by_name = True
 
     def __init__(self, device: torch.device, layout: ParallelLayout, pp: PPSettings) -> None:
         super().__init__(device)

@@ -1,0 +1,92 @@
+"""An optimizer's state keyed by parameter index or by parameter name, either way round.
+
+A plain optimizer's ``state_dict()`` keys its state and groups by position (0, 1, ...);
+FSDP, tensor and pipeline parallelism key them by the parameters' names in the user's module
+(``layer.weight``), which is what lets their checkpoints reshard. Loading a checkpoint saved
+under one kind of strategy into the other converts between the two through the names of the
+optimizer's own parameters, in the order its groups hold them; the hyper-parameters of each
+group come from the checkpoint, as ``Optimizer.load_state_dict`` takes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from torch import nn
+
+from overdrive.checkpoint.errors import CheckpointError
+
+# Wrappers that put a level into parameter names without changing the user's module.
+_WRAPPER_LEVELS = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
+
+
+def clean_name(name: str) -> str:
+    """``name`` without the levels FSDP1, activation checkpointing and compile add."""
+    for level in _WRAPPER_LEVELS:
+        name = name.replace(level, "")
+    return name
+
+
+def parameter_names(optimizer: Any, models: Iterable[nn.Module]) -> list[list[str]] | None:
+    """The names (in the user's module) of ``optimizer``'s parameters, one list per group;
+    None when a parameter belongs to none of ``models``."""
+    by_id = {id(p): clean_name(name) for model in models for name, p in model.named_parameters()}
+    groups = [[by_id.get(id(p)) for p in group["params"]] for group in optimizer.param_groups]
+    if any(name is None for group in groups for name in group):
+        return None
+    return [[name for name in group if name is not None] for group in groups]
+
+
+def keyed_by_name(state: dict[str, Any]) -> bool:
+    """Whether a saved optimizer state names its parameters (FSDP's form) or numbers them."""
+    params = [p for group in state.get("param_groups", []) for p in group.get("params", [])]
+    return any(isinstance(p, str) for p in [*params, *state.get("state", {})])
+
+
+def convert(state: dict[str, Any], names: list[list[str]], *, to_names: bool, what: str) -> Any:
+    """``state`` keyed the way this run's strategy loads it (``to_names``), given the names of
+    this run's optimizer's parameters group by group; unchanged when it already is.
+
+    By index, the saved groups' parameters pair with this run's in order (as
+    ``Optimizer.load_state_dict`` pairs them); by name, each name finds its own parameter.
+    """
+    if keyed_by_name(state) == to_names:
+        return state
+    groups = state.get("param_groups", [])
+    sizes = [len(g.get("params", [])) for g in groups]
+    if sizes != [len(g) for g in names]:
+        raise CheckpointError(
+            f"load_state: {what} was saved with parameter groups of {sizes} parameters, but "
+            f"this run's optimizer has groups of {[len(g) for g in names]}\n  fix: build the "
+            "optimizer with the same parameter groups, over the same parameters, as the run "
+            "that saved it"
+        )
+    rename: dict[Any, Any] = {}
+    for group, mine in zip(groups, names, strict=True):
+        if to_names:
+            rename.update(zip(group["params"], mine, strict=True))
+        else:
+            _require_names(group["params"], mine, what)
+    if not to_names:
+        rename = {name: i for i, name in enumerate(n for group in names for n in group)}
+    return {
+        "state": {rename[key]: value for key, value in state.get("state", {}).items()},
+        "param_groups": [
+            {**group, "params": [rename[p] for p in (mine if not to_names else group["params"])]}
+            for group, mine in zip(groups, names, strict=True)
+        ],
+    }
+
+
+def _require_names(saved: list[Any], mine: list[str], what: str) -> None:
+    missing = [n for n in mine if n not in set(saved)]
+    if missing:
+        extra = [str(n) for n in saved if n not in set(mine)]
+        more = f" (and {len(missing) - 3} more)" if len(missing) > 3 else ""
+        instead = f"; that group names {', '.join(extra[:3])} instead" if extra else ""
+        raise CheckpointError(
+            f"load_state: {what} holds no state for {', '.join(missing[:3])}{more} in the "
+            f"parameter group that holds it here{instead}\n  fix: build the model with the "
+            "parameter names, and the optimizer with the groups, of the run that saved it"
+        )
