@@ -228,15 +228,15 @@ def _assert_continues(row: dict, whole: dict, start: int) -> None:
         assert math.isclose(mine, ref, rel_tol=CROSS_RTOL), (row["losses"], whole["losses"])
 
 
-def _assert_same_weights(directory: Path, *others: str) -> None:
+def _assert_same_weights(directory: Path, *others: str, final: str = "pp_final") -> None:
     import torch
     from safetensors.torch import load_file
 
-    final = load_file(str(directory / "pp_final" / "model.safetensors"))
+    weights = load_file(str(directory / final / "model.safetensors"))
     for other in others:
         again = load_file(str(directory / other / "model.safetensors"))
-        assert sorted(again) == sorted(final)
-        for name, tensor in final.items():
+        assert sorted(again) == sorted(weights)
+        for name, tensor in weights.items():
             torch.testing.assert_close(again[name], tensor, rtol=1e-5, atol=1e-5, msg=name)
 
 
