@@ -7,7 +7,9 @@ checkpoint resumes under ZeRO-3, and on one process; a crafted pickle is never e
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ import pytest
 from safetensors.torch import load_file
 
 from tests.helpers.deepspeed import DS_ENV
-from tests.helpers.dist import assert_ok, result_rows, run_launch
+from tests.helpers.dist import REPO, SCRIPTS, assert_ok, clean_env, result_rows, run_launch
 
 pytest.importorskip("deepspeed")
 pytestmark = [pytest.mark.distributed, pytest.mark.deepspeed]
@@ -24,13 +26,15 @@ SCRIPT = "ds_resume.py"
 FLAGS = ["--use_deepspeed", "--gradient_accumulation_steps", "2", "--gradient_clipping", "0.05"]
 
 
-def _launch(out: Path, phase: str, stage: int, nprocs: int = 2) -> list[dict[str, Any]]:
+def _launch(
+    out: Path, phase: str, stage: int, nprocs: int = 2, extra: tuple[str, ...] = ()
+) -> list[dict[str, Any]]:
     result: subprocess.CompletedProcess[str] = run_launch(
         SCRIPT,
         env=DS_ENV,
         nprocs=nprocs,
         launch_args=[*FLAGS, "--zero_stage", str(stage)],
-        args=["--out", str(out), "--phase", phase],
+        args=["--out", str(out), "--phase", phase, *extra],
     )
     assert_ok(result)
     rows = result_rows(result.stdout)
@@ -76,3 +80,59 @@ def test_one_process_resumes_a_checkpoint_two_processes_saved(full: Path) -> Non
     # StepLR(step_size=2) after 3 optimizer steps of 2 processes: 6 advances (once per
     # process per step, the described system's default), restored as saved
     assert row["lr"] == 1e-2 * 0.5**3
+
+
+# --- DeepSpeed's checkpoints under other layouts -----------------------------------------
+# The same global batches (8) on every layout: only the order of summation differs, as in the
+# ZeRO-3 resume above. A continuation without AdamW's moments ends about 1e-2 away.
+
+
+def test_a_zero2_checkpoint_resumes_under_fsdp2(full: Path, tmp_path: Path) -> None:
+    out = tmp_path / "fsdp2"
+    out.mkdir()
+    (out / "mid").symlink_to(full / "mid")
+    fsdp = ["--use_fsdp", "--fsdp_version", "2", "--fsdp_state_dict_type", "SHARDED_STATE_DICT"]
+    result = run_launch(
+        SCRIPT,
+        nprocs=2,
+        launch_args=[*fsdp, "--gradient_accumulation_steps", "2"],
+        args=["--out", str(out), "--phase", "resume"],
+    )
+    assert_ok(result)
+    assert all(row["refused"] and not row["pickle_ran"] for row in result_rows(result.stdout))
+    want, got = _params(full / "full.safetensors"), _params(out / "resume.safetensors")
+    assert want.keys() == got.keys()
+    assert all((want[k] - got[k]).abs().max() < 1e-6 for k in want)
+
+
+def _plain_resume(out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """The resume phase in one plain ``python`` process (accumulating 2 batches, as saved)."""
+    shutil.rmtree(out / "crafted", ignore_errors=True)  # a previous resume's copy
+    plain = subprocess.run(
+        [sys.executable, str(SCRIPTS / SCRIPT), "--out", str(out), "--phase", "resume", *extra],
+        env=clean_env({"ACCELERATE_GRADIENT_ACCUMULATION_STEPS": "2"}),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    assert_ok(plain)
+    (row,) = result_rows(plain.stdout)
+    assert row["refused"] and not row["pickle_ran"]
+    return plain
+
+
+def test_a_zero3_checkpoint_resumes_in_one_plain_process(tmp_path: Path) -> None:
+    """The scheduler advances once per optimizer step (by default it advances once per
+    process, so one process would follow a schedule half as fast as two: said on load)."""
+    _launch(tmp_path, "full", stage=3, extra=("--once_per_step",))
+    plain = _plain_resume(tmp_path, "--once_per_step")
+    assert "saved by 2 process(es) and is resumed by 1" in plain.stderr
+    assert "advances once per process" not in plain.stderr
+    want, got = _params(tmp_path / "full.safetensors"), _params(tmp_path / "resume.safetensors")
+    assert all((want[k] - got[k]).abs().max() < 1e-6 for k in want)
+
+    default = _plain_resume(tmp_path)  # the same checkpoint, the scheduler per process
+    assert "now advances 1 time(s) per step where the saving run advanced 2" in default.stderr
+    slower = _params(tmp_path / "resume.safetensors")
+    assert any((want[k] - slower[k]).abs().max() > 1e-4 for k in want)

@@ -15,7 +15,11 @@ from overdrive.checkpoint import integrity, layout
 from overdrive.checkpoint.dtypes import dtype_problems
 from overdrive.checkpoint.errors import CheckpointError, CheckpointMismatchError
 from overdrive.checkpoint.legacy import looks_legacy, refuse_or_load_legacy
-from overdrive.checkpoint.optimizer_keys import convert, parameter_names
+from overdrive.checkpoint.optimizer_keys import (
+    convert,
+    from_deepspeed,
+    parameter_names,
+)
 from overdrive.checkpoint.parts import FORMAT, Part, compare, main_parts, require_prepared
 from overdrive.checkpoint.save import wait_for_pending
 from overdrive.checkpoint.serialization import load_tree, read_json
@@ -155,19 +159,23 @@ def _keyed_for_strategy(accelerator: Any, part: Part, state: Any) -> Any:
     """A saved optimizer state keyed as this run's strategy loads it: by parameter name
     (FSDP, TP, PP) or by index (one process, DDP); converted when another layout saved it."""
     by_name = accelerator.strategy.optimizer_state_by_name
-    if by_name is None or not isinstance(state, dict) or "param_groups" not in state:
-        return state  # an engine with a format of its own, or an empty (non-main) tree
-    if "masters" in state:  # DeepSpeed's: fp32 masters beside the per-name state
+    if not isinstance(state, dict) or "param_groups" not in state:
+        return state  # an empty tree (a process that does not read it) or an engine's own
+    if by_name is None:  # DeepSpeed: its own format only
+        if "masters" in state:
+            return state
         raise CheckpointError(
-            f"load_state: {part.label} was saved by DeepSpeed (fp32 master weights and "
-            f"ZeRO's state), which this run's {accelerator.strategy.name} strategy cannot "
-            "read yet\n  fix: resume under the DeepSpeed config that saved it; to move on "
-            "without its optimizer state, load the weights (save_model) into a new run"
+            f"load_state: {part.label} was saved by a layout other than DeepSpeed, and "
+            "DeepSpeed reads only optimizer state it saved itself (for now)\n  fix: resume "
+            "it under one process, DDP, FSDP, TP or PP (each reads the others'), or load "
+            "only the weights into this run"
         )
     models = [accelerator.unwrap_model(m) for m in accelerator._models]
     names = parameter_names(part.obj, models)
     if names is None:
         return state
+    if "masters" in state:  # DeepSpeed's: fp32 masters beside the per-name state
+        state = from_deepspeed(state, names, what=part.label)
     return convert(state, names, to_names=by_name, what=part.label)
 
 
@@ -178,11 +186,20 @@ def _rank_dir(accelerator: Any, path: Path, manifest: dict[str, Any]) -> Path:
     if saved == world:
         return path / f"rank_{rank}"
     if rank == 0:
+        per_process = bool(accelerator._schedulers) and accelerator._scheduler_per_process()
+        schedule = (
+            f"; a prepared scheduler that advances once per process per optimizer step (the "
+            f"default without split_batches) now advances {world} time(s) per step where the "
+            f"saving run advanced {saved} (SchedulerKwargs(once_per_optimizer_step=True) "
+            "makes the schedule independent of the number of processes)"
+            if per_process
+            else ""
+        )
         warnings.warn(
             f"load_state: {path} was saved by {saved} process(es) and is resumed by {world}; "
             "model and optimizer state reshard exactly, every process continues from process "
             "0's data position and RNG state, so dropout and random augmentation draw "
-            "differently from an uninterrupted run",
+            f"differently from an uninterrupted run{schedule}",
             UserWarning,
             stacklevel=4,
         )

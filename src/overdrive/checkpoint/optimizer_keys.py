@@ -90,3 +90,32 @@ def _require_names(saved: list[Any], mine: list[str], what: str) -> None:
             f"parameter group that holds it here{instead}\n  fix: build the model with the "
             "parameter names, and the optimizer with the groups, of the run that saved it"
         )
+
+
+def from_deepspeed(state: dict[str, Any], names: list[list[str]], *, what: str) -> dict[str, Any]:
+    """DeepSpeed's optimizer state (fp32 masters, per-name moments, one step count per group)
+    as a torch optimizer's, keyed by name; the masters are the model's weights (loaded with
+    the model) and the engine's counters have no meaning elsewhere."""
+    import torch
+
+    groups, steps = state.get("param_groups", []), state.get("steps", [])
+    if len(groups) != len(names):
+        raise CheckpointError(
+            f"load_state: {what} was saved by DeepSpeed with {len(groups)} parameter groups, "
+            f"but this run's optimizer has {len(names)}\n  fix: build the optimizer with the "
+            "parameter groups of the run that saved it"
+        )
+    saved = state.get("state", {})
+    _require_names(list(saved), [n for group in names for n in group], what)
+    by_name: dict[str, Any] = {"state": {}, "param_groups": []}
+    for index, (hyper, mine) in enumerate(zip(groups, names, strict=True)):
+        step = steps[index] if index < len(steps) else None
+        for name in mine:
+            entries = dict(saved[name])
+            if entries and step is not None:
+                value = step["value"]
+                entries["step"] = torch.tensor(float(value)) if step["tensor"] else value
+            if entries:
+                by_name["state"][name] = entries
+        by_name["param_groups"].append({**hyper, "params": list(mine)})
+    return by_name

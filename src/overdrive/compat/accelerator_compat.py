@@ -29,15 +29,20 @@ class AcceleratorCompat(
         set_current(self)
         self.gradient_state._loop = self.loop_state  # type: ignore[attr-defined]
 
-    def _scheduler_steps_per_advance(self) -> int:
-        """Scheduler steps per optimizer step: the described system's count unless
-        ``SchedulerKwargs(once_per_optimizer_step=True)``; said once in the log."""
+    def _scheduler_per_process(self) -> bool:
+        """Whether a prepared scheduler advances once per process per optimizer step (the
+        described system's count without split_batches)."""
         from overdrive.kwargs_handlers import SchedulerKwargs
 
         handlers: dict[type, Any] = self.kwargs_handlers
         handler = handlers.get(SchedulerKwargs) or SchedulerKwargs()
+        return not (handler.once_per_optimizer_step or self.settings["split_batches"])
+
+    def _scheduler_steps_per_advance(self) -> int:
+        """Scheduler steps per optimizer step: the described system's count unless
+        ``SchedulerKwargs(once_per_optimizer_step=True)``; said once in the log."""
         world = int(self.state.num_processes)
-        if handler.once_per_optimizer_step or self.settings["split_batches"] or world == 1:
+        if not self._scheduler_per_process() or world == 1:
             return 1
         if not self.__dict__.get("_told_scheduler_steps") and self.state.is_main_process:
             self._told_scheduler_steps = True

@@ -11,6 +11,9 @@ resume:  a new launch: a checkpoint holding a crafted pickle is refused and the 
          never runs; then load ``mid`` and train to the end; write ``resume.safetensors``.
 one:     one process loads ``epoch`` (saved by two): parameters and optimizer state are the
          saved ones, resharded to one process.
+
+``--once_per_step``: the scheduler advances once per optimizer step, not once per process, so
+a run on another number of processes follows the same schedule.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
+from overdrive import SchedulerKwargs
 from overdrive.accelerator import Accelerator
 from overdrive.checkpoint import CheckpointError, UnsafeCheckpointError
 from overdrive.checkpoint.serialization import load_tree
@@ -97,9 +101,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--phase", choices=("full", "resume", "one"), required=True)
+    parser.add_argument(
+        "--once_per_step",
+        action="store_true",
+        help="the scheduler advances once per optimizer step (the default: once per process)",
+    )
     args = parser.parse_args()
     out = Path(args.out)
-    acc = Accelerator()
+    once = SchedulerKwargs(once_per_optimizer_step=True)
+    acc = Accelerator(kwargs_handlers=[once] if args.once_per_step else None)
     model, opt, loader, sched = build(acc)
     facts: dict = {"phase": args.phase, "rank": acc.process_index}
     if args.phase == "one":
