@@ -123,8 +123,7 @@ def _plain_resume(out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_zero3_checkpoint_resumes_in_one_plain_process(tmp_path: Path) -> None:
-    """The scheduler advances once per optimizer step (by default it advances once per
-    process, so one process would follow a schedule half as fast as two: said on load)."""
+    """The scheduler advances once per optimizer step, on two processes and on one."""
     _launch(tmp_path, "full", stage=3, extra=("--once_per_step",))
     plain = _plain_resume(tmp_path, "--once_per_step")
     assert "saved by 2 process(es) and is resumed by 1" in plain.stderr
@@ -132,7 +131,12 @@ def test_a_zero3_checkpoint_resumes_in_one_plain_process(tmp_path: Path) -> None
     want, got = _params(tmp_path / "full.safetensors"), _params(tmp_path / "resume.safetensors")
     assert all((want[k] - got[k]).abs().max() < 1e-6 for k in want)
 
-    default = _plain_resume(tmp_path)  # the same checkpoint, the scheduler per process
-    assert "now advances 1 time(s) per step where the saving run advanced 2" in default.stderr
-    slower = _params(tmp_path / "resume.safetensors")
-    assert any((want[k] - slower[k]).abs().max() > 1e-4 for k in want)
+
+def test_one_process_is_told_its_schedule_runs_at_another_speed(full: Path, tmp_path: Path) -> None:
+    """By default a scheduler advances once per process per step: resumed on one process, a
+    two-process run's schedule runs half as fast, and load_state says so."""
+    (tmp_path / "mid").symlink_to(full / "mid")
+    plain = _plain_resume(tmp_path)
+    assert "now advances 1 time(s) per step where 2 processes" in plain.stderr
+    want, got = _params(full / "full.safetensors"), _params(tmp_path / "resume.safetensors")
+    assert any((want[k] - got[k]).abs().max() > 1e-4 for k in want)  # a real difference

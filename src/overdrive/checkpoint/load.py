@@ -189,9 +189,10 @@ def _rank_dir(accelerator: Any, path: Path, manifest: dict[str, Any]) -> Path:
         per_process = bool(accelerator._schedulers) and accelerator._scheduler_per_process()
         schedule = (
             f"; a prepared scheduler that advances once per process per optimizer step (the "
-            f"default without split_batches) now advances {world} time(s) per step where the "
-            f"saving run advanced {saved} (SchedulerKwargs(once_per_optimizer_step=True) "
-            "makes the schedule independent of the number of processes)"
+            f"default without split_batches) now advances {world} time(s) per step where "
+            f"{saved} processes with these settings advanced it {saved} times "
+            "(SchedulerKwargs(once_per_optimizer_step=True) makes the schedule independent of "
+            "the number of processes)"
             if per_process
             else ""
         )
