@@ -147,3 +147,25 @@ def test_ddp_checkpoint_resumes_under_fsdp2_sharded_on_three(tmp_path: Path) -> 
     _run(tmp_path, "resume", 3, 2, "SHARDED_STATE_DICT")
     full, resumed = torch.load(tmp_path / "full.pt"), torch.load(tmp_path / "resume.pt")
     assert _max_diff(full, resumed) < 1e-6
+
+
+@pytest.mark.distributed
+@pytest.mark.deepspeed
+def test_fsdp2_sharded_checkpoint_resumes_under_zero3(tmp_path: Path) -> None:
+    """The optimizer's state by name becomes DeepSpeed's (fp32 masters from the saved model,
+    one step per group); DeepSpeed clips by its own setting, the loop's limit."""
+    pytest.importorskip("deepspeed")
+    from tests.helpers.deepspeed import DS_ENV
+
+    _run(tmp_path, "full", 2, 2, "SHARDED_STATE_DICT")
+    zero3 = ["--use_deepspeed", "--zero_stage", "3", "--gradient_clipping", "1.0"]
+    result = run_launch(
+        SCRIPT,
+        nprocs=2,
+        env=DS_ENV,
+        launch_args=zero3,
+        args=["--out", str(tmp_path), "--phase", "resume"],
+    )
+    assert_ok(result)
+    full, resumed = torch.load(tmp_path / "full.pt"), torch.load(tmp_path / "resume.pt")
+    assert _max_diff(full, {k: v.float() for k, v in resumed.items()}) < 1e-6

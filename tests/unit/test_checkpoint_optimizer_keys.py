@@ -8,7 +8,14 @@ import torch
 from torch import nn
 
 from overdrive.checkpoint.errors import CheckpointError
-from overdrive.checkpoint.optimizer_keys import clean_name, convert, keyed_by_name, parameter_names
+from overdrive.checkpoint.optimizer_keys import (
+    clean_name,
+    convert,
+    from_deepspeed,
+    keyed_by_name,
+    parameter_names,
+    to_deepspeed,
+)
 
 
 def _trained() -> tuple[nn.Module, torch.optim.Optimizer]:
@@ -102,3 +109,28 @@ def test_a_state_already_in_the_wanted_form_is_left_as_it_is() -> None:
 def test_wrapper_levels_are_not_part_of_a_name() -> None:
     assert clean_name("_orig_mod.layers._fsdp_wrapped_module.0.weight") == "layers.0.weight"
     assert clean_name("block._checkpoint_wrapped_module.fc.bias") == "block.fc.bias"
+
+
+def test_deepspeeds_form_round_trips_through_the_names() -> None:
+    model, opt = _trained()
+    by_name = _by_name(model, opt)
+    masters = {k: v.detach() for k, v in model.state_dict().items()}
+    ds = to_deepspeed(by_name, masters, what="optimizer 0")
+    assert sorted(ds["masters"]) == sorted(masters) and ds["engine"] == {}
+    assert [s["value"] for s in ds["steps"]] == [3.0, 3.0] and ds["steps"][0]["tensor"]
+    assert "params" not in ds["param_groups"][0] and ds["param_groups"][1]["lr"] == 0.1
+    assert "step" not in ds["state"]["0.weight"]
+    names = parameter_names(opt, [model])
+    assert names is not None
+    back = from_deepspeed(ds, names, what="optimizer 0")
+    assert back["param_groups"] == by_name["param_groups"]
+    for name, entries in by_name["state"].items():
+        for key, value in entries.items():
+            torch.testing.assert_close(back["state"][name][key], value, msg=f"{name} {key}")
+
+
+def test_deepspeeds_form_needs_the_saved_weights_of_every_named_parameter() -> None:
+    model, opt = _trained()
+    masters = {k: v for k, v in model.state_dict().items() if k != "2.bias"}
+    with pytest.raises(CheckpointError, match=r"names 2\.bias, which the saved model"):
+        to_deepspeed(_by_name(model, opt), masters, what="optimizer 0")

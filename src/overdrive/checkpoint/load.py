@@ -18,7 +18,9 @@ from overdrive.checkpoint.legacy import looks_legacy, refuse_or_load_legacy
 from overdrive.checkpoint.optimizer_keys import (
     convert,
     from_deepspeed,
+    keyed_by_name,
     parameter_names,
+    to_deepspeed,
 )
 from overdrive.checkpoint.parts import FORMAT, Part, compare, main_parts, require_prepared
 from overdrive.checkpoint.save import wait_for_pending
@@ -155,21 +157,25 @@ def _whole(key: str, shape: torch.Size, dtype: torch.dtype, reader: BoxReader) -
     return reader.read_full()
 
 
-def _keyed_for_strategy(accelerator: Any, part: Part, state: Any) -> Any:
+def _keyed_for_strategy(accelerator: Any, part: Part, state: Any, model_states: list[Any]) -> Any:
     """A saved optimizer state keyed as this run's strategy loads it: by parameter name
-    (FSDP, TP, PP) or by index (one process, DDP); converted when another layout saved it."""
+    (FSDP, TP, PP), by index (one process, DDP) or in DeepSpeed's form; converted when
+    another layout saved it. ``model_states``: the models' saved states (DeepSpeed's masters)."""
     by_name = accelerator.strategy.optimizer_state_by_name
     if not isinstance(state, dict) or "param_groups" not in state:
         return state  # an empty tree (a process that does not read it) or an engine's own
-    if by_name is None:  # DeepSpeed: its own format only
+    if by_name is None:  # DeepSpeed
         if "masters" in state:
             return state
-        raise CheckpointError(
-            f"load_state: {part.label} was saved by a layout other than DeepSpeed, and "
-            "DeepSpeed reads only optimizer state it saved itself (for now)\n  fix: resume "
-            "it under one process, DDP, FSDP, TP or PP (each reads the others'), or load "
-            "only the weights into this run"
-        )
+        if not keyed_by_name(state):
+            raise CheckpointError(
+                f"load_state: {part.label} was saved by one process or DDP, keyed by position, "
+                "and DeepSpeed cannot tell which parameter each entry belongs to\n  fix: "
+                "resume it under one process, DDP, FSDP, TP or PP, or save it under FSDP "
+                "(keyed by name) to move it to DeepSpeed"
+            )
+        masters = {k: v for m in model_states if isinstance(m, dict) for k, v in m.items()}
+        return to_deepspeed(state, masters, what=part.label)
     models = [accelerator.unwrap_model(m) for m in accelerator._models]
     names = parameter_names(part.obj, models)
     if names is None:
@@ -267,8 +273,10 @@ def _load_all(accelerator: Any, path: Path, allow_unsafe_pickle: bool) -> None:
             states[p.stem] = load_tree(
                 path, p.stem, what=p.label, allow_unsafe_pickle=allow_unsafe_pickle
             )
+    model_states = [states[p.stem] for p in parts if p.kind == "model"]
+    for p in parts:
         if p.kind == "optimizer":
-            states[p.stem] = _keyed_for_strategy(accelerator, p, states[p.stem])
+            states[p.stem] = _keyed_for_strategy(accelerator, p, states[p.stem], model_states)
     precision_state = load_tree(
         path, "precision", what="precision state", allow_unsafe_pickle=allow_unsafe_pickle
     )

@@ -119,3 +119,34 @@ def from_deepspeed(state: dict[str, Any], names: list[list[str]], *, what: str) 
                 by_name["state"][name] = entries
         by_name["param_groups"].append({**hyper, "params": list(mine)})
     return by_name
+
+
+def to_deepspeed(state: dict[str, Any], masters: dict[str, Any], *, what: str) -> dict[str, Any]:
+    """A torch optimizer's state keyed by name (FSDP, TP, PP) as DeepSpeed's loader takes it:
+    the fp32 masters are the saved model's weights, one step count per group."""
+    import torch
+
+    groups, saved = state.get("param_groups", []), state.get("state", {})
+    steps: list[dict[str, Any] | None] = []
+    for group in groups:
+        counted = [saved[n]["step"] for n in group.get("params", []) if "step" in saved.get(n, {})]
+        if not counted:
+            steps.append(None)
+            continue
+        step = counted[0]
+        tensor = isinstance(step, torch.Tensor)
+        steps.append({"value": float(step.item()) if tensor else step, "tensor": tensor})
+    names = [n for group in groups for n in group.get("params", [])]
+    missing = [n for n in names if n not in masters]
+    if missing:
+        raise CheckpointError(
+            f"load_state: {what} names {', '.join(missing[:3])}, which the saved model does "
+            "not hold\n  fix: load a checkpoint whose model and optimizer were saved together"
+        )
+    return {
+        "masters": {n: masters[n].float() for n in names},
+        "state": {n: {k: v for k, v in saved.get(n, {}).items() if k != "step"} for n in names},
+        "steps": steps,
+        "param_groups": [{k: v for k, v in g.items() if k != "params"} for g in groups],
+        "engine": {},
+    }

@@ -110,15 +110,6 @@ def compare(manifest: dict[str, Any], parts: list[Part], accelerator: Any) -> li
             f"the checkpoint holds the position of {manifest.get('dataloaders', 0)} prepared "
             f"dataloader(s), but this run prepared {n_loaders}"
         )
-    if accelerator.strategy.optimizer_state_by_name is None:  # an engine's own format
-        for key in sorted(here.keys() & saved.keys()):
-            if bool(saved[key].get("sharded")) != here[key].sharded:
-                how = "sharded" if saved[key].get("sharded") else "full"
-                problems.append(
-                    f"{here[key].label} was saved as a {how} state dict by another layout, and "
-                    f"this run's {accelerator.strategy.name} engine reads only checkpoints of "
-                    "its own layout (resume it under the layout that saved it)"
-                )
     saved_precision = manifest.get("precision", {})
     name = getattr(accelerator.precision, "name", "no")
     if saved_precision.get("has_state") and saved_precision.get("name") != name:
