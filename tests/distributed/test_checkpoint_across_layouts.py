@@ -5,6 +5,8 @@ run's losses and weights (``pp_ckpt.py``; FSDP <-> DDP and one process: test_fsd
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,9 +17,51 @@ from tests.distributed.test_pipeline_parallel import (
     _assert_same_weights,
     _ckpt,
 )
-from tests.helpers.dist import SCRIPTS, assert_ok, result_rows, run_launch, run_python
+from tests.helpers.dist import (
+    REPO,
+    SCRIPTS,
+    assert_ok,
+    clean_env,
+    result_rows,
+    run_launch,
+    run_python,
+)
 
 pytest.importorskip("transformers")
+
+
+def _assert_from_pretrained(folder: Path, *, like: Path | None = None) -> None:
+    """``LlamaForCausalLM.from_pretrained`` reads ``folder`` (one file, or shards with an
+    index; the model's config written beside them) into the weights
+    ``model.safetensors`` in ``like`` (default: ``folder``) holds."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import LlamaForCausalLM
+
+    sys.path.insert(0, str(SCRIPTS))
+    from tiny_llama import tiny_llama
+
+    # The weights' folder plus the model's config, as a user writes it beside them.
+    tiny_llama(layers=4, vocab=128, seq=8).config.save_pretrained(str(folder))
+    model = LlamaForCausalLM.from_pretrained(str(folder))
+    loaded, want = model.state_dict(), load_file(str((like or folder) / "model.safetensors"))
+    assert sorted(loaded) == sorted(want)  # nothing left to from_pretrained's random init
+    for name, tensor in want.items():
+        torch.testing.assert_close(loaded[name], tensor, rtol=0, atol=0, msg=name)
+
+
+def _merge(checkpoint: Path, out: Path, *flags: str) -> Path:
+    """``overdrive merge-weights`` on a checkpoint; returns the folder of its model's weights."""
+    done = subprocess.run(
+        [sys.executable, "-m", "overdrive", "merge-weights", str(checkpoint), str(out), *flags],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return out
 
 
 def _ddp(directory: Path, *args: str) -> dict:
@@ -50,6 +94,13 @@ def test_pp2_checkpoint_resumes_in_one_plain_process_and_under_ddp(tmp_path: Pat
     _assert_continues(plain, whole, 5)
     _assert_continues(_ddp(tmp_path, "--tag", "ddp", *resume), whole, 5)
     _assert_same_weights(tmp_path, "plain", "ddp")
+    # The weights of each layout, as save_model wrote them and merged from the PP checkpoint
+    # (in shards of at most 100KB, with an index), load with from_pretrained as they are.
+    for folder in ("pp_final", "plain", "ddp"):
+        _assert_from_pretrained(tmp_path / folder)
+    merged = _merge(tmp_path / "at5", tmp_path / "merged", "--max_shard_size", "100KB")
+    assert (merged / "model.safetensors.index.json").is_file()
+    _assert_from_pretrained(merged, like=_merge(tmp_path / "at5", tmp_path / "one_file"))
 
 
 @pytest.mark.distributed
@@ -74,3 +125,7 @@ def test_tp2_checkpoint_resumes_under_ddp_and_a_ddp_one_in_one_plain_process(
     plain, _ = _plain(tmp_path, "--tag", "plain", "--resume", "ddp7", "--start", "7")
     _assert_continues(plain, whole, 7)
     _assert_same_weights(tmp_path, "ddp", "plain", final="tp_final")
+    _assert_from_pretrained(tmp_path / "tp_final", like=tmp_path / "tp_final")
+    _assert_from_pretrained(
+        _merge(tmp_path / "tp4", tmp_path / "tp4_merged"), like=tmp_path / "tp4_merged"
+    )
