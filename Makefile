@@ -9,7 +9,7 @@ PIP := $(BIN)/python -m pip
 DEMO_STAMP := $(VENV)/.installed-demo
 STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test faults compat deepspeed parallel lint typecheck venv clean
+.PHONY: demo test faults compat conformance deepspeed parallel lint typecheck venv clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -64,10 +64,22 @@ $(COMPAT_SITE)/.installed-$(COMPAT_VERSION): | $(BIN)/python
 compat: $(STAMP) $(COMPAT_SITE)/.installed-$(COMPAT_VERSION)
 	OVERDRIVE_COMPAT=1 OVERDRIVE_COMPAT_SITE=$(COMPAT_SITE) $(BIN)/python -m pytest -q tests/compat
 
+# The described system's own unit tests (its PyPI source distribution's tests/, the pinned
+# version), run against it and, after the mechanical rename, against overdrive; the per-file
+# table goes into docs/migrating.md. The test dependencies it needs that overdrive does not
+# go to a folder of their own, on the path of both runs.
+CONFORMANCE_DEPS := parameterized
+.conformance/deps/.installed: | $(BIN)/python
+	$(PIP) install --quiet --no-deps --target .conformance/deps $(CONFORMANCE_DEPS)
+	touch $@
+
+conformance: $(STAMP) $(COMPAT_SITE)/.installed-$(COMPAT_VERSION) .conformance/deps/.installed
+	$(BIN)/python -m tests.conformance.run --write-docs
+
 # A real run with the default settings: 2 CPU processes (one gloo group) train on
 # scikit-learn's bundled digits and report held-out accuracy gathered across ranks.
 demo: $(DEMO_STAMP)
 	$(BIN)/overdrive launch --cpu --num_processes 2 examples/digits_ddp.py
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache .mypy_cache .compat
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache .mypy_cache .compat .conformance

@@ -1,0 +1,27 @@
+"""The mechanical rename that ports the described system's unit tests to overdrive.
+
+Three things change, nothing else: import statements (``import accelerate``, ``from
+accelerate.x import y``), string literals that name one of its modules or its logger
+(``mock.patch("accelerate.utils.x")``, ``assertLogs("accelerate")``), and its command name
+where a test runs the CLI (``["accelerate", "launch", ...]``, ``"accelerate launch ..."``).
+A test that needs more than this to pass is listed in docs/migrating.md, never edited.
+"""
+
+from __future__ import annotations
+
+import re
+
+_IMPORT = re.compile(r"^(\s*(?:from|import)\s+)accelerate(?=[\s.,]|$)", re.MULTILINE)
+# "accelerate" or "accelerate.x.y" as a whole string literal's start: a module path or logger.
+_MODULE_STRING = re.compile(r"""(?<=["'])accelerate(?=["'.])""")
+# The command name at the start of a command line held in one string.
+_COMMAND = re.compile(
+    r"""(?<=["'])accelerate(?= (?:launch|config|env|test|estimate-memory|merge-weights|tpu-config|to-fsdp2)\b)"""
+)
+
+
+def rename(source: str) -> str:
+    """``source`` with the described system's imports, module strings and command renamed."""
+    source = _IMPORT.sub(r"\1overdrive", source)
+    source = _MODULE_STRING.sub("overdrive", source)
+    return _COMMAND.sub("overdrive", source)
