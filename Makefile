@@ -37,7 +37,7 @@ typecheck: $(STAMP)
 
 # The heavy DeepSpeed runs (CPU Adam, whose first use compiles it for minutes; the seeds'
 # Llama examples) run in `make deepspeed`; the rest of the DeepSpeed tests run here.
-test: $(STAMP) lint
+test: $(STAMP) lint typecheck
 	$(BIN)/python -m pytest -q tests
 
 # Every DeepSpeed test: ZeRO 0-3 and offload on CPU processes, resume, the seeds' examples.
