@@ -76,7 +76,23 @@ def _env(engine: str) -> dict[str, str]:
     env["HF_HOME"] = str(CACHE / "hf")
     deps = str(CACHE / "deps")  # its test dependencies (parameterized), for both runs
     env["PYTHONPATH"] = os.pathsep.join([str(SITE), deps] if engine == "accelerate" else [deps])
+    # The tests run each engine's command by name: overdrive's from the virtualenv, the
+    # described system's through a shim (its package sits in a folder, not installed).
+    commands = [str(_command_shim())] if engine == "accelerate" else []
+    env["PATH"] = os.pathsep.join([*commands, str(Path(sys.executable).parent), env["PATH"]])
     return env
+
+
+def _command_shim() -> Path:
+    """A folder holding an ``accelerate`` command that runs the described system's CLI."""
+    folder = CACHE / "bin"
+    shim = folder / "accelerate"
+    if not shim.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        module = "accelerate.commands.accelerate_cli"
+        shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m {module} "$@"\n')
+        shim.chmod(0o755)
+    return folder
 
 
 def run_file(folder: Path, name: str, engine: str, timeout: float) -> dict[str, str]:
@@ -85,11 +101,18 @@ def run_file(folder: Path, name: str, engine: str, timeout: float) -> dict[str, 
     report = CACHE / "reports" / f"{engine}-{name}.xml"
     report.parent.mkdir(parents=True, exist_ok=True)
     report.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"test_{name}.py"]
+    # From the folder above tests/, as its CI runs them (they name "tests/test_configs/...").
+    target = f"{folder.name}/test_{name}.py"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", target]
     cmd += [f"--junitxml={report}", "-o", "junit_family=xunit2"]
     try:
         subprocess.run(
-            cmd, cwd=folder, env=_env(engine), capture_output=True, text=True, timeout=timeout
+            cmd,
+            cwd=folder.parent,
+            env=_env(engine),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
     except subprocess.TimeoutExpired:
         return {"<file>": "hung"}
