@@ -232,6 +232,10 @@ class Accelerator(AcceleratorCompat):
         """True on a micro-batch that closes an accumulation window (the optimizer steps)."""
         return self.gradient_state.sync_gradients
 
+    @sync_gradients.setter
+    def sync_gradients(self, sync: bool) -> None:
+        self.gradient_state.sync_gradients = bool(sync)
+
     @property
     def optimizer_step_was_skipped(self) -> bool:
         """True when a prepared optimizer's last step was skipped by loss scaling."""
