@@ -1,0 +1,80 @@
+"""Behaviour the described system's users rely on (issue 20's bugs)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from overdrive.accelerator import Accelerator
+from overdrive.logging import get_logger
+from overdrive.utils.memory import find_executable_batch_size, should_reduce_batch_size
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "CPU out of memory. Tried to allocate 2.00 GiB",
+        "CUDA out of memory. Tried to allocate 2.00 GiB",
+        "DefaultCPUAllocator: can't allocate memory: you tried to allocate 10 bytes",
+        "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error may appear if ...",
+    ],
+)
+def test_out_of_memory_messages_reduce_the_batch_size(message: str) -> None:
+    assert should_reduce_batch_size(RuntimeError(message))
+
+
+def test_find_executable_batch_size_retries_on_cpu_oom() -> None:
+    tried: list[int] = []
+
+    @find_executable_batch_size(starting_batch_size=64)
+    def train(batch_size: int) -> int:
+        tried.append(batch_size)
+        if batch_size > 20:
+            raise RuntimeError("CPU out of memory. Tried to allocate 1.00 GiB")
+        return batch_size
+
+    assert train() == tried[-1] <= 20
+    assert tried[0] == 64 and len(tried) > 1
+
+
+def test_other_runtime_errors_are_not_out_of_memory() -> None:
+    assert not should_reduce_batch_size(RuntimeError("shape mismatch"))
+
+
+def test_logger_records_the_callers_line(caplog: pytest.LogCaptureFixture) -> None:
+    logger = get_logger("overdrive.test_caller")
+    with caplog.at_level(logging.INFO, logger="overdrive.test_caller"):
+        logger.info("here")
+        line = test_logger_records_the_callers_line.__code__.co_firstlineno + 4
+        logger.warning("there", stacklevel=1)
+    assert [(r.filename, r.lineno) for r in caplog.records] == [
+        ("test_compat_behaviour.py", line - 1),
+        ("test_compat_behaviour.py", line + 1),
+    ]
+
+
+def test_logger_user_stacklevel_counts_from_the_caller(caplog: pytest.LogCaptureFixture) -> None:
+    logger = get_logger("overdrive.test_caller")
+
+    def helper() -> None:
+        logger.info("from helper", stacklevel=2)
+
+    with caplog.at_level(logging.INFO, logger="overdrive.test_caller"):
+        helper()
+        line = test_logger_user_stacklevel_counts_from_the_caller.__code__.co_firstlineno + 7
+    assert [(r.filename, r.lineno) for r in caplog.records] == [("test_compat_behaviour.py", line)]
+
+
+def test_sync_gradients_can_be_set() -> None:
+    acc = Accelerator(cpu=True)
+    acc.sync_gradients = False
+    assert acc.gradient_state.sync_gradients is False
+    acc.sync_gradients = True
+    assert acc.sync_gradients is True
+
+
+def test_register_for_checkpointing_refuses_with_value_error() -> None:
+    acc = Accelerator(cpu=True)
+    with pytest.raises(ValueError, match=r"must include a `state_dict` and `load_state_dict`"):
+        acc.register_for_checkpointing(object())
