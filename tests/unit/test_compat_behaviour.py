@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 
 import pytest
+import torch
 
 from overdrive.accelerator import Accelerator
+from overdrive.data.rounds import global_rounds, local_shares
 from overdrive.logging import get_logger
 from overdrive.utils.memory import find_executable_batch_size, should_reduce_batch_size
 
@@ -78,3 +81,31 @@ def test_register_for_checkpointing_refuses_with_value_error() -> None:
     acc = Accelerator(cpu=True)
     with pytest.raises(ValueError, match=r"must include a `state_dict` and `load_state_dict`"):
         acc.register_for_checkpointing(object())
+
+
+class _Words(torch.utils.data.IterableDataset[str]):
+    def __iter__(self) -> Iterator[str]:
+        return iter(f"text{i}" for i in range(6))
+
+
+def test_strings_from_an_iterable_dataset_stay_whole() -> None:
+    acc = Accelerator(cpu=True)
+    loader = acc.prepare(torch.utils.data.DataLoader(_Words(), batch_size=None))
+    assert list(loader) == [f"text{i}" for i in range(6)]
+
+
+def test_strings_shared_between_two_ranks_stay_whole() -> None:
+    shares = [
+        [
+            batch
+            for batch, _ in local_shares(
+                global_rounds(
+                    _Words(), world=2, per_rank=None, split=False, even=True, drop_last=False
+                ),
+                rank,
+                0,
+            )
+        ]
+        for rank in (0, 1)
+    ]
+    assert shares == [["text0", "text2", "text4"], ["text1", "text3", "text5"]]
