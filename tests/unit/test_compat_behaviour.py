@@ -109,3 +109,29 @@ def test_strings_shared_between_two_ranks_stay_whole() -> None:
         for rank in (0, 1)
     ]
     assert shares == [["text0", "text2", "text4"], ["text1", "text3", "text5"]]
+
+
+class _EpochBatches(torch.utils.data.Sampler[list[int]]):
+    """A custom batch sampler whose batches depend on the epoch."""
+
+    def __init__(self) -> None:
+        self.epochs: list[int] = []
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epochs.append(epoch)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        epoch = self.epochs[-1] if self.epochs else 0
+        return iter([[epoch, epoch + 1], [epoch + 2, epoch + 3]])
+
+    def __len__(self) -> int:
+        return 2
+
+
+def test_set_epoch_reaches_a_custom_batch_sampler() -> None:
+    acc = Accelerator(cpu=True)
+    batches = _EpochBatches()
+    loader = acc.prepare(torch.utils.data.DataLoader(list(range(10)), batch_sampler=batches))
+    loader.set_epoch(3)
+    assert batches.epochs[-1] == 3
+    assert [b.tolist() for b in loader] == [[3, 4], [5, 6]]

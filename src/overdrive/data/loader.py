@@ -208,6 +208,7 @@ class PreparedDataLoader:
             p.resume_skip = 0
             p.yielded = 0
         p.epoch, p.in_epoch = int(epoch), False
+        self._tell_epoch(p.epoch)
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-able position: epoch, batches handed out in it, and the shuffle seed."""
@@ -316,10 +317,23 @@ class PreparedDataLoader:
                 seed = int(draw.random_(generator=self.base_dataloader.generator).item())
             self._seed_gen.manual_seed(seed)
         p.worker_seed = seed
-        for obj in (self.sampler, getattr(self._batch_sampler, "sampler", None), self.dataset):
-            if obj is not None and hasattr(obj, "set_epoch"):
-                obj.set_epoch(p.epoch)
+        self._tell_epoch(p.epoch)
         return skip, resumed
+
+    def _tell_epoch(self, epoch: int) -> None:
+        """Pass ``epoch`` to every sampler, batch sampler and dataset that takes one."""
+        told: list[Any] = []
+        batch_sampler = self._batch_sampler
+        candidates = (
+            self.sampler,
+            batch_sampler,
+            getattr(batch_sampler, "sampler", None),
+            self.dataset,
+        )
+        for obj in candidates:
+            if obj is not None and hasattr(obj, "set_epoch") and not any(obj is t for t in told):
+                obj.set_epoch(epoch)
+                told.append(obj)
 
     # ------------------------------------------------------------------ iteration
     def _shares(self, skip: int, resumed: bool) -> Iterator[tuple[Any, int, bool, bool | None]]:
