@@ -8,7 +8,7 @@ from typing import Any
 
 from overdrive.config import Settings
 from overdrive.config.provenance import Labelled
-from overdrive.errors import ConfigError, OverdriveError
+from overdrive.errors import ConfigError
 from overdrive.kwargs_handlers import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
