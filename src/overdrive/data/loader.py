@@ -291,7 +291,10 @@ class PreparedDataLoader:
         p = self._progress
         resumed = False
         if self._skip_once is not None:
+            # A manual resume (skip_first_batches after load_state) counts from the start of
+            # the restored epoch: it continues that epoch's order, and is not skipped twice.
             skip, self._skip_once = self._skip_once, None
+            resumed = bool(p.resume_skip)
         elif p.resume_skip:
             skip, resumed = p.resume_skip, True
         else:
