@@ -85,8 +85,11 @@ def _draw_seed(state: PartialState, generator: torch.Generator | None, seedable:
     return int(box[0])
 
 
-class PreparedDataLoader:
+class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
     """This process's share of a DataLoader; reports progress to a ``LoopState``.
+
+    A ``DataLoader`` for ``isinstance`` checks (as the described system's loaders are); it
+    reads through its own inner loader and never runs ``DataLoader.__init__``.
 
     Every process yields the same number of batches per epoch. ``len()`` is batches per
     process; ``batch_size`` is this process's batch size and ``total_batch_size`` the
