@@ -135,3 +135,17 @@ def test_set_epoch_reaches_a_custom_batch_sampler() -> None:
     loader.set_epoch(3)
     assert batches.epochs[-1] == 3
     assert [b.tolist() for b in loader] == [[3, 4], [5, 6]]
+
+
+def test_prepared_objects_are_marked_and_the_loader_is_a_dataloader() -> None:
+    acc = Accelerator(cpu=True)
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.StepLR(opt, 1)
+    loader = torch.utils.data.DataLoader(list(range(8)), batch_size=2)
+    prepared = acc.prepare(model, opt, sched, loader)
+    assert all(getattr(o, "_is_accelerate_prepared", False) for o in prepared)
+    assert isinstance(prepared[3], torch.utils.data.DataLoader)
+    assert prepared[3].gradient_state is acc.gradient_state
+    assert acc.prepare(prepared[3]) is prepared[3]  # not sharded a second time
+    assert [b.tolist() for b in prepared[3]] == [[0, 1], [2, 3], [4, 5], [6, 7]]
