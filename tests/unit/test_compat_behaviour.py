@@ -10,6 +10,7 @@ import torch
 
 from overdrive.accelerator import Accelerator
 from overdrive.data.rounds import global_rounds, local_shares
+from overdrive.errors import ConfigError
 from overdrive.logging import get_logger
 from overdrive.utils.memory import find_executable_batch_size, should_reduce_batch_size
 
@@ -149,3 +150,13 @@ def test_prepared_objects_are_marked_and_the_loader_is_a_dataloader() -> None:
     assert prepared[3].gradient_state is acc.gradient_state
     assert acc.prepare(prepared[3]) is prepared[3]  # not sharded a second time
     assert [b.tolist() for b in prepared[3]] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+
+
+def test_accelerate_torch_device_sets_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    from overdrive import PartialState
+
+    monkeypatch.setenv("ACCELERATE_TORCH_DEVICE", "meta")
+    assert PartialState().device == torch.device("meta")
+    monkeypatch.setenv("ACCELERATE_TORCH_DEVICE", "nonsense:x")
+    with pytest.raises(ConfigError, match="ACCELERATE_TORCH_DEVICE"):
+        PartialState()
