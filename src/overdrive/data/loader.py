@@ -85,7 +85,15 @@ def _draw_seed(state: PartialState, generator: torch.Generator | None, seedable:
     return int(box[0])
 
 
-class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
+if TYPE_CHECKING:
+    # Typed as its own class: it overrides DataLoader's attributes with read-only properties
+    # and its iterator is a generator, which DataLoader's annotations do not allow.
+    _LoaderBase = object
+else:
+    _LoaderBase = DataLoader
+
+
+class PreparedDataLoader(_LoaderBase):
     """This process's share of a DataLoader; reports progress to a ``LoopState``.
 
     A ``DataLoader`` for ``isinstance`` checks (as the described system's loaders are); it
@@ -117,6 +125,7 @@ class PreparedDataLoader(DataLoader):  # type: ignore[type-arg]
         self.base_dataloader = base
         self.state = state
         self.loop_state = loop_state
+        self.gradient_state: Any = None  # the Accelerator's, set by Accelerator.prepare
         self.mode = mode  # "shard" | "dispatch" | "iterable"
         self.split_batches = split
         self.even_batches = even
