@@ -27,3 +27,17 @@ def test_is_torch_version_compares_the_running_torch() -> None:
     assert compare_versions("torch", ">=", "2.0") and not compare_versions("torch", "<", "2.0")
     with pytest.raises(ValueError, match="operation"):
         is_torch_version("~=", "2.0")
+
+
+def test_is_schedulefree_available_follows_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from overdrive.utils import is_schedulefree_available
+    from overdrive.utils.imports import _installed
+
+    for found in (True, False):
+        spec = object() if found else None
+        monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a, s=spec: s)
+        _installed.cache_clear()
+        assert is_schedulefree_available() is found
+    _installed.cache_clear()
