@@ -46,6 +46,7 @@ from overdrive.plugins import (
     ProjectConfiguration,
 )
 from overdrive.precision import FP8RecipeKwargs, make_precision
+from overdrive.prepared_mark import mark_prepared
 from overdrive.random_state import check_rng_types
 from overdrive.scheduler import AcceleratedScheduler, is_scheduler
 from overdrive.state import PartialState
@@ -228,11 +229,6 @@ class Accelerator(AcceleratorCompat):
         self.gradient_state.num_steps = int(steps)
 
     @property
-    def sync_gradients(self) -> bool:
-        """True on a micro-batch that closes an accumulation window (the optimizer steps)."""
-        return self.gradient_state.sync_gradients
-
-    @property
     def optimizer_step_was_skipped(self) -> bool:
         """True when a prepared optimizer's last step was skipped by loss scaling."""
         return any(opt.step_was_skipped for opt in self._optimizers)
@@ -258,6 +254,7 @@ class Accelerator(AcceleratorCompat):
             self.gradient_state, self.loop_state, self._dataloaders, self.num_processes
         )
         out = self.strategy.prepare(objects, device_placement, self._prepare_one, loop)
+        mark_prepared(objects, out)
         return out[0] if len(out) == 1 else tuple(out)
 
     def _prepare_one(self, obj: Any, place: bool) -> Any:
@@ -326,8 +323,10 @@ class Accelerator(AcceleratorCompat):
 
     def prepare_data_loader(self, dataloader: Any, device_placement: bool | None = None) -> Any:
         """Shard ``dataloader`` across processes (see ``overdrive.data.prepare_data_loader``)."""
-        from overdrive.data import prepare_data_loader
+        from overdrive.data import PreparedDataLoader, prepare_data_loader
 
+        if isinstance(dataloader, PreparedDataLoader):
+            return dataloader  # prepared before: sharding it again would shard a share
         place = self.device_placement if device_placement is None else device_placement
         s = self.settings
         prepared = prepare_data_loader(
@@ -346,6 +345,7 @@ class Accelerator(AcceleratorCompat):
                 self.process_index, self.num_processes
             ),
         )
+        prepared.gradient_state = self.gradient_state
         self._dataloaders.append(prepared)
         return prepared
 

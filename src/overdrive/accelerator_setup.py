@@ -8,7 +8,7 @@ from typing import Any
 
 from overdrive.config import Settings
 from overdrive.config.provenance import Labelled
-from overdrive.errors import ConfigError, OverdriveError
+from overdrive.errors import ConfigError
 from overdrive.kwargs_handlers import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
@@ -172,16 +172,17 @@ def registrable(objects: Iterable[Any]) -> list[Any]:
     """``objects`` for register_for_checkpointing: each needs state_dict and load_state_dict."""
     objects = list(objects)
     bad = [
-        repr(o)
-        for o in objects
+        (i, o)
+        for i, o in enumerate(objects)
         if not (
             callable(getattr(o, "state_dict", None))
             and callable(getattr(o, "load_state_dict", None))
         )
     ]
     if bad:
-        raise OverdriveError(
-            "register_for_checkpointing() needs objects with state_dict() and "
-            f"load_state_dict(); these have not: {', '.join(bad)}"
+        listed = "".join(f"\n- Item at index {i}, `{o}`" for i, o in bad)
+        raise ValueError(
+            "All `objects` must include a `state_dict` and `load_state_dict` function to be "
+            f"stored. The following inputs are invalid:{listed}"
         )
     return objects

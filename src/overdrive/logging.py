@@ -27,7 +27,8 @@ class MultiProcessAdapter(logging.LoggerAdapter[logging.Logger]):
         main_only = kwargs.pop("main_process_only", True)
         in_order = kwargs.pop("in_order", False)
         local = kwargs.pop("local", False)
-        kwargs.setdefault("stacklevel", 2)
+        # the record names the user's line: skip log and _emit (logging skips its own frames)
+        kwargs["stacklevel"] = kwargs.get("stacklevel", 1) + 2
         if not self.isEnabledFor(level):
             return
         rank, local_rank, world = _rank_and_world()

@@ -133,6 +133,16 @@ class PartialState:
 
     def _pick_device(self) -> torch.device:
         s = self._settings
+        if s["torch_device"] is not None:
+            try:
+                return torch.device(s["torch_device"])
+            except RuntimeError as err:
+                raise ConfigError(
+                    f"torch_device {s['torch_device']!r} ({s.source('torch_device')}) is not "
+                    f"a torch device: {err}",
+                    key="torch_device",
+                    fix="set ACCELERATE_TORCH_DEVICE to a device such as 'cpu' or 'cuda:0'",
+                ) from err
         if s["use_cpu"] or self._distributed_type == DistributedType.MULTI_CPU:
             return torch.device("cpu")
         if torch.cuda.is_available():

@@ -234,8 +234,8 @@ def test_register_for_checkpointing_checks_objects() -> None:
     model, _, _ = _parts()
     acc.register_for_checkpointing(model)
     assert acc._custom_objects == [model]
-    with pytest.raises(OverdriveError, match="state_dict"):
-        acc.register_for_checkpointing(object())
+    with pytest.raises(ValueError, match=r"Item at index 1, `7`"):
+        acc.register_for_checkpointing(model, 7)
 
 
 def test_process_helpers_on_one_process(capsys: pytest.CaptureFixture[str]) -> None:

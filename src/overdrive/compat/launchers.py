@@ -109,7 +109,20 @@ def notebook_launcher(
     if not torch.cuda.is_available():
         env["accelerate_use_cpu"] = "1"
     with patch_environment(**env):
-        return elastic_launch(config, entrypoint=function)(*args)
+        return elastic_launch(config, entrypoint=_named(function))(*args)
+
+
+def _named(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` with a ``__name__`` (torch's launcher reads it; a partial has none)."""
+    if hasattr(function, "__name__"):
+        return function
+
+    def entrypoint(*args: Any) -> Any:
+        return function(*args)
+
+    inner = getattr(function, "func", function)
+    entrypoint.__name__ = getattr(inner, "__name__", type(function).__name__)
+    return entrypoint
 
 
 def debug_launcher(

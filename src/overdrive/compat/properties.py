@@ -13,6 +13,18 @@ class PropertiesMixin:
     strategy: Any
     project_configuration: Any
     _dataloaders: list[Any]
+    gradient_state: Any
+
+    # --- accumulation ---------------------------------------------------------------------
+    @property
+    def sync_gradients(self) -> bool:
+        """True on a micro-batch that closes an accumulation window (the optimizer steps)."""
+        return self.gradient_state.sync_gradients
+
+    @sync_gradients.setter
+    def sync_gradients(self, sync: bool) -> None:
+        """Force (or stop) gradient synchronisation, as the described system's setter does."""
+        self.gradient_state.sync_gradients = bool(sync)
 
     # --- data loading ---------------------------------------------------------------------
     @property

@@ -162,6 +162,13 @@ SETTINGS: tuple[Setting, ...] = (
         flag=True,
     ),
     setting(
+        "torch_device",
+        Str(),
+        None,
+        "the torch device every process uses (e.g. 'cpu', 'cuda:1'); unset: picked per process",
+        env=("ACCELERATE_TORCH_DEVICE",),
+    ),
+    setting(
         "debug",
         ON_OFF,
         False,

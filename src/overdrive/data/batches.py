@@ -14,6 +14,16 @@ import torch
 from overdrive.ops import map_tensors, rebuild
 
 
+class SampleList(list[Any]):
+    """Whole samples (strings, numbers) read one per item and joined into a round; a share
+    of one sample is that sample itself, never a list of its characters."""
+
+
+def _is_sample(data: Any) -> bool:
+    """An item that is one sample as a whole (``batch_size=None`` yielding str/int/...)."""
+    return not isinstance(data, (torch.Tensor, Mapping, list, tuple)) and not hasattr(data, "to")
+
+
 def _is_structure(data: Any) -> bool:
     """A list/tuple of sub-batches (not a per-sample list of plain values)."""
     return isinstance(data, (list, tuple)) and all(
@@ -25,6 +35,8 @@ def batch_length(batch: Any) -> int:
     """Samples in ``batch`` (the first dim of its first tensor or per-sample list)."""
     if isinstance(batch, torch.Tensor):
         return batch.shape[0] if batch.dim() else 1
+    if _is_sample(batch):
+        return 1
     if isinstance(batch, Mapping):
         for v in batch.values():
             return batch_length(v)
@@ -41,6 +53,11 @@ def concat_batches(batches: list[Any]) -> Any:
     head = batches[0]
     if len(batches) == 1:
         return head
+    if isinstance(head, SampleList) or _is_sample(head):
+        joined = SampleList()
+        for b in batches:
+            joined.extend(b) if isinstance(b, SampleList) else joined.append(b)
+        return joined
     if isinstance(head, torch.Tensor):
         return torch.cat(batches)
     if isinstance(head, Mapping):
@@ -52,6 +69,12 @@ def concat_batches(batches: list[Any]) -> Any:
 
 def take_rows(batch: Any, rows: list[int] | slice) -> Any:
     """The samples ``rows`` (indices or a slice) of ``batch``, same structure."""
+    if _is_sample(batch):
+        count = len(range(*rows.indices(1))) if isinstance(rows, slice) else len(rows)
+        return batch if count else SampleList()
+    if isinstance(batch, SampleList):
+        picked = batch[rows] if isinstance(rows, slice) else [batch[i] for i in rows]
+        return picked[0] if len(picked) == 1 else SampleList(picked)
     if isinstance(batch, torch.Tensor):
         if isinstance(rows, slice):
             return batch[rows]

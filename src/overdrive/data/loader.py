@@ -85,8 +85,19 @@ def _draw_seed(state: PartialState, generator: torch.Generator | None, seedable:
     return int(box[0])
 
 
-class PreparedDataLoader:
+if TYPE_CHECKING:
+    # Typed as its own class: it overrides DataLoader's attributes with read-only properties
+    # and its iterator is a generator, which DataLoader's annotations do not allow.
+    _LoaderBase = object
+else:
+    _LoaderBase = DataLoader
+
+
+class PreparedDataLoader(_LoaderBase):
     """This process's share of a DataLoader; reports progress to a ``LoopState``.
+
+    A ``DataLoader`` for ``isinstance`` checks (as the described system's loaders are); it
+    reads through its own inner loader and never runs ``DataLoader.__init__``.
 
     Every process yields the same number of batches per epoch. ``len()`` is batches per
     process; ``batch_size`` is this process's batch size and ``total_batch_size`` the
@@ -114,6 +125,7 @@ class PreparedDataLoader:
         self.base_dataloader = base
         self.state = state
         self.loop_state = loop_state
+        self.gradient_state: Any = None  # the Accelerator's, set by Accelerator.prepare
         self.mode = mode  # "shard" | "dispatch" | "iterable"
         self.split_batches = split
         self.even_batches = even
@@ -208,6 +220,7 @@ class PreparedDataLoader:
             p.resume_skip = 0
             p.yielded = 0
         p.epoch, p.in_epoch = int(epoch), False
+        self._tell_epoch(p.epoch)
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-able position: epoch, batches handed out in it, and the shuffle seed."""
@@ -302,7 +315,10 @@ class PreparedDataLoader:
         p = self._progress
         resumed = False
         if self._skip_once is not None:
+            # A manual resume (skip_first_batches after load_state) counts from the start of
+            # the restored epoch: it continues that epoch's order, and is not skipped twice.
             skip, self._skip_once = self._skip_once, None
+            resumed = bool(p.resume_skip)
         elif p.resume_skip:
             skip, resumed = p.resume_skip, True
         else:
@@ -328,10 +344,23 @@ class PreparedDataLoader:
                 seed = int(draw.random_(generator=self.base_dataloader.generator).item())
             self._seed_gen.manual_seed(seed)
         p.worker_seed = seed
-        for obj in (self.sampler, getattr(self._batch_sampler, "sampler", None), self.dataset):
-            if obj is not None and hasattr(obj, "set_epoch"):
-                obj.set_epoch(p.epoch)
+        self._tell_epoch(p.epoch)
         return skip, resumed
+
+    def _tell_epoch(self, epoch: int) -> None:
+        """Pass ``epoch`` to every sampler, batch sampler and dataset that takes one."""
+        told: list[Any] = []
+        batch_sampler = self._batch_sampler
+        candidates = (
+            self.sampler,
+            batch_sampler,
+            getattr(batch_sampler, "sampler", None),
+            self.dataset,
+        )
+        for obj in candidates:
+            if obj is not None and hasattr(obj, "set_epoch") and not any(obj is t for t in told):
+                obj.set_epoch(epoch)
+                told.append(obj)
 
     # ------------------------------------------------------------------ iteration
     def _shares(self, skip: int, resumed: bool) -> Iterator[tuple[Any, int, bool, bool | None]]:

@@ -70,6 +70,10 @@ def is_transformers_available() -> bool:
     return _installed("transformers")
 
 
+def is_schedulefree_available() -> bool:
+    return _installed("schedulefree")
+
+
 def is_pytest_available() -> bool:
     return _installed("pytest")
 

@@ -15,6 +15,9 @@ _OOM_MESSAGES = (
     "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED.",
     "DefaultCPUAllocator: can't allocate memory",
     "CUDA error: out of memory",
+    "FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed",
+    # any device's allocator: "CPU out of memory", "XPU out of memory", "MPS backend out of memory"
+    "out of memory",
 )
 
 
@@ -32,7 +35,8 @@ def release_memory(*objects: Any) -> list[None]:
 
 def should_reduce_batch_size(exception: BaseException) -> bool:
     """True for an out-of-memory error (CUDA or CPU allocator)."""
-    if isinstance(exception, torch.cuda.OutOfMemoryError):
+    oom_type = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+    if isinstance(exception, (oom_type, torch.cuda.OutOfMemoryError)):
         return True
     if isinstance(exception, RuntimeError) and len(exception.args) == 1:
         return any(m in str(exception.args[0]) for m in _OOM_MESSAGES)
