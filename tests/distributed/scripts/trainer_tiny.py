@@ -48,7 +48,7 @@ def main() -> None:
         if not construct_only:
             trainer.train()
             result["losses"] = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-            result["weight_sum"] = float(sum(p.double().sum() for p in model.parameters()))
+            result["weight_sum"] = float(sum(p.detach().double().sum() for p in model.parameters()))
     if args.process_index == 0:
         with open(out, "w") as f:
             json.dump(result, f)
