@@ -21,7 +21,9 @@ class ModelHook:
     def init_hook(self, module: nn.Module) -> nn.Module:
         return module
 
-    def pre_forward(self, module: nn.Module, *args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def pre_forward(
+        self, module: nn.Module, *args: Any, **kwargs: Any
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         return args, kwargs
 
     def post_forward(self, module: nn.Module, output: Any) -> Any:
@@ -42,7 +44,9 @@ class SequentialHook(ModelHook):
             module = hook.init_hook(module)
         return module
 
-    def pre_forward(self, module: nn.Module, *args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def pre_forward(
+        self, module: nn.Module, *args: Any, **kwargs: Any
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         for hook in self.hooks:
             args, kwargs = hook.pre_forward(module, *args, **kwargs)
         return args, kwargs
@@ -61,22 +65,36 @@ class SequentialHook(ModelHook):
 class AlignDevicesHook(ModelHook):
     """Moves a forward's inputs to ``execution_device`` (offload is not supported)."""
 
-    def __init__(self, execution_device: Any = None, offload: bool = False, io_same_device: bool = False, **_: Any) -> None:
+    def __init__(
+        self,
+        execution_device: Any = None,
+        offload: bool = False,
+        io_same_device: bool = False,
+        **_: Any,
+    ) -> None:
         if offload:
-            raise NotImplementedError("AlignDevicesHook(offload=True): overdrive does not offload weights")
+            raise NotImplementedError(
+                "AlignDevicesHook(offload=True): overdrive does not offload weights"
+            )
         self.execution_device = execution_device
         self.io_same_device = io_same_device
         self.input_device: torch.device | None = None
 
-    def pre_forward(self, module: nn.Module, *args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def pre_forward(
+        self, module: nn.Module, *args: Any, **kwargs: Any
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         from overdrive.utils.operations import send_to_device
 
         if self.io_same_device:
-            first = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
+            first = next(
+                (a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None
+            )
             self.input_device = first.device if first is not None else None
         if self.execution_device is None:
             return args, kwargs
-        return send_to_device(args, self.execution_device), send_to_device(kwargs, self.execution_device)
+        return send_to_device(args, self.execution_device), send_to_device(
+            kwargs, self.execution_device
+        )
 
     def post_forward(self, module: nn.Module, output: Any) -> Any:
         from overdrive.utils.operations import send_to_device
@@ -101,15 +119,17 @@ def add_hook_to_module(module: nn.Module, hook: ModelHook, append: bool = False)
 
     @functools.wraps(original)
     def forward(*args: Any, **kwargs: Any) -> Any:
-        args, kwargs = module._hf_hook.pre_forward(module, *args, **kwargs)  # type: ignore[operator]
-        if module._hf_hook.no_grad:  # type: ignore[union-attr]
+        active: Any = module.__dict__["_hf_hook"]
+        old: Any = module.__dict__["_old_forward"]
+        args, kwargs = active.pre_forward(module, *args, **kwargs)
+        if active.no_grad:
             with torch.no_grad():
-                output = module._old_forward(*args, **kwargs)  # type: ignore[operator]
+                output = old(*args, **kwargs)
         else:
-            output = module._old_forward(*args, **kwargs)  # type: ignore[operator]
-        return module._hf_hook.post_forward(module, output)  # type: ignore[operator]
+            output = old(*args, **kwargs)
+        return active.post_forward(module, output)
 
-    module.forward = forward  # type: ignore[method-assign]
+    module.forward = forward
     return module
 
 

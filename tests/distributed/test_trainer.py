@@ -26,7 +26,9 @@ def _read(path: Path) -> dict:
 def _run_plain(out: Path, batch: int) -> dict:
     """``python -m overdrive.run trainer_tiny.py`` (no launcher)."""
     cmd = [sys.executable, "-m", "overdrive.run", str(SCRIPT), str(out), str(batch)]
-    result = subprocess.run(cmd, env=clean_env(), capture_output=True, text=True, timeout=300, cwd=REPO)
+    result = subprocess.run(
+        cmd, env=clean_env(), capture_output=True, text=True, timeout=300, cwd=REPO
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     return _read(out)
 
@@ -69,9 +71,19 @@ def test_opt_in_refused_without_flag_when_real_accelerate_installed(tmp_path: Pa
     """A fake installed accelerate: plain ``python -m overdrive.run`` refuses, naming the opt-in."""
     site = tmp_path / "site"
     (site / "accelerate-9.9.9.dist-info").mkdir(parents=True)
-    (site / "accelerate-9.9.9.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: accelerate\nVersion: 9.9.9\n")
+    (site / "accelerate-9.9.9.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: accelerate\nVersion: 9.9.9\n"
+    )
     env = clean_env({"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])})
-    cmd = [sys.executable, "-m", "overdrive.run", str(SCRIPT), str(tmp_path / "x.json"), "4", "construct_only"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "overdrive.run",
+        str(SCRIPT),
+        str(tmp_path / "x.json"),
+        "4",
+        "construct_only",
+    ]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, cwd=REPO)
     assert result.returncode != 0
     assert "OVERDRIVE_AS_ACCELERATE=1" in result.stderr and "9.9.9" in result.stderr

@@ -17,7 +17,15 @@ from overdrive.errors import ConfigError
 
 OPT_IN_ENV = "OVERDRIVE_AS_ACCELERATE"
 
-__all__ = ["COMPAT_VERSION", "OPT_IN_ENV", "engine_line", "install", "is_installed", "opted_in", "uninstall"]
+__all__ = [
+    "COMPAT_VERSION",
+    "OPT_IN_ENV",
+    "engine_line",
+    "install",
+    "is_installed",
+    "opted_in",
+    "uninstall",
+]
 
 
 def opted_in() -> bool:

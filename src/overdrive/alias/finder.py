@@ -8,6 +8,7 @@ import importlib.machinery
 import sys
 from collections.abc import Sequence
 from types import ModuleType
+from typing import Any
 
 ALIAS = "accelerate"
 TARGET = "overdrive"
@@ -63,7 +64,7 @@ class AliasFinder(importlib.abc.MetaPathFinder):
             spec.submodule_search_locations = list(module.__path__)
         return spec
 
-    def find_distributions(self, context: object = None) -> list[object]:
+    def find_distributions(self, context: object = None) -> list[Any]:
         """The ``accelerate`` distribution metadata for ``importlib.metadata``."""
         from overdrive.alias.metadata import find_distributions
 

@@ -43,5 +43,7 @@ def find_distributions(context: Any = None) -> list[importlib.metadata.Distribut
 def real_distributions() -> list[importlib.metadata.Distribution]:
     """Installed ``accelerate`` distributions other than the alias."""
     return [
-        d for d in importlib.metadata.distributions(name="accelerate") if not isinstance(d, AliasDistribution)
+        d
+        for d in importlib.metadata.distributions(name="accelerate")
+        if not isinstance(d, AliasDistribution)
     ]

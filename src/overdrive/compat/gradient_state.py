@@ -18,7 +18,7 @@ class GradientStateCompat:
 
     def _set_sync_gradients(self, sync_gradients: bool) -> None:
         """Trainer accumulates by itself and says here whether this micro-batch ends its window."""
-        self.sync_gradients = sync_gradients  # type: ignore[attr-defined]
+        setattr(self, "sync_gradients", sync_gradients)  # noqa: B010 - the slot is the subclass's
 
     @property
     def plugin_kwargs(self) -> dict[str, Any]:

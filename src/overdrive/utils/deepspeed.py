@@ -10,7 +10,13 @@ from typing import Any
 from overdrive.ds.dummies import DummyOptim, DummyScheduler
 from overdrive.errors import ConfigError
 
-__all__ = ["DeepSpeedOptimizerWrapper", "DeepSpeedSchedulerWrapper", "DummyOptim", "DummyScheduler", "HfDeepSpeedConfig"]
+__all__ = [
+    "DeepSpeedOptimizerWrapper",
+    "DeepSpeedSchedulerWrapper",
+    "DummyOptim",
+    "DummyScheduler",
+    "HfDeepSpeedConfig",
+]
 
 
 class HfDeepSpeedConfig:
@@ -62,7 +68,9 @@ class HfDeepSpeedConfig:
         del config[key]
 
     def is_true(self, ds_key_long: str) -> bool:
-        return bool(self.get_value(ds_key_long)) if self.get_value(ds_key_long) is not None else False
+        return (
+            bool(self.get_value(ds_key_long)) if self.get_value(ds_key_long) is not None else False
+        )
 
     def is_false(self, ds_key_long: str) -> bool:
         value = self.get_value(ds_key_long)

@@ -19,7 +19,9 @@ _FIX = "load the model with device_map set to one device (e.g. device_map='cuda:
 def _as_device(value: Any) -> str:
     if isinstance(value, int):
         return f"cuda:{value}"
-    return str(torch.device(value)) if not isinstance(value, str) or value not in ("disk",) else value
+    return (
+        str(torch.device(value)) if not isinstance(value, str) or value not in ("disk",) else value
+    )
 
 
 def single_device(device_map: dict[str, Any]) -> str:
@@ -43,7 +45,11 @@ def clean_device_map(device_map: dict[str, Any], module_name: str = "") -> dict[
         for k in [k for k in device_map if k.startswith(prefix)]:
             del device_map[k]
         device_map[module_name] = values[0]
-    children = {k[len(prefix) :].split(".")[0] for k in list(device_map) if k.startswith(prefix) and k != module_name}
+    children = {
+        k[len(prefix) :].split(".")[0]
+        for k in list(device_map)
+        if k.startswith(prefix) and k != module_name
+    }
     for child in children:
         clean_device_map(device_map, prefix + child)
     return device_map
@@ -67,14 +73,25 @@ def _bytes(value: Any) -> int:
     if isinstance(value, int):
         return value
     text = str(value).upper().strip()
-    units = {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+    units = {
+        "KIB": 2**10,
+        "MIB": 2**20,
+        "GIB": 2**30,
+        "TIB": 2**40,
+        "KB": 10**3,
+        "MB": 10**6,
+        "GB": 10**9,
+        "TB": 10**12,
+    }
     for unit, scale in units.items():
         if text.endswith(unit):
             return int(float(text[: -len(unit)]) * scale)
     return int(text)
 
 
-def get_balanced_memory(model: nn.Module, max_memory: dict[Any, Any] | None = None, **_: Any) -> dict[Any, int]:
+def get_balanced_memory(
+    model: nn.Module, max_memory: dict[Any, Any] | None = None, **_: Any
+) -> dict[Any, int]:
     """overdrive does not balance a model over devices: the memory per device as it is."""
     return get_max_memory(max_memory)
 
@@ -84,7 +101,9 @@ def _module_size(module: nn.Module) -> int:
 
 
 def get_max_layer_size(
-    modules: list[tuple[str, nn.Module]], module_sizes: dict[str, int], no_split_module_classes: list[str]
+    modules: list[tuple[str, nn.Module]],
+    module_sizes: dict[str, int],
+    no_split_module_classes: list[str],
 ) -> tuple[int, list[str]]:
     """The biggest unsplittable layer among ``modules`` and its names."""
     best, names = 0, []
@@ -103,7 +122,9 @@ def get_max_layer_size(
     return best, names
 
 
-def infer_auto_device_map(model: nn.Module, max_memory: dict[Any, Any] | None = None, **_: Any) -> dict[str, Any]:
+def infer_auto_device_map(
+    model: nn.Module, max_memory: dict[Any, Any] | None = None, **_: Any
+) -> dict[str, Any]:
     """The whole model on the first device with room (overdrive never splits a model)."""
     memory = get_max_memory(max_memory)
     need = _module_size(model)

@@ -11,16 +11,19 @@ def _inner(model: nn.Module) -> nn.Module | None:
     if isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
         return model.module
     try:
-        from deepspeed import DeepSpeedEngine  # type: ignore[import-not-found,unused-ignore]
+        from deepspeed import DeepSpeedEngine
     except ImportError:
         DeepSpeedEngine = None  # noqa: N806
     if DeepSpeedEngine is not None and isinstance(model, DeepSpeedEngine):
-        return model.module  # type: ignore[no-any-return]
+        return model.module
     return None
 
 
 def extract_model_from_parallel(
-    model: nn.Module, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True, recursive: bool = False
+    model: nn.Module,
+    keep_fp32_wrapper: bool = True,
+    keep_torch_compile: bool = True,
+    recursive: bool = False,
 ) -> nn.Module:
     """The user's module from under DDP / DataParallel / DeepSpeed and (unless kept) torch.compile wrappers.
 
@@ -42,7 +45,9 @@ def extract_model_from_parallel(
             del model.forward
     if recursive:
         for name, child in list(model.named_children()):
-            unwrapped = extract_model_from_parallel(child, keep_fp32_wrapper, keep_torch_compile, recursive=True)
+            unwrapped = extract_model_from_parallel(
+                child, keep_fp32_wrapper, keep_torch_compile, recursive=True
+            )
             if unwrapped is not child:
                 setattr(model, name, unwrapped)
     return model

@@ -33,14 +33,26 @@ def main() -> None:
     construct_only = len(sys.argv) > 3 and sys.argv[3] == "construct_only"
     torch.manual_seed(0)
     config = LlamaConfig(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=4, vocab_size=128, max_position_embeddings=32,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        vocab_size=128,
+        max_position_embeddings=32,
     )
     model = LlamaForCausalLM(config)
     with tempfile.TemporaryDirectory() as tmp:
         args = TrainingArguments(
-            output_dir=tmp, max_steps=6, per_device_train_batch_size=batch, report_to=[],
-            save_strategy="no", use_cpu=True, logging_steps=1, seed=0, data_seed=0,
+            output_dir=tmp,
+            max_steps=6,
+            per_device_train_batch_size=batch,
+            report_to=[],
+            save_strategy="no",
+            use_cpu=True,
+            logging_steps=1,
+            seed=0,
+            data_seed=0,
             dataloader_drop_last=True,
         )
         trainer = Trainer(model=model, args=args, train_dataset=Tokens())
