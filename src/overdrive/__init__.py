@@ -54,6 +54,8 @@ _LAZY = {
     "notebook_launcher": "overdrive.compat.launchers",
     "debug_launcher": "overdrive.compat.launchers",
     "init_empty_weights": "overdrive.compat.big_modeling",
+    "dispatch_model": "overdrive.big_modeling",
+    "infer_auto_device_map": "overdrive.utils.modeling",
     "find_executable_batch_size": "overdrive.utils.memory",
     "release_memory": "overdrive.utils.memory",
     "skip_first_batches": "overdrive.data_loader",

@@ -86,6 +86,7 @@ class Accelerator(AcceleratorCompat):
         step_scheduler_with_optimizer: bool = True,
         kwargs_handlers: Sequence[Any] | None = None,
         dynamo_backend: str | None = None,
+        dynamo_plugin: Any = None,
         logging_dir: str | None = None,
         num_processes: int | None = None,
         debug: bool | None = None,
@@ -131,8 +132,7 @@ class Accelerator(AcceleratorCompat):
             None if log_with is None or isinstance(log_with, str) else list(log_with)
         )
         self.trackers: list[Any] = []
-        self.deepspeed_plugin = deepspeed_plugin
-        self.fsdp_plugin = fsdp_plugin
+        self.deepspeed_plugin, self.fsdp_plugin = deepspeed_plugin, fsdp_plugin
         self.megatron_lm_plugin = megatron_lm_plugin
 
         in_code = (fsdp_plugin, deepspeed_plugin, parallelism_config, megatron_lm_plugin)

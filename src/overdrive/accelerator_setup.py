@@ -67,6 +67,15 @@ def code_settings(args: dict[str, Any], plugins: Iterable[Any]) -> Labelled:
     if names and all(isinstance(n, str) for n in names):
         code["log_with"] = names
         labels["log_with"] = "Accelerator(log_with=...)"
+    dynamo = args.get("dynamo_plugin")
+    if (
+        dynamo is not None
+        and getattr(dynamo, "backend", None)
+        and code.get("dynamo_config.dynamo_backend") is None
+    ):
+        # TorchDynamoPlugin carries the backend as a setting; its other fields are torch.compile options
+        code["dynamo_config.dynamo_backend"] = str(dynamo.backend).lower()
+        labels["dynamo_config.dynamo_backend"] = "Accelerator(dynamo_plugin=...)"
     for plugin in plugins:
         if plugin is None:
             continue

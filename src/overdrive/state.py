@@ -48,9 +48,20 @@ class PartialState:
         *,
         init_kwargs: InitProcessGroupKwargs | None = None,
         environ: Mapping[str, str] | None = None,
+        cpu: bool = False,
+        backend: str | None = None,
+        timeout: Any = None,
     ) -> None:
         self._environ: Mapping[str, str] = os.environ if environ is None else environ
-        self._settings = settings if settings is not None else load_settings(environ=environ)
+        # cpu/backend/timeout: the described system's keywords (transformers' TrainingArguments passes them)
+        code = {"use_cpu": True} if cpu else None
+        self._settings = (
+            settings
+            if settings is not None
+            else load_settings(code=code, code_label="PartialState({}=...)", environ=environ)
+        )
+        if init_kwargs is None and (backend is not None or timeout is not None):
+            init_kwargs = InitProcessGroupKwargs(backend=backend, timeout=timeout)
         self._init_kwargs = init_kwargs or InitProcessGroupKwargs()
         self._env = detect_process_env(self._environ)
         self._created_group = False

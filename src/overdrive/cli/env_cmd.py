@@ -131,6 +131,9 @@ def report(config_file: str | None = None) -> str:
     for name, version in backend_versions().items():
         lines.append(f"  {name}: {version or 'not installed'}")
     lines += _deepspeed_lines()
+    from overdrive.alias import engine_line
+
+    lines.append(f"under overdrive launch / python -m overdrive.run: {engine_line()}")
     lines += _config_lines(config_file)
     relevant = sorted(k for k in os.environ if k.startswith(("ACCELERATE_", "OVERDRIVE_")))
     lines.append("environment: " + (", ".join(relevant) if relevant else "no ACCELERATE_* set"))

@@ -110,6 +110,11 @@ def register(commands: Any) -> None:
         "-m", "--module", action="store_true", help="run a module (python -m) instead of a file"
     )
     add_launch_options(parser)
+    add_flag(
+        parser, "as_accelerate", action="store_true",
+        help="let `import accelerate` in the workers get overdrive even where accelerate is "
+        "installed (same as OVERDRIVE_AS_ACCELERATE=1)",
+    )  # fmt: skip
     parser.add_argument(
         "command",
         nargs=argparse.REMAINDER,
@@ -204,7 +209,13 @@ def handle(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(dry_run_text(plan, show_all=args.verbose))
         return 0
+    from overdrive import alias
+
+    if getattr(args, "as_accelerate", False):
+        os.environ[alias.OPT_IN_ENV] = "1"  # the workers inherit it; their bootstrap reads it
     if not args.quiet:
+        if plan.is_main_machine:
+            _say(f"overdrive: {alias.engine_line()}")
         hint = cluster.scheduler_hint(settings, os.environ)
         if hint:
             _say(f"overdrive: note: {hint}")

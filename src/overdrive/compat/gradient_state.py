@@ -16,6 +16,18 @@ class GradientStateCompat:
         except AttributeError:
             return None
 
+    def _set_sync_gradients(self, sync_gradients: bool) -> None:
+        """Trainer accumulates by itself and says here whether this micro-batch ends its window."""
+        setattr(self, "sync_gradients", sync_gradients)  # noqa: B010 - the slot is the subclass's
+
+    @property
+    def plugin_kwargs(self) -> dict[str, Any]:
+        """The accumulation settings as the described system's GradientAccumulationPlugin keywords."""
+        return {
+            "num_steps": self.num_steps,  # type: ignore[attr-defined]
+            "sync_each_batch": self.sync_each_batch,  # type: ignore[attr-defined]
+        }
+
     @property
     def end_of_dataloader(self) -> bool:
         """True while the active prepared loader yields its last batch."""

@@ -96,6 +96,9 @@ class PropertiesMixin:
     def parallelism_config(self) -> Any:
         from overdrive.plugins import ParallelismConfig
 
+        keys = ("dp_replicate_size", "dp_shard_size", "tp_size")
+        if all(self.settings[f"parallelism_config.parallelism_config_{k}"] is None for k in keys):
+            return None  # nothing asked for a parallel layout (Trainer reads None as "plain")
         return ParallelismConfig(
             dp_replicate_size=self.settings[
                 "parallelism_config.parallelism_config_dp_replicate_size"

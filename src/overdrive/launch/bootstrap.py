@@ -86,6 +86,9 @@ def run(argv: list[str]) -> int:
         sys.stderr.write("usage: python -m overdrive.launch.bootstrap [-m] target [args...]\n")
         return 2
     target, args = argv[0], argv[1:]
+    from overdrive.alias import install
+
+    install()  # `import accelerate` gets overdrive unless a real one is installed and not opted out of
     try:
         if is_module:
             sys.argv = [target, *args]  # run_module replaces argv[0] with the module's file

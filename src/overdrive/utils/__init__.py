@@ -45,6 +45,20 @@ _LAZY = {
     # launching
     "notebook_launcher": "overdrive.compat.launchers",
     "debug_launcher": "overdrive.compat.launchers",
+    "load_fsdp_model": "overdrive.compat.fsdp_pending",
+    "save_fsdp_optimizer": "overdrive.compat.fsdp_pending",
+    "load_fsdp_optimizer": "overdrive.compat.fsdp_pending",
+    # device maps and unwrapping (transformers imports these)
+    "get_max_memory": "overdrive.utils.modeling",
+    "get_balanced_memory": "overdrive.utils.modeling",
+    "infer_auto_device_map": "overdrive.utils.modeling",
+    "check_device_map": "overdrive.utils.modeling",
+    "extract_model_from_parallel": "overdrive.utils.other",
+    "clear_device_cache": "overdrive.utils.memory",
+    "HfDeepSpeedConfig": "overdrive.utils.deepspeed",
+    "DeepSpeedSchedulerWrapper": "overdrive.utils.deepspeed",
+    "DeepSpeedOptimizerWrapper": "overdrive.utils.deepspeed",
+    "TorchDynamoPlugin": "overdrive.compat.dynamo",
     # progress bars
     "tqdm": "overdrive.utils.tqdm",
 }

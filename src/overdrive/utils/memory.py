@@ -89,3 +89,15 @@ def find_executable_batch_size(
                 reduce()
 
     return decorator
+
+
+def clear_device_cache(garbage_collection: bool = False) -> None:
+    """Return cached accelerator memory to the device (after a ``gc.collect()`` when asked)."""
+    if garbage_collection:
+        gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    elif hasattr(torch, "xpu") and torch.xpu.is_available():
+        torch.xpu.empty_cache()
+    elif torch.backends.mps.is_available():
+        torch.mps.empty_cache()

@@ -1,0 +1,81 @@
+"""``import accelerate`` answered by overdrive, the way ``python -m cudf.pandas`` answers for pandas.
+
+Explicit and reversible: nothing happens until :func:`install` runs (``overdrive launch`` and
+``python -m overdrive.run`` call it), and :func:`uninstall` removes every trace. Where a real
+``accelerate`` distribution is installed, the alias refuses unless asked for by name
+(``OVERDRIVE_AS_ACCELERATE=1``, ``overdrive launch --as_accelerate``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from overdrive.alias.finder import AliasFinder, drop_alias_modules
+from overdrive.alias.metadata import COMPAT_VERSION, real_distributions
+from overdrive.errors import ConfigError
+
+OPT_IN_ENV = "OVERDRIVE_AS_ACCELERATE"
+
+__all__ = [
+    "COMPAT_VERSION",
+    "OPT_IN_ENV",
+    "engine_line",
+    "install",
+    "is_installed",
+    "opted_in",
+    "uninstall",
+]
+
+
+def opted_in() -> bool:
+    """Whether the user asked for the alias even over a real ``accelerate``."""
+    return os.environ.get(OPT_IN_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def is_installed() -> bool:
+    """Whether the alias finder is on ``sys.meta_path``."""
+    return any(isinstance(f, AliasFinder) for f in sys.meta_path)
+
+
+def real_accelerate() -> str | None:
+    """Version of an installed real ``accelerate`` distribution, if any."""
+    found = real_distributions()
+    return found[0].version if found else None
+
+
+def install(force: bool = False) -> bool:
+    """Make ``import accelerate`` give overdrive; returns False (and changes nothing) when a real
+    ``accelerate`` is installed and neither ``force`` nor ``OVERDRIVE_AS_ACCELERATE=1`` asks to shadow it."""
+    if is_installed():
+        return True
+    real = real_accelerate()
+    if real is not None and not (force or opted_in()):
+        return False
+    if "accelerate" in sys.modules and real is not None:
+        raise ConfigError(
+            f"accelerate {real} is already imported in this process, so overdrive cannot answer to "
+            f"`import accelerate` (env {OPT_IN_ENV}=1). Fix: install the alias before anything imports "
+            "accelerate or transformers, e.g. start with `python -m overdrive.run script.py`."
+        )
+    sys.meta_path.insert(0, AliasFinder())
+    return True
+
+
+def uninstall() -> None:
+    """Remove the alias: the finder, its metadata answer, and every ``accelerate`` module entry."""
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, AliasFinder)]
+    drop_alias_modules()
+
+
+def engine_line() -> str:
+    """One line saying which engine ``import accelerate`` gets here."""
+    real = real_accelerate()
+    if real is None:
+        return f"`import accelerate` -> overdrive (answering as accelerate {COMPAT_VERSION}; no accelerate installed)"
+    if opted_in():
+        return f"`import accelerate` -> overdrive (shadows installed accelerate {real}: {OPT_IN_ENV}=1)"
+    return (
+        f"`import accelerate` -> the installed accelerate {real} (set {OPT_IN_ENV}=1 or pass "
+        "--as_accelerate to use overdrive)"
+    )

@@ -1,0 +1,49 @@
+"""``importlib.metadata`` answers for the alias: ``version("accelerate")`` is the version overdrive matches."""
+
+from __future__ import annotations
+
+import importlib.metadata
+from pathlib import Path
+from typing import Any
+
+# The described system's release whose API overdrive targets (Makefile COMPAT_VERSION); transformers
+# compares against this, so it is the honest answer to "which accelerate API is here".
+COMPAT_VERSION = "1.15.0"
+
+
+class AliasDistribution(importlib.metadata.Distribution):
+    """A distribution named ``accelerate`` that exists only while the alias is installed."""
+
+    def read_text(self, filename: str) -> str | None:
+        if filename == "METADATA":
+            return (
+                "Metadata-Version: 2.1\n"
+                "Name: accelerate\n"
+                f"Version: {COMPAT_VERSION}\n"
+                "Summary: overdrive answering to the name accelerate\n"
+            )
+        if filename == "top_level.txt":
+            return "accelerate\n"
+        return None
+
+    def locate_file(self, path: Any) -> Path:
+        import overdrive
+
+        return Path(overdrive.__file__).parent.parent / str(path)
+
+
+def find_distributions(context: Any = None) -> list[importlib.metadata.Distribution]:
+    """The alias distribution when the query asks for ``accelerate`` (or for every distribution)."""
+    name = getattr(context, "name", None)
+    if name is not None and name.replace("-", "_").lower() != "accelerate":
+        return []
+    return [AliasDistribution()]
+
+
+def real_distributions() -> list[importlib.metadata.Distribution]:
+    """Installed ``accelerate`` distributions other than the alias."""
+    return [
+        d
+        for d in importlib.metadata.distributions(name="accelerate")
+        if not isinstance(d, AliasDistribution)
+    ]

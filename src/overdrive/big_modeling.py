@@ -1,0 +1,19 @@
+"""``accelerate.big_modeling``: ``dispatch_model`` for a model on one device."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from overdrive.compat.big_modeling import init_empty_weights
+from overdrive.utils.modeling import check_device_map, single_device
+
+__all__ = ["check_device_map", "dispatch_model", "init_empty_weights"]
+
+
+def dispatch_model(model: nn.Module, device_map: dict[str, Any], **_: Any) -> nn.Module:
+    """Move ``model`` to the one device ``device_map`` names (several devices are refused)."""
+    device = single_device(device_map)
+    model.hf_device_map = dict(device_map)  # type: ignore[assignment]
+    return model.to(device)

@@ -1,0 +1,123 @@
+"""``accelerate.utils.deepspeed``: the config reader and wrappers transformers builds on."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from overdrive.ds.dummies import DummyOptim, DummyScheduler
+from overdrive.errors import ConfigError
+
+__all__ = [
+    "DeepSpeedOptimizerWrapper",
+    "DeepSpeedSchedulerWrapper",
+    "DummyOptim",
+    "DummyScheduler",
+    "HfDeepSpeedConfig",
+]
+
+
+class HfDeepSpeedConfig:
+    """A DeepSpeed JSON (path or dict) with dotted lookups (``get_value("zero_optimization.stage")``)."""
+
+    def __init__(self, config_file_or_dict: str | dict[str, Any]) -> None:
+        if isinstance(config_file_or_dict, dict):
+            config = dict(config_file_or_dict)
+        elif isinstance(config_file_or_dict, str) and os.path.exists(config_file_or_dict):
+            with open(config_file_or_dict, encoding="utf-8") as f:
+                config = json.load(f)
+        else:
+            try:
+                config = json.loads(str(config_file_or_dict))
+            except json.JSONDecodeError as exc:
+                raise ConfigError(
+                    f"deepspeed config {config_file_or_dict!r} is neither a dict, an existing JSON file nor JSON text",
+                    key="deepspeed",
+                    fix="pass the path of a DeepSpeed JSON file or a dict",
+                ) from exc
+        self.config = config
+        self._stage = self.get_value("zero_optimization.stage", -1)
+        offload_devices = {
+            self.get_value("zero_optimization.offload_optimizer.device"),
+            self.get_value("zero_optimization.offload_param.device"),
+        }
+        self._offload = bool(offload_devices & {"cpu", "nvme"})
+
+    def find_config_node(self, ds_key_long: str) -> tuple[dict[str, Any] | None, str]:
+        """The dict holding the last part of a dotted key, and that part."""
+        config: Any = self.config
+        *nodes, key = ds_key_long.split(".")
+        for node in nodes:
+            config = config.get(node) if isinstance(config, dict) else None
+            if config is None:
+                return None, key
+        return config, key
+
+    def get_value(self, ds_key_long: str, default: Any = None) -> Any:
+        config, key = self.find_config_node(ds_key_long)
+        return default if config is None else config.get(key, default)
+
+    def del_config_sub_tree(self, ds_key_long: str, must_exist: bool = False) -> None:
+        config, key = self.find_config_node(ds_key_long)
+        if config is None or key not in config:
+            if must_exist:
+                raise ValueError(f"Can't find {ds_key_long} entry in the config: {self.config}")
+            return
+        del config[key]
+
+    def is_true(self, ds_key_long: str) -> bool:
+        return (
+            bool(self.get_value(ds_key_long)) if self.get_value(ds_key_long) is not None else False
+        )
+
+    def is_false(self, ds_key_long: str) -> bool:
+        value = self.get_value(ds_key_long)
+        return False if value is None else not bool(value)
+
+    def is_zero2(self) -> bool:
+        return bool(self._stage == 2)
+
+    def is_zero3(self) -> bool:
+        return bool(self._stage == 3)
+
+    def is_offload(self) -> bool:
+        return self._offload
+
+
+class DeepSpeedOptimizerWrapper:
+    """The optimizer handed back when DeepSpeed's engine steps it: ``step``/``zero_grad`` do nothing."""
+
+    def __init__(self, optimizer: Any) -> None:
+        self.optimizer = optimizer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["optimizer"], name)
+
+    def zero_grad(self, set_to_none: bool | None = None) -> None:
+        """The engine zeroes gradients in its own step."""
+
+    def step(self) -> None:
+        """The engine steps in its own step."""
+
+    @property
+    def step_was_skipped(self) -> bool:
+        return bool(getattr(self.optimizer, "overflow", False))
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.optimizer.param_groups)
+
+
+class DeepSpeedSchedulerWrapper:
+    """The scheduler handed back when DeepSpeed's engine steps it: ``step`` does nothing."""
+
+    def __init__(self, scheduler: Any, optimizers: Any = None) -> None:
+        self.scheduler = scheduler
+        self.optimizers = optimizers
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["scheduler"], name)
+
+    def step(self, *args: Any, **kwargs: Any) -> None:
+        """The engine steps the scheduler in its own step."""

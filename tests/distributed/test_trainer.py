@@ -1,0 +1,90 @@
+"""transformers' Trainer on overdrive: a plain Trainer script trains through the accelerate alias."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.dist import REPO, assert_ok, clean_env, run_launch
+
+pytest.importorskip("transformers")
+
+SCRIPT = Path(__file__).parent / "scripts" / "trainer_tiny.py"
+
+
+def _read(path: Path) -> dict:
+    row = json.loads(path.read_text())
+    assert row["constructed"] is True
+    return row
+
+
+def _run_plain(out: Path, batch: int) -> dict:
+    """``python -m overdrive.run trainer_tiny.py`` (no launcher)."""
+    cmd = [sys.executable, "-m", "overdrive.run", str(SCRIPT), str(out), str(batch)]
+    result = subprocess.run(
+        cmd, env=clean_env(), capture_output=True, text=True, timeout=300, cwd=REPO
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return _read(out)
+
+
+def _run_launched(out: Path, nprocs: int, batch: int) -> tuple[dict, str]:
+    result = run_launch(SCRIPT, nprocs=nprocs, args=[str(out), str(batch)], timeout=300)
+    assert_ok(result)
+    return _read(out), result.stderr
+
+
+def _rel_close(a: list[float], b: list[float], rel: float) -> bool:
+    return all(abs(x - y) <= rel * abs(y) for x, y in zip(a, b, strict=True))
+
+
+@pytest.mark.distributed
+def test_one_process_launch_equals_python_m_overdrive_run(tmp_path: Path) -> None:
+    plain = _run_plain(tmp_path / "plain.json", batch=4)
+    launched, stderr = _run_launched(tmp_path / "launched.json", nprocs=1, batch=4)
+    assert "`import accelerate` -> overdrive" in stderr
+    assert (plain["world"], launched["world"]) == (1, 1)
+    assert len(plain["losses"]) == 6
+    assert plain["losses"] == launched["losses"]
+    assert plain["weight_sum"] == launched["weight_sum"]
+
+
+@pytest.mark.distributed
+def test_two_process_ddp_equals_one_process_with_doubled_batch(tmp_path: Path) -> None:
+    one = _run_plain(tmp_path / "one.json", batch=4)
+    ddp, _ = _run_launched(tmp_path / "ddp.json", nprocs=2, batch=2)
+    assert ddp["world"] == 2
+    assert len(ddp["losses"]) == 6
+    assert _rel_close(ddp["losses"], one["losses"], 1e-5), (ddp["losses"], one["losses"])
+    assert abs(ddp["weight_sum"] - one["weight_sum"]) <= 1e-6 * abs(one["weight_sum"])
+    # the loss moved: the run trained rather than repeating its first step
+    assert len(set(one["losses"])) > 1
+
+
+@pytest.mark.distributed
+def test_opt_in_refused_without_flag_when_real_accelerate_installed(tmp_path: Path) -> None:
+    """A fake installed accelerate: plain ``python -m overdrive.run`` refuses, naming the opt-in."""
+    site = tmp_path / "site"
+    (site / "accelerate-9.9.9.dist-info").mkdir(parents=True)
+    (site / "accelerate-9.9.9.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: accelerate\nVersion: 9.9.9\n"
+    )
+    env = clean_env({"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])})
+    cmd = [
+        sys.executable,
+        "-m",
+        "overdrive.run",
+        str(SCRIPT),
+        str(tmp_path / "x.json"),
+        "4",
+        "construct_only",
+    ]
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert result.returncode != 0
+    assert "OVERDRIVE_AS_ACCELERATE=1" in result.stderr and "9.9.9" in result.stderr
+    assert not (tmp_path / "x.json").exists()

@@ -1,0 +1,74 @@
+"""The accelerate alias: same module objects, version metadata, opt-in over a real install, reversible."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from overdrive import alias
+
+
+@pytest.fixture
+def clean_alias(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.delenv(alias.OPT_IN_ENV, raising=False)
+    alias.uninstall()
+    yield
+    alias.uninstall()
+
+
+def test_same_module_objects_and_version(clean_alias: None) -> None:
+    import overdrive
+    import overdrive.utils.memory
+
+    assert alias.install() is True
+    accelerate = importlib.import_module("accelerate")
+    memory = importlib.import_module("accelerate.utils.memory")
+    assert accelerate is overdrive
+    assert memory is overdrive.utils.memory
+    assert accelerate.Accelerator is overdrive.Accelerator
+    assert overdrive.__spec__ is not None and overdrive.__spec__.name == "overdrive"
+    assert importlib.metadata.version("accelerate") == alias.COMPAT_VERSION == "1.15.0"
+
+
+def test_uninstall_restores(clean_alias: None) -> None:
+    alias.install()
+    importlib.import_module("accelerate.hooks")
+    alias.uninstall()
+    assert not alias.is_installed()
+    assert not any(n == "accelerate" or n.startswith("accelerate.") for n in sys.modules)
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("accelerate")
+    with pytest.raises(importlib.metadata.PackageNotFoundError):
+        importlib.metadata.version("accelerate")
+
+
+def test_real_accelerate_needs_opt_in(
+    clean_alias: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    info = tmp_path / "accelerate-9.9.9.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: accelerate\nVersion: 9.9.9\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert alias.install() is False
+    assert not alias.is_installed()
+    assert "9.9.9" in alias.engine_line() and alias.OPT_IN_ENV in alias.engine_line()
+    monkeypatch.setenv(alias.OPT_IN_ENV, "1")
+    assert alias.install() is True
+    assert "shadows installed accelerate 9.9.9" in alias.engine_line()
+
+
+def test_device_map_over_two_devices_is_refused() -> None:
+    from torch import nn
+
+    from overdrive.big_modeling import dispatch_model
+    from overdrive.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="device_map"):
+        dispatch_model(nn.Linear(2, 2), {"": "cpu", "x": "disk"})
+    model = dispatch_model(nn.Linear(2, 2), {"": "cpu"})
+    assert model.weight.device.type == "cpu"
