@@ -74,6 +74,8 @@ def test_opt_in_refused_without_flag_when_real_accelerate_installed(tmp_path: Pa
     (site / "accelerate-9.9.9.dist-info" / "METADATA").write_text(
         "Metadata-Version: 2.1\nName: accelerate\nVersion: 9.9.9\n"
     )
+    (site / "accelerate").mkdir()  # an installed package: its module and its metadata
+    (site / "accelerate" / "__init__.py").write_text("")
     env = clean_env({"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])})
     cmd = [
         sys.executable,

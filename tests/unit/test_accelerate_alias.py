@@ -53,6 +53,8 @@ def test_real_accelerate_needs_opt_in(
     info = tmp_path / "accelerate-9.9.9.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: accelerate\nVersion: 9.9.9\n")
+    (tmp_path / "accelerate").mkdir()  # an installed package: its module and its metadata
+    (tmp_path / "accelerate" / "__init__.py").write_text("")
     monkeypatch.syspath_prepend(str(tmp_path))
     assert alias.install() is False
     assert not alias.is_installed()

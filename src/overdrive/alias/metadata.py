@@ -41,7 +41,13 @@ def find_distributions(context: Any = None) -> list[importlib.metadata.Distribut
 
 
 def real_distributions() -> list[importlib.metadata.Distribution]:
-    """Installed ``accelerate`` distributions other than the alias."""
+    """Installed ``accelerate`` distributions other than the alias (none without a package of
+    that name on the path: that look costs a millisecond, the metadata scan tens, and runs
+    at every worker's start)."""
+    import importlib.machinery
+
+    if importlib.machinery.PathFinder.find_spec("accelerate") is None:
+        return []
     return [
         d
         for d in importlib.metadata.distributions(name="accelerate")
