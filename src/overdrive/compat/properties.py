@@ -97,7 +97,11 @@ class PropertiesMixin:
         from overdrive.plugins import ParallelismConfig
 
         keys = ("dp_replicate_size", "dp_shard_size", "tp_size")
-        if all(self.settings[f"parallelism_config.parallelism_config_{k}"] is None for k in keys):
+        unset = all(
+            self.settings[f"parallelism_config.parallelism_config_{k}"] is None for k in keys
+        )
+        parallel = any(getattr(self.strategy, k, None) is not None for k in ("tp", "pp"))
+        if unset and not parallel:
             return None  # nothing asked for a parallel layout (Trainer reads None as "plain")
         return ParallelismConfig(
             dp_replicate_size=self.settings[

@@ -277,7 +277,10 @@ def main() -> None:
             ),
             "plan": getattr(acc.strategy, "plans", {}) and next(iter(acc.strategy.plans.values())),
             "norm_inputs": norm_inputs,
-            "reports_sequence_parallel": acc.parallelism_config.sequence_parallel,
+            # None under plain FSDP: nothing asked for a parallel layout
+            "reports_sequence_parallel": getattr(
+                acc.parallelism_config, "sequence_parallel", False
+            ),
         }
         print("RESULT " + json.dumps(row))
 
