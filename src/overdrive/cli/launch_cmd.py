@@ -214,13 +214,12 @@ def handle(args: argparse.Namespace) -> int:
     if getattr(args, "as_accelerate", False):
         os.environ[alias.OPT_IN_ENV] = "1"  # the workers inherit it; their bootstrap reads it
     if not args.quiet:
-        if plan.is_main_machine:
-            _say(f"overdrive: {alias.engine_line()}")
         hint = cluster.scheduler_hint(settings, os.environ)
         if hint:
             _say(f"overdrive: note: {hint}")
         if plan.is_main_machine:
-            _say(banner(plan))
+            _say(banner(plan))  # first line of a launch: what runs, and how
+            _say(f"overdrive: {alias.engine_line()}")
         if plan.load_note:
             _say(f"overdrive: note: {plan.load_note}")
         if plan.log_dir:
