@@ -1,0 +1,132 @@
+"""House rules of the source tree, checked on every `make test`: no source file over 600 lines,
+and no import cycle among the modules' import-time imports (imports inside functions and under
+``if TYPE_CHECKING:`` run later or never, so they cannot deadlock a partial import)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+MAX_LINES = 600
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in SRC.rglob("*.py"):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+def _import_time_targets(tree: ast.Module, package: str) -> set[str]:
+    """Dotted names a module imports when it is itself imported."""
+    targets: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                visit(node.orelse)
+            elif isinstance(node, ast.If):
+                visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                visit(node.body)
+                visit(node.orelse)
+                visit(node.finalbody)
+                for handler in node.handlers:
+                    visit(handler.body)
+            elif isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(anchor + ([node.module] if node.module else []))
+                # `from pkg import name` imports the submodule pkg.name when there is one.
+                targets.update(f"{base}.{alias.name}" for alias in node.names)
+                targets.add(base)
+
+    visit(tree.body)
+    return targets
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the overdrive modules it imports at import time."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges = set()
+        for target in _import_time_targets(ast.parse(path.read_text()), package):
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                edges.add(target)
+        graph[name] = edges
+    # A submodule named in `from pkg import sub` is the import; the package itself is only
+    # the parent every submodule initialises first, not a dependency that can form a cycle.
+    for name, edges in graph.items():
+        graph[name] = {e for e in edges if not any(f.startswith(e + ".") for f in edges)}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                connect(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    return found
+
+
+def test_no_source_file_is_over_600_lines() -> None:
+    long = {
+        str(p.relative_to(SRC)): n
+        for p in SRC.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
+    assert not long, f"split these files (over {MAX_LINES} lines): {long}"
+
+
+def test_no_import_cycles() -> None:
+    assert cycles(import_graph()) == []
+
+
+def test_the_cycle_check_finds_a_cycle_and_ignores_parent_packages() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\n"
+        "from overdrive.config import schema\n"
+        "if TYPE_CHECKING:\n    from overdrive.state import PartialState\n"
+        "def f():\n    import overdrive.accelerator\n"
+    )
+    targets = _import_time_targets(tree, "overdrive.config")
+    assert "overdrive.config.schema" in targets
+    assert not any(t.startswith(("overdrive.state", "overdrive.accelerator")) for t in targets)
+    assert "overdrive.config.load" in import_graph()["overdrive.config"]
