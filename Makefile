@@ -9,7 +9,7 @@ PIP := $(BIN)/python -m pip
 DEMO_STAMP := $(VENV)/.installed-demo
 STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test faults compat conformance deepspeed parallel lint typecheck venv clean
+.PHONY: demo test extended faults compat conformance deepspeed parallel lint typecheck venv clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,10 +35,16 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# The heavy DeepSpeed runs (CPU Adam, whose first use compiles it for minutes; the seeds'
-# Llama examples) run in `make deepspeed`; the rest of the DeepSpeed tests run here.
+# Every suite, less the cases marked `extended` (CPU Adam, whose first use compiles it for
+# minutes, and the seeds' DeepSpeed examples that need it; most 4- and 8-process layouts; the
+# repeats of a suite under its other variants): a faster case of each stays, and the whole
+# stays under 30 minutes on 2 cores. `make extended` runs exactly what is left out here.
 test: $(STAMP) lint typecheck
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q tests -m "not extended"
+
+# The cases `make test` leaves out (see `extended` in pyproject.toml).
+extended: $(STAMP)
+	$(BIN)/python -m pytest -q tests -m extended
 
 # Every DeepSpeed test: ZeRO 0-3 and offload on CPU processes, resume, the seeds' examples.
 deepspeed: $(STAMP)

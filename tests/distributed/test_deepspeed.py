@@ -61,7 +61,8 @@ STAGES = {
     "3-offload": {"offload_optimizer_device": "cpu", "offload_param_device": "cpu"},
 }
 # CPU Adam (offload) compiles on first use for minutes: `make deepspeed` runs it.
-CASES = [pytest.param(c, marks=pytest.mark.slow) if c == "3-offload" else c for c in STAGES]
+OFFLOAD = [pytest.mark.slow, pytest.mark.extended]
+CASES = [pytest.param(c, marks=OFFLOAD) if c == "3-offload" else c for c in STAGES]
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)
@@ -79,6 +80,7 @@ def test_zero_stage_trains_like_one_process(
     assert row["basic_optimizer"] == ("DeepSpeedCPUAdam" if offload else "AdamW")
 
 
+@pytest.mark.extended
 def test_json_with_auto_values_trains_like_the_yaml(tmp_path: Path) -> None:
     section = {"zero_stage": 2, "gradient_accumulation_steps": 2, "gradient_clipping": MAX_NORM}
     from_yaml = tmp_path / "yaml"

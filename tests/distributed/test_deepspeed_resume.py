@@ -62,6 +62,7 @@ def test_resume_in_a_new_launch_ends_with_the_same_parameters(full: Path) -> Non
     assert all((want[k] == got[k]).all() for k in want), "ZeRO-2 resume is not exact"
 
 
+@pytest.mark.extended
 def test_a_zero2_checkpoint_resumes_under_zero3(full: Path, tmp_path: Path) -> None:
     out = tmp_path / "z3"
     out.mkdir()

@@ -24,8 +24,13 @@ FSDP += ["--fsdp_transformer_layer_cls_to_wrap", "LlamaDecoderLayer"]
     ("strategy", "dtype", "flags"),
     [
         ("FSDP FULL_SHARD", "fp32", [*FSDP, "--fsdp_sharding_strategy", "FULL_SHARD"]),
-        ("FSDP FULL_SHARD", "bf16", [*FSDP, "--mixed_precision", "bf16"]),
-        ("DDP", "fp32", []),
+        pytest.param(
+            "FSDP FULL_SHARD",
+            "bf16",
+            [*FSDP, "--mixed_precision", "bf16"],
+            marks=pytest.mark.extended,
+        ),
+        pytest.param("DDP", "fp32", [], marks=pytest.mark.extended),
     ],
 )
 def test_per_rank_bytes_match_two_processes(
@@ -53,7 +58,7 @@ def test_per_rank_bytes_match_two_processes(
 
 
 @pytest.mark.distributed
-@pytest.mark.parametrize("split", ["raw", "overdrive"])
+@pytest.mark.parametrize("split", [pytest.param("raw", marks=pytest.mark.extended), "overdrive"])
 def test_tp2_bytes_match_the_split(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], split: str
 ) -> None:
@@ -81,7 +86,10 @@ def test_tp2_bytes_match_the_split(
 
 @pytest.mark.distributed
 @pytest.mark.deepspeed
-@pytest.mark.parametrize("stage", [1, 2, 3])
+@pytest.mark.parametrize(
+    "stage",
+    [pytest.param(1, marks=pytest.mark.extended), pytest.param(2, marks=pytest.mark.extended), 3],
+)
 def test_zero_stages_in_bf16_match_deepspeed(
     stage: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

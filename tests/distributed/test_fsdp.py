@@ -34,10 +34,28 @@ CASES = {
 }
 
 
+# FSDP1 keeps three cases in `make test` (no wrapping, layer wrapping on 3 processes, offload
+# with activation checkpointing); its other cases run in `make extended`.
+FSDP1_IN_MAKE_TEST = {
+    "full-shard-no-wrap",
+    "full-shard-layer-wrap-3-procs",
+    "offload-and-activation-checkpointing",
+}
+RUNS = [
+    pytest.param(
+        case,
+        version,
+        id=f"{case}-{version}",
+        marks=[] if version == 2 or case in FSDP1_IN_MAKE_TEST else [pytest.mark.extended],
+    )
+    for case in CASES
+    for version in (2, 1)
+]
+
+
 @pytest.mark.distributed
-@pytest.mark.parametrize("version", [2, 1])
-@pytest.mark.parametrize("case", list(CASES))
-def test_fsdp_trains_like_one_process(version: int, case: str) -> None:
+@pytest.mark.parametrize(("case", "version"), RUNS)
+def test_fsdp_trains_like_one_process(case: str, version: int) -> None:
     nprocs, flags, units = CASES[case]
     result = run_launch(
         SCRIPT,

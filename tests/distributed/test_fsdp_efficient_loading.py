@@ -39,7 +39,9 @@ def test_without_it_every_process_builds_the_whole_model() -> None:
 
 
 @pytest.mark.distributed
-@pytest.mark.parametrize("wrap", ["NO_WRAP", "SIZE_BASED_WRAP"])
+@pytest.mark.parametrize(
+    "wrap", [pytest.param("NO_WRAP", marks=pytest.mark.extended), "SIZE_BASED_WRAP"]
+)
 def test_only_the_main_process_builds_the_weights_fsdp1(wrap: str) -> None:
     # FSDP1 fills each module from the main process as it shards it: the other process
     # holds its shards plus one unit (one unit: the whole model without wrapping).

@@ -27,7 +27,7 @@ def _close(a: list[float], b: list[float], atol: float) -> bool:
 
 
 @pytest.mark.distributed
-@pytest.mark.parametrize("version", ["2", "1"])
+@pytest.mark.parametrize("version", ["2", pytest.param("1", marks=pytest.mark.extended)])
 def test_fp32_loss_trace_equals_ddp(version: str) -> None:
     ddp = _trace()
     fsdp = _trace("--use_fsdp", "--fsdp_version", version, *LAYERS)

@@ -81,7 +81,7 @@ def test_sigterm_to_the_launcher_leaves_no_worker_alive(tmp_path: Path) -> None:
     assert _poll(lambda: all(_gone(pid) for pid in pids), timeout=30), pids
 
 
-@pytest.mark.parametrize("rdzv", ["static", "c10d"])
+@pytest.mark.parametrize("rdzv", [pytest.param("static", marks=pytest.mark.extended), "c10d"])
 def test_max_restarts_reruns_a_group_that_failed_once(tmp_path: Path, rdzv: str) -> None:
     marker = tmp_path / "failed-once"
     done = run_launch(

@@ -60,7 +60,7 @@ def test_three_processes_module_launch_c10d_and_busy_port() -> None:
     assert "overdrive launch:" not in done.stderr  # -q: no banner
 
 
-@pytest.mark.parametrize("rdzv", ["static", "c10d"])
+@pytest.mark.parametrize("rdzv", [pytest.param("static", marks=pytest.mark.extended), "c10d"])
 def test_two_machines_on_loopback_form_one_group(rdzv: str) -> None:
     port = free_port()
     machines = [

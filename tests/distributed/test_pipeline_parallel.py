@@ -156,6 +156,7 @@ def test_pp2_times_two_replicas_trains_as_one_process() -> None:
 @pytest.mark.distributed
 @pytest.mark.slow
 @pytest.mark.four_processes
+@pytest.mark.extended
 def test_pp2_times_two_replicas_accumulating_trains_as_one_process() -> None:
     """Inside a window each replica keeps its own sum (averaged at the window's end): the
     same steps as one process accumulating the global batches."""
@@ -264,6 +265,7 @@ def _assert_stage_files(saved: Path, full: set[str], writers: tuple[int, int]) -
 
 
 @pytest.mark.distributed
+@pytest.mark.extended
 def test_pp2_checkpoints_resume_under_fsdp2_and_back_and_under_tp2(tmp_path: Path) -> None:
     """A chain of resumes on the same two processes, each from the previous run's sharded
     save: PP=2 (saved asynchronously after step 3, training on while it is written) ->
@@ -298,6 +300,7 @@ def test_pp2_checkpoints_resume_under_fsdp2_and_back_and_under_tp2(tmp_path: Pat
 @pytest.mark.distributed
 @pytest.mark.slow
 @pytest.mark.four_processes
+@pytest.mark.extended
 def test_pp2_times_two_replicas_checkpoint_is_written_once_per_stage(tmp_path: Path) -> None:
     """PP=2 x dp=2: the first replica of each stage writes it (ranks 0 and 2); FSDP2 over
     the four processes resumes it to the uninterrupted losses and weights."""

@@ -249,6 +249,7 @@ def test_fsdp2_times_tp2_sequence_parallel_trains_as_one_process() -> None:
 @pytest.mark.distributed
 @pytest.mark.slow
 @pytest.mark.four_processes
+@pytest.mark.extended
 def test_megatron_tp2_times_two_replicas_trains_as_one_process() -> None:
     flags = ("--use_megatron_lm", "--megatron_lm_tp_degree", "2")
     row = _run(4, "--batch", "2", "--global_batch", "4", launch_args=flags)
@@ -260,6 +261,7 @@ def test_megatron_tp2_times_two_replicas_trains_as_one_process() -> None:
 @pytest.mark.distributed
 @pytest.mark.slow
 @pytest.mark.four_processes
+@pytest.mark.extended
 def test_megatron_tp2_with_the_distributed_optimizer_shards_over_data_parallel() -> None:
     flags = (
         "--use_megatron_lm",
@@ -278,6 +280,7 @@ def test_megatron_tp2_with_the_distributed_optimizer_shards_over_data_parallel()
 @pytest.mark.distributed
 @pytest.mark.slow
 @pytest.mark.four_processes
+@pytest.mark.extended
 def test_fsdp2_times_tp2_from_empty_models_fills_every_tp_group_from_the_main_process() -> None:
     """Three of four processes start empty, among them the whole second tp group (whose
     first process is not the main one): each is filled from the main process."""
@@ -290,6 +293,7 @@ def test_fsdp2_times_tp2_from_empty_models_fills_every_tp_group_from_the_main_pr
 @pytest.mark.distributed
 @pytest.mark.slow
 @pytest.mark.four_processes
+@pytest.mark.extended
 def test_fsdp2_times_tp2_checkpoint_resumes_under_dp4_and_back(tmp_path: Path) -> None:
     """FSDP2 (dp_shard=2) x TP=2 trains as one process; its sharded state, saved halfway,
     resumes under FSDP FULL_SHARD on 4 processes to the same losses and parameters; the
@@ -313,6 +317,7 @@ def test_fsdp2_times_tp2_checkpoint_resumes_under_dp4_and_back(tmp_path: Path) -
 @pytest.mark.distributed
 @pytest.mark.slow
 @pytest.mark.four_processes
+@pytest.mark.extended
 def test_hsdp_times_tp2_on_eight_processes_trains_as_one_process() -> None:
     """HYBRID_SHARD (2 replicas x 2 shards) x TP=2: a 3-D mesh of 8 processes."""
     row = _run(8, "--tp", "2", "--hybrid", "2", "--batch", "1", "--global_batch", "4")
