@@ -70,3 +70,100 @@ def test_require_huggingface_suite_skips_without_it() -> None:
             pass
 
     assert getattr(needs_suite, "__unittest_skip__", False)
+
+
+def test_tracker_requires_follow_installation() -> None:
+    from overdrive.test_utils import requires
+
+    with mock.patch.object(requires.imports, "is_wandb_available", return_value=False):
+
+        @requires.require_wandb
+        def without() -> None:
+            pass
+
+    with mock.patch.object(requires.imports, "is_wandb_available", return_value=True):
+
+        @requires.require_wandb
+        def with_it() -> None:
+            pass
+
+    assert getattr(without, "__unittest_skip__", False)
+    assert not getattr(with_it, "__unittest_skip__", False)
+    # overdrive never runs on TorchXLA, so this marker never skips
+    assert not getattr(testing.require_non_torch_xla(lambda: None), "__unittest_skip__", False)
+
+
+def test_run_first_marks_order() -> None:
+    import pytest
+
+    from overdrive.test_utils import requires
+
+    def case() -> None:
+        pass
+
+    with mock.patch.object(pytest, "mark") as mark:
+        testing.run_first(case)
+    mark.order.assert_called_once_with(1)
+    mark.order.return_value.assert_called_once_with(case)
+    with mock.patch.object(requires.imports, "is_pytest_available", return_value=False):
+        assert testing.run_first(case) is case
+
+
+def test_execute_subprocess_async_keeps_output_and_raises() -> None:
+    import sys
+
+    import pytest
+
+    out = testing.execute_subprocess_async(
+        [sys.executable, "-c", "import sys; print('hi'); print('oops', file=sys.stderr)"],
+        quiet=True,
+        echo=False,
+    )
+    assert out.returncode == 0 and out.stdout == ["hi"] and out.stderr == ["oops"]
+    with pytest.raises(RuntimeError, match="returncode 3"):
+        testing.execute_subprocess_async(
+            [sys.executable, "-c", "raise SystemExit(3)"], quiet=True, echo=False
+        )
+
+
+def test_run_command_returns_text_or_raises() -> None:
+    import sys
+
+    import pytest
+
+    assert testing.run_command([sys.executable, "-c", "print(7)"], return_stdout=True) == "7\n"
+    with pytest.raises(testing.SubprocessCallException, match="boom"):
+        testing.run_command([sys.executable, "-c", "raise SystemExit('boom')"])
+
+
+def test_path_in_accelerate_package_points_into_overdrive() -> None:
+    path = testing.path_in_accelerate_package("test_utils", "testing.py")
+    assert path.is_file() and path.parent.parent.name == "overdrive"
+
+
+def test_clear_environment_restores_previous() -> None:
+    from overdrive.utils import clear_environment
+
+    with mock.patch.dict(os.environ, {"OVERDRIVE_NAMES_KEEP": "bar"}):
+        with clear_environment():
+            assert "OVERDRIVE_NAMES_KEEP" not in os.environ and len(os.environ) == 0
+            os.environ["OVERDRIVE_NAMES_KEEP"] = "new"
+            os.environ["OVERDRIVE_NAMES_ADDED"] = "1"
+        assert os.environ["OVERDRIVE_NAMES_KEEP"] == "bar"
+        assert "OVERDRIVE_NAMES_ADDED" not in os.environ
+
+
+def test_convert_dict_to_env_variables_drops_unsafe() -> None:
+    from overdrive.utils import convert_dict_to_env_variables
+
+    env = {"A": "1", "BAD": "<x", "SPACE": "a b", "EMPTY": "", "B": "2"}
+    assert convert_dict_to_env_variables(env) == ["A=1\n", "B=2\n"]
+
+
+def test_new_import_checks_answer_false_when_missing() -> None:
+    from overdrive.utils import imports
+
+    with mock.patch.object(imports, "_installed", return_value=False):
+        assert not imports.is_aim_available()
+        assert not imports.is_comet_ml_available()
+        assert not imports.is_dvclive_available()
