@@ -167,3 +167,18 @@ def test_new_import_checks_answer_false_when_missing() -> None:
         assert not imports.is_aim_available()
         assert not imports.is_comet_ml_available()
         assert not imports.is_dvclive_available()
+
+
+def test_require_datasets_and_torchdata_follow_installation() -> None:
+    from overdrive.test_utils import requires
+
+    with (
+        mock.patch.object(requires.imports, "is_datasets_available", return_value=False),
+        mock.patch.object(
+            requires.imports, "is_torchdata_stateful_dataloader_available", return_value=True
+        ),
+    ):
+        skipped = testing.require_datasets(lambda: None)
+        kept = testing.require_torchdata_stateful_dataloader(lambda: None)
+    assert getattr(skipped, "__unittest_skip__", False)
+    assert not getattr(kept, "__unittest_skip__", False)

@@ -20,6 +20,7 @@ from overdrive.test_utils.testing import (
     require_comet_ml,
     require_cpu,
     require_cuda,
+    require_datasets,
     require_dvclive,
     require_fp16,
     require_huggingface_suite,
@@ -32,7 +33,9 @@ from overdrive.test_utils.testing import (
     require_pandas,
     require_swanlab,
     require_tensorboard,
+    require_torchdata_stateful_dataloader,
     require_trackio,
+    require_transformers,
     require_wandb,
     run_command,
     run_first,
@@ -43,6 +46,9 @@ from overdrive.test_utils.testing import (
 from overdrive.test_utils.training import RegressionDataset, RegressionModel
 
 __all__ = [
+    "require_datasets",
+    "require_transformers",
+    "require_torchdata_stateful_dataloader",
     "require_aim",
     "require_clearml",
     "require_comet_ml",

@@ -31,6 +31,12 @@ require_swanlab = _needs("is_swanlab_available", "test requires swanlab")
 require_pandas = _needs("is_pandas_available", "test requires pandas")
 require_mlflow = _needs("is_mlflow_available", "test requires mlflow")
 require_matplotlib = _needs("is_matplotlib_available", "test requires matplotlib")
+require_datasets = _needs("is_datasets_available", "test requires the datasets library")
+require_transformers = _needs("is_transformers_available", "test requires the transformers library")
+require_torchdata_stateful_dataloader = _needs(
+    "is_torchdata_stateful_dataloader_available",
+    "test requires torchdata's StatefulDataLoader",
+)
 require_non_torch_xla = _needs(
     lambda: not imports.is_torch_xla_available(), "test requires an env without TorchXLA"
 )

@@ -19,6 +19,7 @@ from overdrive.test_utils.requires import (
     require_aim,
     require_clearml,
     require_comet_ml,
+    require_datasets,
     require_dvclive,
     require_matplotlib,
     require_mlflow,
@@ -26,7 +27,9 @@ from overdrive.test_utils.requires import (
     require_pandas,
     require_swanlab,
     require_tensorboard,
+    require_torchdata_stateful_dataloader,
     require_trackio,
+    require_transformers,
     require_wandb,
     run_first,
 )
@@ -40,6 +43,9 @@ from overdrive.test_utils.subprocesses import (
 from overdrive.utils import imports
 
 __all__ = [
+    "require_datasets",
+    "require_transformers",
+    "require_torchdata_stateful_dataloader",
     "require_aim",
     "require_clearml",
     "require_comet_ml",
