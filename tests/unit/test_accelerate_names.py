@@ -182,3 +182,15 @@ def test_require_datasets_and_torchdata_follow_installation() -> None:
         kept = testing.require_torchdata_stateful_dataloader(lambda: None)
     assert getattr(skipped, "__unittest_skip__", False)
     assert not getattr(kept, "__unittest_skip__", False)
+
+
+def test_skip_batch_sampler_skips_and_counts() -> None:
+    from torch.utils.data import BatchSampler, SequentialSampler
+
+    from overdrive.data_loader import SkipBatchSampler
+
+    inner = BatchSampler(SequentialSampler(range(10)), batch_size=3, drop_last=False)
+    sampler = SkipBatchSampler(inner, skip_batches=2)
+    assert list(sampler) == [[6, 7, 8], [9]]
+    assert len(sampler) == 2 and sampler.total_length == 4
+    assert isinstance(sampler, BatchSampler)
