@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from overdrive.data import PreparedDataLoader, SeedableRandomSampler, skip_first_batches
+from overdrive.data.skip_sampler import SkipBatchSampler
 from overdrive.errors import ConfigError
 
 DataLoaderShard = PreparedDataLoader
@@ -24,6 +25,7 @@ __all__ = [
     "DataLoaderDispatcher",
     "DataLoaderShard",
     "SeedableRandomSampler",
+    "SkipBatchSampler",
     "prepare_data_loader",
     "skip_first_batches",
 ]

@@ -9,7 +9,82 @@ from typing import Any
 
 import torch
 
+from overdrive.test_utils.cases import AccelerateTestCase, MockingTestCase, TempDirTestCase
+from overdrive.test_utils.launching import (
+    DEFAULT_LAUNCH_COMMAND,
+    get_launch_command,
+    memory_allocated_func,
+)
+from overdrive.test_utils.requires import (
+    require_aim,
+    require_clearml,
+    require_comet_ml,
+    require_datasets,
+    require_dvclive,
+    require_matplotlib,
+    require_mlflow,
+    require_non_torch_xla,
+    require_pandas,
+    require_swanlab,
+    require_tensorboard,
+    require_torchdata_stateful_dataloader,
+    require_trackio,
+    require_transformers,
+    require_wandb,
+    run_first,
+)
+from overdrive.test_utils.subprocesses import (
+    RunOutput,
+    SubprocessCallException,
+    execute_subprocess_async,
+    path_in_accelerate_package,
+    run_command,
+)
 from overdrive.utils import imports
+
+__all__ = [
+    "require_datasets",
+    "require_transformers",
+    "require_torchdata_stateful_dataloader",
+    "require_aim",
+    "require_clearml",
+    "require_comet_ml",
+    "require_dvclive",
+    "require_matplotlib",
+    "require_mlflow",
+    "require_non_torch_xla",
+    "require_pandas",
+    "require_swanlab",
+    "require_tensorboard",
+    "require_trackio",
+    "require_wandb",
+    "run_first",
+    "RunOutput",
+    "SubprocessCallException",
+    "execute_subprocess_async",
+    "path_in_accelerate_package",
+    "run_command",
+    "DEFAULT_LAUNCH_COMMAND",
+    "AccelerateTestCase",
+    "MockingTestCase",
+    "TempDirTestCase",
+    "are_the_same_tensors",
+    "assert_exception",
+    "device_count",
+    "get_launch_command",
+    "memory_allocated_func",
+    "require_bnb",
+    "require_cpu",
+    "require_cuda",
+    "require_fp16",
+    "require_huggingface_suite",
+    "require_multi_device",
+    "require_multi_gpu",
+    "require_non_cpu",
+    "skip",
+    "slow",
+    "torch_device",
+]
 
 torch_device = "cuda" if torch.cuda.is_available() else "cpu"
 device_count = torch.cuda.device_count() if torch.cuda.is_available() else 1
@@ -68,6 +143,11 @@ require_multi_gpu = require_multi_device
 
 def require_bnb(test: Any) -> Any:
     return _skip_unless(imports.is_bnb_available(), "test requires bitsandbytes")(test)
+
+
+def require_huggingface_suite(test: Any) -> Any:
+    ok = imports.is_transformers_available() and imports.is_datasets_available()
+    return _skip_unless(ok, "test requires transformers and datasets")(test)
 
 
 def require_fp16(test: Any) -> Any:

@@ -11,7 +11,12 @@ from typing import Any
 from overdrive.kwargs_handlers import SchedulerKwargs
 from overdrive.utils.dataclasses import *  # noqa: F403  (plugins, kwargs handlers, enums)
 from overdrive.utils.dataclasses import __all__ as _DATACLASSES
-from overdrive.utils.environment import patch_environment, write_basic_config
+from overdrive.utils.environment import (
+    clear_environment,
+    convert_dict_to_env_variables,
+    patch_environment,
+    write_basic_config,
+)
 from overdrive.utils.imports import *  # noqa: F403  (the is_*_available checks)
 from overdrive.utils.imports import __all__ as _IMPORT_CHECKS
 
@@ -80,6 +85,8 @@ def __dir__() -> list[str]:
 __all__ = [
     *_DATACLASSES,
     "SchedulerKwargs",
+    "clear_environment",
+    "convert_dict_to_env_variables",
     "patch_environment",
     "write_basic_config",
     *_IMPORT_CHECKS,

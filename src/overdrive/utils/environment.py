@@ -27,6 +27,39 @@ def patch_environment(**kwargs: Any) -> Iterator[None]:
                 os.environ[name] = old
 
 
+@contextlib.contextmanager
+def clear_environment() -> Iterator[None]:
+    """Run the block with an empty ``os.environ``; the previous variables (and only they)
+    are back afterwards."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+_FORBIDDEN_ENV_CHARS = (";", "\n", "<", ">", " ")
+
+
+def convert_dict_to_env_variables(current_env: dict[str, str]) -> list[str]:
+    """``["KEY=value\\n", ...]`` for the items that are safe to write to an env file: both
+    non-empty and free of ``; < >``, spaces and newlines (others are left out with a warning)."""
+    import logging
+
+    lines = []
+    for key, value in current_env.items():
+        text = key + value
+        if key and value and not any(char in text for char in _FORBIDDEN_ENV_CHARS):
+            lines.append(f"{key}={value}\n")
+        else:
+            logging.getLogger(__name__).warning(
+                "Skipping %s=%s: it holds forbidden characters or misses a value", key, value
+            )
+    return lines
+
+
 def write_basic_config(
     mixed_precision: str = "no",
     save_location: str | Path | None = None,

@@ -109,4 +109,41 @@ def is_torchdata_stateful_dataloader_available() -> bool:
     )
 
 
+def is_aim_available() -> bool:
+    """aim before 4.0 (the tracker API the described system uses)."""
+    if not _installed("aim"):
+        return False
+    from overdrive.utils.versions import compare_versions
+
+    return compare_versions("aim", "<", "4.0.0")
+
+
+def is_comet_ml_available() -> bool:
+    return _installed("comet_ml")
+
+
+def is_clearml_available() -> bool:
+    return _installed("clearml")
+
+
+def is_dvclive_available() -> bool:
+    return _installed("dvclive")
+
+
+def is_swanlab_available() -> bool:
+    return _installed("swanlab")
+
+
+def is_trackio_available() -> bool:
+    return _installed("trackio")
+
+
+def is_pandas_available() -> bool:
+    return _installed("pandas")
+
+
+def is_matplotlib_available() -> bool:
+    return _installed("matplotlib")
+
+
 __all__ = [name for name in dir() if name.startswith("is_")]
