@@ -1,4 +1,5 @@
-"""``accelerate.big_modeling``: ``dispatch_model`` for a model on one device."""
+"""``accelerate.big_modeling``: ``dispatch_model`` for a model on one device,
+``cpu_offload_with_hook``."""
 
 from __future__ import annotations
 
@@ -7,9 +8,16 @@ from typing import Any
 from torch import nn
 
 from overdrive.compat.big_modeling import init_empty_weights
+from overdrive.compat.offload_hooks import UserCpuOffloadHook, cpu_offload_with_hook
 from overdrive.utils.modeling import check_device_map, single_device
 
-__all__ = ["check_device_map", "dispatch_model", "init_empty_weights"]
+__all__ = [
+    "UserCpuOffloadHook",
+    "check_device_map",
+    "cpu_offload_with_hook",
+    "dispatch_model",
+    "init_empty_weights",
+]
 
 
 def dispatch_model(model: nn.Module, device_map: dict[str, Any], **_: Any) -> nn.Module:

@@ -144,3 +144,26 @@ def remove_hook_from_module(module: nn.Module, recurse: bool = False) -> nn.Modu
         for child in module.children():
             remove_hook_from_module(child, recurse=True)
     return module
+
+
+def attach_align_device_hook(
+    module: nn.Module,
+    execution_device: torch.device | None = None,
+    offload: bool = False,
+    weights_map: Any = None,
+    offload_buffers: bool = False,
+    module_name: str = "",
+    skip_keys: Any = None,
+    preload_module_classes: list[str] | None = None,
+    tied_params_map: Any = None,
+) -> None:
+    """An ``AlignDevicesHook`` on ``module`` and every submodule holding its own parameters
+    (offloading weights is refused by the hook, naming it)."""
+    del weights_map, offload_buffers, skip_keys, preload_module_classes, tied_params_map
+    own = any(True for _ in module.parameters(recurse=False))
+    if own or offload:
+        hook = AlignDevicesHook(execution_device, offload=offload, io_same_device=module_name == "")
+        add_hook_to_module(module, hook, append=True)
+    for name, child in module.named_children():
+        child_name = f"{module_name}.{name}" if module_name else name
+        attach_align_device_hook(child, execution_device, offload, module_name=child_name)

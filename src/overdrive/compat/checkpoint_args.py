@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from pathlib import Path
 from typing import Any
-
-import torch
 
 from overdrive.errors import ConfigError
 
@@ -83,23 +80,9 @@ class CheckpointArgsMixin:
         writer = self.state.is_local_main_process if on_each_node else self.state.is_main_process
         if not writer:
             return
-        path = Path(f)
-        tmp = path.with_name(path.name + ".tmp")
-        if safe_serialization:
-            from safetensors.torch import save_file
+        from overdrive.utils.saving import write_once
 
-            if not isinstance(obj, dict) or not all(
-                isinstance(v, torch.Tensor) for v in obj.values()
-            ):
-                raise ConfigError(
-                    "save(..., safe_serialization=True) needs a dict of tensors",
-                    key="safe_serialization",
-                    fix="pass a state dict, or safe_serialization=False for other objects",
-                )
-            save_file({k: v.contiguous() for k, v in obj.items()}, str(tmp))
-        else:
-            torch.save(obj, tmp)
-        tmp.replace(path)
+        write_once(obj, f, safe_serialization)
 
     def unscale_gradients(self, optimizer: Any = None) -> None:
         """Unscale fp16 gradients now (e.g. before inspecting them); done once per step."""

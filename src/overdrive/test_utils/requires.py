@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import unittest
 from collections.abc import Callable
 from typing import Any
@@ -40,6 +41,24 @@ require_torchdata_stateful_dataloader = _needs(
 require_non_torch_xla = _needs(
     lambda: not imports.is_torch_xla_available(), "test requires an env without TorchXLA"
 )
+
+require_triton = _needs("is_triton_available", "test requires the triton library")
+require_transformer_engine = _needs(
+    "is_transformer_engine_available", "test requires transformers engine"
+)
+require_tpu = _needs(lambda: False, "test requires TPU")  # overdrive does not run on TPUs
+require_cuda_or_xpu = _needs("is_cuda_available", "test requires a CUDA GPU or XPU")
+require_non_hpu = _needs(lambda: True, "test requires a non-HPU")  # never an HPU here
+
+
+def require_torch_min_version(test: Any = None, version: str | None = None) -> Any:
+    """Skip unless torch is at least ``version`` (usable bare or as ``(version=...)``)."""
+    if test is None:
+        return functools.partial(require_torch_min_version, version=version)
+    from overdrive.utils.versions import is_torch_version
+
+    reason = f"test requires torch version >= {version}"
+    return unittest.skipUnless(is_torch_version(">=", str(version)), reason)(test)
 
 
 def run_first(test: Any) -> Any:

@@ -19,17 +19,23 @@ from overdrive.test_utils.requires import (
     require_aim,
     require_clearml,
     require_comet_ml,
+    require_cuda_or_xpu,
     require_datasets,
     require_dvclive,
     require_matplotlib,
     require_mlflow,
+    require_non_hpu,
     require_non_torch_xla,
     require_pandas,
     require_swanlab,
     require_tensorboard,
+    require_torch_min_version,
     require_torchdata_stateful_dataloader,
+    require_tpu,
     require_trackio,
+    require_transformer_engine,
     require_transformers,
+    require_triton,
     require_wandb,
     run_first,
 )
@@ -43,6 +49,13 @@ from overdrive.test_utils.subprocesses import (
 from overdrive.utils import imports
 
 __all__ = [
+    "require_cuda_or_xpu",
+    "require_non_hpu",
+    "require_torch_min_version",
+    "require_tpu",
+    "require_transformer_engine",
+    "require_triton",
+    "capture_call_output",
     "require_datasets",
     "require_transformers",
     "require_torchdata_stateful_dataloader",
@@ -160,3 +173,13 @@ def slow(test: Any) -> Any:
 
 def skip(test: Any) -> Any:
     return unittest.skip("skipped")(test)
+
+
+def capture_call_output(func: Callable[..., Any], *args: Any, **kwargs: Any) -> str:
+    """What ``func(*args, **kwargs)`` prints to stdout."""
+    import io
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        func(*args, **kwargs)
+    return buffer.getvalue()

@@ -15,6 +15,7 @@ from overdrive.utils.environment import (
     clear_environment,
     convert_dict_to_env_variables,
     patch_environment,
+    purge_accelerate_environment,
     write_basic_config,
 )
 from overdrive.utils.imports import *  # noqa: F403  (the is_*_available checks)
@@ -31,6 +32,22 @@ _LAZY = {
     "send_to_device": "overdrive.utils.operations",
     "copy_tensor_to_devices": "overdrive.utils.operations",
     "DistributedOperationException": "overdrive.utils.operations",
+    # nested data
+    "recursively_apply": "overdrive.utils.nesting",
+    "honor_type": "overdrive.utils.nesting",
+    "is_torch_tensor": "overdrive.utils.nesting",
+    "listify": "overdrive.utils.nesting",
+    "concatenate": "overdrive.utils.nesting",
+    "find_device": "overdrive.utils.nesting",
+    "CannotPadNestedTensorWarning": "overdrive.utils.nesting",
+    "pad_input_tensors": "overdrive.utils.nesting",
+    "convert_to_fp32": "overdrive.utils.nesting",
+    "convert_outputs_to_fp32": "overdrive.utils.nesting",
+    "ConvertOutputsToFp32": "overdrive.utils.nesting",
+    "save": "overdrive.utils.saving",
+    "is_namedtuple": "overdrive.ops",
+    # the host
+    "check_os_kernel": "overdrive.utils.system",
     # randomness
     "set_seed": "overdrive.random_state",
     "synchronize_rng_states": "overdrive.random_state",
@@ -59,6 +76,8 @@ _LAZY = {
     "infer_auto_device_map": "overdrive.utils.modeling",
     "check_device_map": "overdrive.utils.modeling",
     "extract_model_from_parallel": "overdrive.utils.other",
+    "get_model_tp_size": "overdrive.utils.other",
+    "has_offloaded_params": "overdrive.utils.modeling",
     "clear_device_cache": "overdrive.utils.memory",
     "HfDeepSpeedConfig": "overdrive.utils.deepspeed",
     "DeepSpeedSchedulerWrapper": "overdrive.utils.deepspeed",
@@ -88,6 +107,7 @@ __all__ = [
     "clear_environment",
     "convert_dict_to_env_variables",
     "patch_environment",
+    "purge_accelerate_environment",
     "write_basic_config",
     *_IMPORT_CHECKS,
     *_LAZY,

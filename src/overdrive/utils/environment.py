@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,6 +39,53 @@ def clear_environment() -> Iterator[None]:
     finally:
         os.environ.clear()
         os.environ.update(saved)
+
+
+_PURGED_PREFIXES = ("ACCELERATE_", "OVERDRIVE_")
+_PURGE_MARK = "_accelerate_is_purged_environment_wrapped"
+
+
+@contextlib.contextmanager
+def _restore_prefixed_variables() -> Iterator[None]:
+    saved = {k: v for k, v in os.environ.items() if k.startswith(_PURGED_PREFIXES)}
+    try:
+        yield
+    finally:
+        for key in [k for k in os.environ if k.startswith(_PURGED_PREFIXES)]:
+            if key not in saved:
+                del os.environ[key]
+        os.environ.update(saved)
+
+
+def _purging(func: Any) -> Any:
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with _restore_prefixed_variables():
+            return func(*args, **kwargs)
+
+    setattr(wrapper, _PURGE_MARK, True)
+    return wrapper
+
+
+def _purge_test_methods(cls: type) -> type:
+    for name in dir(cls):
+        method = getattr(cls, name)
+        if name.startswith("test") and callable(method) and not hasattr(method, _PURGE_MARK):
+            setattr(cls, name, _purging(method))
+    return cls
+
+
+def purge_accelerate_environment(func_or_cls: Any) -> Any:
+    """Undo the ``ACCELERATE_*`` / ``OVERDRIVE_*`` variables a function (or each ``test*``
+    method of a class and its subclasses) sets: after each call they are as they were before.
+    """
+    if not isinstance(func_or_cls, type):
+        return _purging(func_or_cls)
+    _purge_test_methods(func_or_cls)
+    func_or_cls.__init_subclass__ = classmethod(  # type: ignore[assignment]
+        lambda sub, **_: _purge_test_methods(sub)
+    )
+    return func_or_cls
 
 
 _FORBIDDEN_ENV_CHARS = (";", "\n", "<", ">", " ")

@@ -62,6 +62,14 @@ is_neuron_available = _never
 is_rocm_available = _never
 
 
+def is_triton_available() -> bool:
+    return _installed("triton")
+
+
+def is_transformer_engine_available() -> bool:
+    return _installed("transformer_engine")
+
+
 def is_datasets_available() -> bool:
     return _installed("datasets")
 

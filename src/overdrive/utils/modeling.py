@@ -142,3 +142,12 @@ def infer_auto_device_map(
 def check_device_map(model: nn.Module, device_map: dict[str, Any]) -> None:
     """Refuse a map that leaves some of the model's parameters unplaced or uses several devices."""
     single_device(device_map)
+
+
+def has_offloaded_params(module: nn.Module) -> bool:
+    """True when ``module`` carries an ``AlignDevicesHook`` that offloads its weights (never
+    here: overdrive's hook refuses to offload)."""
+    from overdrive.hooks import AlignDevicesHook
+
+    hook = getattr(module, "_hf_hook", None)
+    return isinstance(hook, AlignDevicesHook) and bool(getattr(hook, "offload", False))

@@ -8,6 +8,7 @@ signatures and defaults (``reduce`` averages unless told otherwise). Setting
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -18,13 +19,31 @@ from overdrive.ops import (
     DistributedOperationException,
     broadcast_object_list,
     gather_object,
+    is_namedtuple,
+)
+from overdrive.utils.nesting import (
+    CannotPadNestedTensorWarning,
+    concatenate,
+    find_device,
+    honor_type,
+    is_torch_tensor,
+    listify,
+    recursively_apply,
 )
 
 __all__ = [
+    "CannotPadNestedTensorWarning",
     "CollectiveMismatchError",
     "DistributedOperationException",
     "broadcast",
     "broadcast_object_list",
+    "concatenate",
+    "find_device",
+    "honor_type",
+    "is_namedtuple",
+    "is_torch_tensor",
+    "listify",
+    "recursively_apply",
     "copy_tensor_to_devices",
     "gather",
     "gather_object",
@@ -55,7 +74,15 @@ def broadcast(tensor: Any, from_process: int = 0) -> Any:
 def pad_across_processes(
     tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False
 ) -> Any:
-    """Pad along ``dim`` to the largest size any process holds."""
+    """Pad along ``dim`` to the largest size any process holds (a nested tensor, which cannot
+    be padded, comes back as it is, with a ``CannotPadNestedTensorWarning``)."""
+    if getattr(tensor, "is_nested", False):
+        warnings.warn(
+            "pad_across_processes cannot pad a nested tensor; it is returned as it is",
+            CannotPadNestedTensorWarning,
+            stacklevel=2,
+        )
+        return tensor
     return ops.pad_across_processes(tensor, dim, pad_index, pad_first)
 
 

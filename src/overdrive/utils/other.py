@@ -30,19 +30,13 @@ def extract_model_from_parallel(
     ``keep_fp32_wrapper=False`` also removes overdrive's autocast forward; ``recursive`` also
     unwraps DDP-wrapped submodules.
     """
-    compiled = getattr(model, "_orig_mod", None)
-    if isinstance(compiled, nn.Module):
-        model = compiled
+    wrapper = model if isinstance(getattr(model, "_orig_mod", None), nn.Module) else None
+    if wrapper is not None:
+        model = wrapper._orig_mod  # type: ignore[assignment]
     while (inner := _inner(model)) is not None:
         model = inner
-    if keep_torch_compile and isinstance(compiled, nn.Module):
-        pass  # the compiled wrapper is returned around the unwrapped module only when nothing else wrapped it
     if not keep_fp32_wrapper:
-        from overdrive.precision.autocast import AutocastForward
-
-        forward: Any = model.__dict__.get("forward")
-        if isinstance(forward, AutocastForward):
-            del model.forward
+        _drop_fp32_forward(model)
     if recursive:
         for name, child in list(model.named_children()):
             unwrapped = extract_model_from_parallel(
@@ -50,4 +44,40 @@ def extract_model_from_parallel(
             )
             if unwrapped is not child:
                 setattr(model, name, unwrapped)
+    if keep_torch_compile and wrapper is not None:
+        wrapper._orig_mod = model  # the compiled wrapper, now around the unwrapped module
+        return wrapper
     return model
+
+
+def _drop_fp32_forward(model: nn.Module) -> None:
+    """Take off overdrive's autocast forward, or a ``convert_outputs_to_fp32`` wrapper whose
+    original forward the model kept in ``_original_forward``."""
+    from overdrive.precision.autocast import AutocastForward
+
+    forward: Any = model.__dict__.get("forward")
+    if isinstance(forward, AutocastForward):
+        del model.forward
+        return
+    original = model.__dict__.pop("_original_forward", None)
+    if original is None or forward is None:
+        return
+    # `==`: two reads of a bound method are equal but not the same object
+    while forward != original and hasattr(forward, "__wrapped__"):
+        forward = forward.__wrapped__
+    if forward == original:
+        model.forward = original
+
+
+def get_model_tp_size(model: nn.Module) -> int | None:
+    """The tensor-parallel degree a transformers model was sharded with, or None.
+
+    transformers before 5 keeps it on the model (``model.tp_size``); from 5 on it sits in the
+    config's ``distributed_config`` and ``model.tp_size`` stays as a None stub.
+    """
+    size = getattr(model, "tp_size", None)
+    if size is not None:
+        return int(size)
+    config = getattr(getattr(model, "config", None), "distributed_config", None)
+    found = config.get("tp_size") if isinstance(config, dict) else getattr(config, "tp_size", None)
+    return None if found is None else int(found)

@@ -1,0 +1,152 @@
+"""Helpers over nested lists, tuples and mappings of tensors (``accelerate.utils.operations``'
+``recursively_apply``, ``listify``, ``concatenate``, ``find_device``)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import torch
+
+from overdrive.ops import is_namedtuple
+
+
+class CannotPadNestedTensorWarning(UserWarning):
+    """``pad_across_processes`` met a nested tensor, which it cannot pad; it was left as is."""
+
+
+def is_torch_tensor(data: Any) -> bool:
+    """True for a ``torch.Tensor``."""
+    return isinstance(data, torch.Tensor)
+
+
+def honor_type(obj: Any, generator: Iterable[Any]) -> Any:
+    """The items of ``generator`` in a container of ``obj``'s type (list, tuple, namedtuple)."""
+    if is_namedtuple(obj):
+        return type(obj)(*list(generator))
+    return type(obj)(generator)
+
+
+def recursively_apply(
+    func: Callable[..., Any],
+    data: Any,
+    *args: Any,
+    test_type: Callable[[Any], bool] = is_torch_tensor,
+    error_on_other_type: bool = False,
+    **kwargs: Any,
+) -> Any:
+    """``data`` with ``func(leaf, *args, **kwargs)`` in place of every leaf ``test_type`` accepts.
+
+    Lists, tuples (namedtuples too) and mappings keep their types; other leaves stay as they
+    are, or raise ``TypeError`` with ``error_on_other_type``.
+    """
+
+    def apply(item: Any) -> Any:
+        if isinstance(item, (tuple, list)):
+            return honor_type(item, (apply(x) for x in item))
+        if isinstance(item, Mapping):
+            return type(item)({k: apply(v) for k, v in item.items()})  # type: ignore[call-arg]
+        if test_type(item):
+            return func(item, *args, **kwargs)
+        if error_on_other_type:
+            raise TypeError(
+                f"Unsupported types ({type(item)}) passed to `{func.__name__}`. Only nested "
+                f"list/tuple/dicts of objects that are valid for `{test_type.__name__}` should "
+                "be passed."
+            )
+        return item
+
+    return apply(data)
+
+
+def _as_numbers(tensor: torch.Tensor) -> Any:
+    tensor = tensor.detach().cpu()
+    if tensor.dtype == torch.bfloat16:  # .tolist() has no bfloat16 path
+        tensor = tensor.float()
+    return tensor.tolist()
+
+
+def listify(data: Any) -> Any:
+    """``data`` with every tensor turned into (nested lists of) Python numbers."""
+    return recursively_apply(_as_numbers, data)
+
+
+def concatenate(data: list[Any] | tuple[Any, ...], dim: int = 0) -> Any:
+    """One structure from a list of equal structures: the tensors at each place concatenated
+    along ``dim``; a list of one non-tensor is that item."""
+    first = data[0]
+    if isinstance(first, (tuple, list)):
+        return honor_type(
+            first, (concatenate([d[i] for d in data], dim) for i in range(len(first)))
+        )
+    if isinstance(first, Mapping):
+        return type(first)({k: concatenate([d[k] for d in data], dim) for k in first})  # type: ignore[call-arg]
+    if isinstance(first, torch.Tensor):
+        return torch.cat(list(data), dim=dim)
+    if len(data) == 1:
+        return first
+    raise TypeError(f"Can only concatenate tensors but got {type(first)}")
+
+
+def find_device(data: Any) -> torch.device | None:
+    """The device of the first tensor found in ``data`` (depth first), or None without one."""
+    if isinstance(data, torch.Tensor):
+        return data.device
+    items = data.values() if isinstance(data, Mapping) else data
+    if isinstance(data, (Mapping, tuple, list)):
+        for item in items:
+            device = find_device(item)
+            if device is not None:
+                return device
+    return None
+
+
+def pad_input_tensors(data: Any, batch_size: int, num_processes: int, dim: int = 0) -> Any:
+    """Every tensor in ``data`` padded with zeros along dim 0 from ``batch_size`` rows to the
+    next multiple of ``num_processes`` (its first ``batch_size`` rows unchanged)."""
+
+    def pad(tensor: torch.Tensor) -> torch.Tensor:
+        target = -(-batch_size // num_processes) * num_processes
+        if target == tensor.shape[0]:
+            return tensor
+        padded = tensor.new_zeros((target, *tensor.shape[1:]))
+        index = tuple(
+            slice(0, tensor.shape[dim]) if i == dim else slice(None) for i in range(tensor.dim())
+        )
+        padded[index] = tensor
+        return padded
+
+    return recursively_apply(pad, data, error_on_other_type=True)
+
+
+def _is_half(data: Any) -> bool:
+    return hasattr(data, "dtype") and data.dtype in (torch.float16, torch.bfloat16)
+
+
+def convert_to_fp32(data: Any) -> Any:
+    """``data`` with every fp16/bf16 tensor turned into fp32 (other leaves untouched)."""
+    return recursively_apply(lambda t: t.float(), data, test_type=_is_half)
+
+
+class ConvertOutputsToFp32:
+    """A picklable wrapper of a forward whose outputs come back in fp32."""
+
+    def __init__(self, model_forward: Callable[..., Any]) -> None:
+        self.model_forward = model_forward
+        functools.update_wrapper(self, model_forward)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return convert_to_fp32(self.model_forward(*args, **kwargs))
+
+
+def convert_outputs_to_fp32(model_forward: Callable[..., Any]) -> Callable[..., Any]:
+    """``model_forward`` with fp32 outputs; ``__wrapped__`` leads back to the wrapper so
+    unwrapping can take it off."""
+    wrapped = ConvertOutputsToFp32(model_forward)
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        return wrapped(*args, **kwargs)
+
+    forward.__wrapped__ = wrapped  # type: ignore[attr-defined]
+    return forward
