@@ -34,13 +34,9 @@ CASES = {
 }
 
 
-# FSDP1 keeps three cases in `make test` (no wrapping, layer wrapping on 3 processes, offload
-# with activation checkpointing); its other cases run in `make extended`.
-FSDP1_IN_MAKE_TEST = {
-    "full-shard-no-wrap",
-    "full-shard-layer-wrap-3-procs",
-    "offload-and-activation-checkpointing",
-}
+# FSDP1 keeps one case in `make test` (no wrapping); its other cases, which FSDP2 runs there,
+# run in `make extended`.
+FSDP1_IN_MAKE_TEST = {"full-shard-no-wrap"}
 RUNS = [
     pytest.param(
         case,

@@ -44,7 +44,7 @@ def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
 
 
 @pytest.mark.distributed
-@pytest.mark.parametrize("version", [2, 1])
+@pytest.mark.parametrize("version", [2, pytest.param(1, marks=pytest.mark.extended)])
 def test_sharded_checkpoint_of_two_resumes_on_three(tmp_path: Path, version: int) -> None:
     _run(tmp_path, "full", 2, version, "SHARDED_STATE_DICT")
     files = sorted(p.name for p in (tmp_path / "ckpt").iterdir())

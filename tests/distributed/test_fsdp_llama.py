@@ -42,6 +42,7 @@ def test_fp32_loss_trace_equals_ddp(version: str) -> None:
 
 
 @pytest.mark.distributed
+@pytest.mark.extended
 def test_bf16_with_activation_checkpointing_follows_ddp() -> None:
     ddp = _trace("--mixed_precision", "bf16")
     flags = ["--use_fsdp", "--fsdp_version", "2", *LAYERS, "--mixed_precision", "bf16"]
