@@ -1,18 +1,22 @@
 """One checkpoint, another layout: a tiny Llama's save_state under pipeline or tensor
 parallelism resumes under DDP and in one plain process (no launcher) to the uninterrupted
-run's losses and weights (``pp_ckpt.py``; FSDP <-> DDP and one process: test_fsdp_checkpoint).
+run's losses and weights (``pp_ckpt.py``; FSDP <-> DDP and one process: test_fsdp_checkpoint);
+the weights save_model and merge-weights write under every layout load with from_pretrained.
 """
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.distributed.test_pipeline_parallel import (
     CKPT_SCRIPT,
+    PP2,
     _assert_continues,
     _assert_same_weights,
     _ckpt,
@@ -26,6 +30,7 @@ from tests.helpers.dist import (
     run_launch,
     run_python,
 )
+from tests.helpers.noise import FLOOR, NOISE_FACTOR, tolerance
 
 pytest.importorskip("transformers")
 
@@ -129,3 +134,176 @@ def test_tp2_checkpoint_resumes_under_ddp_and_a_ddp_one_in_one_plain_process(
     _assert_from_pretrained(
         _merge(tmp_path / "tp4", tmp_path / "tp4_merged"), like=tmp_path / "tp4_merged"
     )
+
+
+@pytest.mark.distributed
+def test_fsdp2_sharded_save_model_and_merged_checkpoint_load_with_from_pretrained(
+    tmp_path: Path,
+) -> None:
+    """Under FSDP2 with sharded state dicts, save_model gathers full weights, and the sharded
+    checkpoint merged by merge-weights equals them: from_pretrained reads both as they are."""
+    flags = ("--fsdp", "--batch", "2", "--tag", "fsdp", "--save", "at10", "--save_at", "10")
+    row = _ckpt(tmp_path, 2, *flags)
+    assert row["strategy"] == "fsdp"
+    assert (tmp_path / "at10" / "model_0.rank1.safetensors").is_file()  # a sharded save
+    _assert_from_pretrained(tmp_path / "fsdp")
+    merged = _merge(tmp_path / "at10", tmp_path / "merged", "--max_shard_size", "100KB")
+    assert (merged / "model.safetensors.index.json").is_file()
+    _assert_from_pretrained(merged, like=tmp_path / "fsdp")
+
+
+@pytest.mark.distributed
+@pytest.mark.deepspeed
+def test_zero3_save_model_and_merged_checkpoint_load_with_from_pretrained(
+    tmp_path: Path,
+) -> None:
+    """Under ZeRO-3 (each process holds a partition of every weight), save_model gathers the
+    full weights, and merge-weights of its save_state gives the same: from_pretrained reads
+    both as they are."""
+    pytest.importorskip("deepspeed")
+    from tests.helpers.deepspeed import DS_ENV
+
+    args = ["--dir", str(tmp_path), "--batch", "2", "--tag", "zero3", "--save", "at10"]
+    result = run_launch(
+        CKPT_SCRIPT,
+        nprocs=2,
+        env=DS_ENV,
+        launch_args=["--use_deepspeed", "--zero_stage", "3", "--gradient_clipping", "1.0"],
+        args=[*args, "--save_at", "10"],
+        timeout=420,
+    )
+    assert_ok(result)
+    (row,) = result_rows(result.stdout)
+    assert row["strategy"] == "deepspeed"
+    _assert_from_pretrained(tmp_path / "zero3")
+    merged = _merge(tmp_path / "at10", tmp_path / "merged")
+    _assert_from_pretrained(merged, like=tmp_path / "zero3")
+
+
+# --- the other cells of the matrix (docs/checkpointing.md) ------------------------------
+# Every run below trains the same global batches of 4 on two processes, so each continues to
+# the uninterrupted PP=2 run's losses (CROSS_RTOL, the measured order-of-summation spread);
+# DeepSpeed clips by its own setting, the loop's limit of 1.0.
+
+ZERO = ["--use_deepspeed", "--gradient_clipping", "1.0", "--zero_stage"]
+
+
+def _zero(directory: Path, stage: int, *args: str) -> dict:
+    """``pp_ckpt.py`` under DeepSpeed ZeRO ``stage`` on two processes (2 samples each)."""
+    from tests.helpers.deepspeed import DS_ENV
+
+    result = run_launch(
+        CKPT_SCRIPT,
+        nprocs=2,
+        env=DS_ENV,
+        launch_args=[*ZERO, str(stage)],
+        args=["--dir", str(directory), "--batch", "2", *args],
+        timeout=420,
+    )
+    assert_ok(result)
+    (row,) = result_rows(result.stdout)
+    assert row["strategy"] == "deepspeed"
+    return row
+
+
+def _distance(directory: Path, a: str, b: str) -> float:
+    """The largest absolute difference between two runs' saved weights."""
+    from safetensors.torch import load_file
+
+    x, y = (
+        load_file(str(directory / a / "model.safetensors")),
+        load_file(str(directory / b / "model.safetensors")),
+    )
+    assert sorted(x) == sorted(y)
+    return max((x[k] - y[k]).abs().max().item() for k in x)
+
+
+def _assert_within_noise(directory: Path, uninterrupted: list[str], resumed: list[str]) -> None:
+    """Each resumed run ends within noise of the PP reference's weights, where the noise is
+    how far other layouts' uninterrupted runs end from it (tests/helpers/noise.py: 3x, floor
+    1e-6). Under AdamW a layout's order of summation moves the weights by up to about 3e-5
+    here; a resume that lost AdamW's moments ends about 1e-2 away."""
+    noise = max(_distance(directory, "pp_final", run) for run in uninterrupted)
+    bound = max(NOISE_FACTOR * noise, FLOOR)
+    for run in resumed:
+        assert _distance(directory, "pp_final", run) <= bound, (run, bound)
+
+
+def _continues_within(whole: dict, samples: list[dict]) -> Callable[[dict, int], None]:
+    """A check that a run resumed after ``start`` steps continues ``whole``'s losses within
+    the noise of ``samples`` (uninterrupted runs of other layouts; tests/helpers/noise.py)."""
+    tol = tolerance([run["losses"] for run in samples], whole["losses"])
+
+    def follows(row: dict, start: int) -> None:
+        assert len(row["losses"]) == len(whole["losses"]) - start
+        for mine, ref in zip(row["losses"], whole["losses"][start:], strict=True):
+            assert math.isclose(mine, ref, rel_tol=tol), (row["losses"], whole["losses"], tol)
+
+    return follows
+
+
+def _steps(start: int, save_at: int = 0) -> tuple[str, ...]:
+    """Resume from ``at{start}`` (unless 0) and save ``at{save_at}`` (unless 0)."""
+    resume = ("--resume", f"at{start}", "--start", str(start)) if start else ()
+    return (*resume, *(("--save", f"at{save_at}", "--save_at", str(save_at)) if save_at else ()))
+
+
+@pytest.mark.distributed
+@pytest.mark.deepspeed
+@pytest.mark.extended
+def test_a_chain_ddp_tp_zero2_pp_zero3_continues_the_uninterrupted_run(tmp_path: Path) -> None:
+    """DDP -> TP=2 -> ZeRO-2 -> PP=2 -> ZeRO-3, each resuming from the previous one's
+    save_state: every run continues the uninterrupted PP run within the noise of
+    uninterrupted DDP and ZeRO-3 runs, and the chain ends at its weights."""
+    pytest.importorskip("deepspeed")
+    whole = _ckpt(tmp_path, 2, "--tag", "pp_final")
+    samples = [
+        _zero(tmp_path, 3, "--tag", "zero3_whole"),
+        _ddp(tmp_path, "--tag", "ddp", *_steps(0, 2)),
+    ]
+    follows = _continues_within(whole, samples)
+    tp = _ckpt(tmp_path, 2, "--tp", "2", "--tag", "tp", *_steps(2, 4))
+    assert tp["strategy"] == "tensor_parallel"
+    follows(tp, 2)
+    follows(_zero(tmp_path, 2, "--tag", "zero2", *_steps(4, 6)), 4)
+    pp = _ckpt(tmp_path, 2, "--tag", "pp", *_steps(6, 8))
+    assert pp["strategy"] == "pipeline_parallel"
+    follows(pp, 6)
+    follows(_zero(tmp_path, 3, "--tag", "zero3", *_steps(8)), 8)
+    _assert_within_noise(tmp_path, ["ddp", "zero3_whole"], ["tp", "zero2", "pp", "zero3"])
+
+
+@pytest.mark.distributed
+@pytest.mark.deepspeed
+@pytest.mark.extended
+def test_zero2_resumes_under_ddp_and_tp_then_pp_and_fsdp2_under_tp(tmp_path: Path) -> None:
+    """ZeRO-2 -> DDP, ZeRO-2 -> TP=2 -> PP=2, FSDP2 -> TP=2: each continues the
+    uninterrupted PP run within the noise of uninterrupted ZeRO-2 and FSDP2 runs."""
+    pytest.importorskip("deepspeed")
+    whole = _ckpt(tmp_path, 2, "--tag", "pp_final")
+    fsdp = ("--fsdp", "--batch", "2", "--tag", "fsdp", *_steps(0, 5))
+    samples = [_zero(tmp_path, 2, "--tag", "zero2", *_steps(0, 3)), _ckpt(tmp_path, 2, *fsdp)]
+    follows = _continues_within(whole, samples)
+    follows(_ddp(tmp_path, "--tag", "ddp", *_steps(3)), 3)
+    follows(_ckpt(tmp_path, 2, "--tp", "2", "--tag", "tp", *_steps(3, 6)), 3)
+    follows(_ckpt(tmp_path, 2, "--tag", "pp", *_steps(6)), 6)
+    follows(_ckpt(tmp_path, 2, "--tp", "2", "--tag", "tp5", *_steps(5)), 5)
+    _assert_within_noise(tmp_path, ["zero2", "fsdp"], ["ddp", "tp", "pp", "tp5"])
+
+
+@pytest.mark.distributed
+def test_a_ddp_checkpoint_is_refused_by_a_pipeline_naming_the_cause(tmp_path: Path) -> None:
+    """R2: a pipeline stage's optimizer cannot tell which entries of a state keyed by
+    position are its own; the message says so and how to move the state over."""
+    _ddp(tmp_path, "--tag", "ddp", *_steps(0, 2))
+    result = run_launch(
+        CKPT_SCRIPT,
+        nprocs=2,
+        args=["--dir", str(tmp_path), "--tag", "pp", *_steps(2)],
+        launch_args=list(PP2),
+        timeout=420,
+    )
+    assert result.returncode != 0
+    text = result.stdout + result.stderr
+    assert "keyed by position" in text and "only its pipeline stage's parameters" in text, text
+    assert "save there under FSDP or TP (keyed by name)" in text

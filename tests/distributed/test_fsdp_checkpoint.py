@@ -3,6 +3,7 @@ saves resume bitwise, and merge-weights turns shards into a plain safetensors mo
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -140,13 +141,43 @@ def test_fsdp2_sharded_checkpoint_resumes_under_ddp_and_in_one_plain_process(
     assert _max_diff(full, torch.load(tmp_path / "resume.pt")) < 1e-6
 
 
+def _tensor_bytes(path: Path, share_of: int = 1) -> int:
+    """Bytes of a safetensors file's tensors; with ``share_of=N``, of the largest box a process
+    holds when each tensor's rows are split over N (FSDP's Shard(0)), scalars whole."""
+    from safetensors import safe_open
+
+    total = 0
+    with safe_open(str(path), framework="pt") as f:
+        for name in f.keys():  # noqa: SIM118 (a safe_open handle is not iterable)
+            t = f.get_slice(name)
+            shape = t.get_shape()
+            rows = -(-shape[0] // share_of) if shape else 1
+            total += rows * math.prod(shape[1:]) * _ITEM_BYTES[t.get_dtype()]
+    return total
+
+
+_ITEM_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "I64": 8, "I32": 4, "U8": 1, "BOOL": 1}
+
+
 @pytest.mark.distributed
 def test_ddp_checkpoint_resumes_under_fsdp2_sharded_on_three(tmp_path: Path) -> None:
     _run(tmp_path, "full", 2, ddp=True)
-    assert (tmp_path / "ckpt" / "model_0.safetensors").is_file()  # a full, unsharded save
+    ckpt = tmp_path / "ckpt"
+    assert (ckpt / "model_0.safetensors").is_file()  # a full, unsharded save
     _run(tmp_path, "resume", 3, 2, "SHARDED_STATE_DICT")
     full, resumed = torch.load(tmp_path / "full.pt"), torch.load(tmp_path / "resume.pt")
     assert _max_diff(full, resumed) < 1e-6
+    # Each process read only its rows of the whole-model files (and process 0's own state
+    # from the save by 2): never the whole model and optimizer (before, each read it all).
+    parts = [ckpt / "model_0.safetensors", ckpt / "optimizer_0.safetensors"]
+    whole = sum(_tensor_bytes(p) for p in parts)
+    share = sum(_tensor_bytes(p, share_of=3) for p in parts)
+    state = ckpt / "rank_0" / "state.safetensors"  # written only when it holds tensors
+    own = _tensor_bytes(state) if state.exists() else 0
+    assert share < whole * 0.5  # what the bound below tells apart
+    for rank in range(3):
+        read = int((tmp_path / f"read_bytes.rank{rank}").read_text())
+        assert 0 < read <= share + own, (rank, read, share, own, whole)
 
 
 @pytest.mark.distributed

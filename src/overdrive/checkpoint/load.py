@@ -27,6 +27,7 @@ from overdrive.checkpoint.save import wait_for_pending
 from overdrive.checkpoint.serialization import load_tree, read_json
 from overdrive.checkpoint.shard_reader import BoxReader, load_shards
 from overdrive.checkpoint.sync import Rendezvous
+from overdrive.checkpoint.unread import load_unread, read_like
 
 
 def find_checkpoint(accelerator: Any, input_dir: str | Path | None) -> Path:
@@ -124,18 +125,12 @@ def _like_param(grad: torch.Tensor, param: Any) -> torch.Tensor:
     return grad.to(device=param.device, dtype=param.dtype)
 
 
-def _load_sharded(accelerator: Any, path: Path, part: Part) -> Any:
-    """This process's shards of a sharded part, laid out as this run shards it."""
-    from overdrive.checkpoint.shards import load_shards, place_like
-
+def _template(accelerator: Any, part: Part) -> Any:
+    """How this run lays out a sharded part (DTensors, boxes, placeholders); collective."""
     strategy = accelerator.strategy
     if part.kind == "model":
-        template = strategy.sharded_model_state_dict(accelerator._models[part.index])
-    else:
-        template = strategy.sharded_optimizer_state_dict(accelerator._optimizers[part.index])
-    return load_shards(
-        path, part.stem, what=part.label, place=place_like(template, what=part.label)
-    )
+        return strategy.sharded_model_state_dict(accelerator._models[part.index])
+    return strategy.sharded_optimizer_state_dict(accelerator._optimizers[part.index])
 
 
 def _restore_sharded(accelerator: Any, part: Part, state: Any) -> None:
@@ -176,8 +171,16 @@ def _keyed_for_strategy(accelerator: Any, part: Part, state: Any, model_states: 
             )
         masters = {k: v for m in model_states if isinstance(m, dict) for k, v in m.items()}
         return to_deepspeed(state, masters, what=part.label)
+    if accelerator.strategy.optimizer_holds_a_part and not keyed_by_name(state):
+        raise CheckpointError(
+            f"load_state: {part.label} was saved by one process or DDP, keyed by position, and "
+            "this process's optimizer holds only its pipeline stage's parameters, so it cannot "
+            "tell which saved entries are its own\n  fix: resume it under one process, DDP, "
+            "FSDP or TP, and save there under FSDP or TP (keyed by name) to move it to "
+            "pipeline parallelism"
+        )
     models = [accelerator.unwrap_model(m) for m in accelerator._models]
-    names = parameter_names(part.obj, models)
+    names = parameter_names(part.obj, models, accelerator.strategy.checkpoint_names())
     if names is None:
         return state
     if "masters" in state:  # DeepSpeed's: fp32 masters beside the per-name state
@@ -263,11 +266,21 @@ def _load_all(accelerator: Any, path: Path, allow_unsafe_pickle: bool) -> None:
             labels=_labels(parts, rank),
         )
     saved_sharded = {(p["kind"], p["index"]): bool(p.get("sharded")) for p in manifest["parts"]}
+    sliced = {
+        p.stem
+        for p in parts
+        if (
+            p.sharded or (p.kind in ("model", "optimizer") and accelerator.strategy.loads_in_slices)
+        )
+        # a legacy pickle file (loaded only when allowed) is read whole, as it was written
+        and (saved_sharded[(p.kind, p.index)] or (path / f"{p.stem}.json").is_file())
+    }
     states = {}
     for p in parts:
-        if p.sharded and saved_sharded[(p.kind, p.index)]:
-            states[p.stem] = _load_sharded(accelerator, path, p)
-        elif saved_sharded[(p.kind, p.index)]:  # another layout's shards, read whole
+        saved = saved_sharded[(p.kind, p.index)]
+        if p.stem in sliced:  # nothing read yet: each process reads its own part, below
+            states[p.stem] = load_unread(path, p.stem, what=p.label, sharded=saved)
+        elif saved:  # another layout's shards, read whole
             states[p.stem] = load_shards(path, p.stem, what=p.label, place=_whole)
         else:
             states[p.stem] = load_tree(
@@ -277,6 +290,9 @@ def _load_all(accelerator: Any, path: Path, allow_unsafe_pickle: bool) -> None:
     for p in parts:
         if p.kind == "optimizer":
             states[p.stem] = _keyed_for_strategy(accelerator, p, states[p.stem], model_states)
+    for p in parts:  # keyed as this run loads them: read this process's part of each
+        if p.stem in sliced:
+            states[p.stem] = read_like(states[p.stem], _template(accelerator, p))
     precision_state = load_tree(
         path, "precision", what="precision state", allow_unsafe_pickle=allow_unsafe_pickle
     )
@@ -300,7 +316,7 @@ def _load_all(accelerator: Any, path: Path, allow_unsafe_pickle: bool) -> None:
             "when a window closed (accelerator.sync_gradients is True)"
         )
     for part in parts:
-        if part.sharded and saved_sharded[(part.kind, part.index)]:
+        if part.stem in sliced:
             _restore_sharded(accelerator, part, states[part.stem])
         else:
             _restore_part(accelerator, part, states[part.stem])

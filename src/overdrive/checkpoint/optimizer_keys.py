@@ -10,7 +10,7 @@ group come from the checkpoint, as ``Optimizer.load_state_dict`` takes them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from torch import nn
@@ -28,10 +28,14 @@ def clean_name(name: str) -> str:
     return name
 
 
-def parameter_names(optimizer: Any, models: Iterable[nn.Module]) -> list[list[str]] | None:
+def parameter_names(
+    optimizer: Any, models: Iterable[nn.Module], known: Mapping[int, str] | None = None
+) -> list[list[str]] | None:
     """The names (in the user's module) of ``optimizer``'s parameters, one list per group;
-    None when a parameter belongs to none of ``models``."""
+    None when a parameter belongs to none of ``models``. ``known``: id(parameter) -> name,
+    where a strategy knows better than the module (a pipeline stage's renumbered layers)."""
     by_id = {id(p): clean_name(name) for model in models for name, p in model.named_parameters()}
+    by_id.update(known or {})
     groups = [[by_id.get(id(p)) for p in group["params"]] for group in optimizer.param_groups]
     if any(name is None for group in groups for name in group):
         return None

@@ -167,6 +167,10 @@ class BoxReader:
                 f"{self.what}: box at {offsets} of shape {shape} does not fit {self.key!r} "
                 f"(shape {tuple(self.shape)})\n  fix: the model must have the saved shapes"
             )
+        inside = self._chunk_holding(offsets, shape)
+        if inside is not None:  # one slice of one file, read straight into its own tensor
+            box = zip(offsets, shape, inside.offsets)
+            return self._files.read(inside, tuple(slice(o - co, o - co + s) for o, s, co in box))
         out = torch.empty(shape, dtype=self.dtype)
         covered = torch.zeros(shape, dtype=torch.bool)
         for chunk in self.chunks:
@@ -188,6 +192,14 @@ class BoxReader:
                 "  fix: the checkpoint is incomplete; load another one"
             )
         return out
+
+    def _chunk_holding(self, offsets: tuple[int, ...], shape: tuple[int, ...]) -> Chunk | None:
+        """A saved chunk that holds the whole box, if one does."""
+        for chunk in self.chunks:
+            ends = zip(offsets, shape, chunk.offsets, chunk.shape)
+            if all(co <= o and o + s <= co + cs for o, s, co, cs in ends):
+                return chunk
+        return None
 
 
 class _LazyTensors(Mapping[str, torch.Tensor]):

@@ -57,6 +57,10 @@ class Strategy:
     # first two, so a checkpoint of either kind of layout resumes under the other.
     optimizer_state_by_name: bool | None = False
 
+    # Whether each process's optimizer holds only some of the model's parameters (a pipeline
+    # stage's): a state keyed by position cannot say which of its entries are this one's.
+    optimizer_holds_a_part = False
+
     # megatron_lm_config's recomputation and clipping (set under MEGATRON_LM, whatever the
     # degrees: the same loop then behaves the same on any layout).
     megatron: MegatronOptions | None = None
@@ -215,6 +219,17 @@ class Strategy:
     def sharded_checkpoints(self) -> bool:
         """True when ``save_state`` should have every process write its own shards."""
         return False
+
+    def checkpoint_names(self) -> dict[int, str]:
+        """id(parameter) -> the name checkpoints key it by, where the prepared module's own
+        names differ from the user's (a pipeline stage's); empty when they do not."""
+        return {}
+
+    @property
+    def loads_in_slices(self) -> bool:
+        """True when ``load_state`` should read only this process's part of each saved tensor,
+        laid out as ``sharded_model_state_dict`` says, whatever ``save_state`` writes."""
+        return self.sharded_checkpoints
 
     def sharded_model_state_dict(self, model: nn.Module) -> dict[str, Any]:
         """This process's shards of ``model`` (DTensors keyed by the user's names)."""

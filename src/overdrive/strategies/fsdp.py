@@ -55,6 +55,10 @@ class FSDPStrategy(Strategy):
     def sharded_checkpoints(self) -> bool:
         return self.policy.sharded_checkpoints
 
+    @property
+    def loads_in_slices(self) -> bool:
+        return True  # a full state dict type still loads each process's shards only
+
     # --- models and optimizers -------------------------------------------------------
     def setup_model(self, model: nn.Module, *, device_placement: bool) -> nn.Module:
         if any(model is root or model is self.unwrap(root) for root in self._roots):

@@ -97,6 +97,7 @@ class PipelineParallelStrategy(Strategy):
     name = "pipeline_parallel"
     checkpoints_mid_window = False
     optimizer_state_by_name = True
+    optimizer_holds_a_part = True
 
     def __init__(self, device: torch.device, layout: ParallelLayout, pp: PPSettings) -> None:
         super().__init__(device)
@@ -496,6 +497,9 @@ class PipelineParallelStrategy(Strategy):
         import torch.distributed as dist
 
         return self.layout.dp_rank(dist.get_rank()) == 0
+
+    def checkpoint_names(self) -> dict[int, str]:
+        return self._param_names()
 
     def _param_names(self) -> dict[int, str]:
         """id(parameter) -> its name in the unsplit model, over every pipelined model."""

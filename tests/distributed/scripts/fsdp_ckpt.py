@@ -4,15 +4,19 @@ full:   train 8 optimizer steps (global batch 6, split between the processes, so
         2, 3 processes trains the same), save_state after step 4, dump the final parameters.
         Also writes the model with save_fsdp_model into OUT/fsdp_files.
 resume: load_state() from that checkpoint (possibly on another number of processes), train
-        the remaining 4 steps, dump the final parameters.
+        the remaining 4 steps, dump the final parameters. Each process writes the bytes of
+        checkpoint tensor data it read during load_state to OUT/read_bytes.rank<r>.
 Run with FSDP settings (state dict type, version) as launch flags.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.nn import functional as F
@@ -27,6 +31,34 @@ from overdrive.accelerator import Accelerator  # noqa: E402
 from overdrive.utils import save_fsdp_model  # noqa: E402
 
 STEPS, SAVE_AT, GLOBAL_BATCH = 8, 4, 6
+
+
+@contextlib.contextmanager
+def counting_reads() -> Iterator[list[int]]:
+    """Bytes of tensor data read from a checkpoint's files (by slices, or whole files)."""
+    import overdrive.checkpoint.serialization as serialization
+    from overdrive.checkpoint.shard_reader import OpenFiles
+
+    read = [0]
+
+    def counted(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            out = fn(*args, **kwargs)
+            tensors = out.values() if isinstance(out, dict) else [out]
+            read[0] += sum(t.numel() * t.element_size() for t in tensors)
+            return out
+
+        return wrapper
+
+    patched = [(OpenFiles, "read"), (OpenFiles, "tensor"), (serialization, "load_tensors")]
+    saved = [getattr(owner, name) for owner, name in patched]
+    for owner, name in patched:
+        setattr(owner, name, counted(getattr(owner, name)))
+    try:
+        yield read
+    finally:
+        for (owner, name), fn in zip(patched, saved):
+            setattr(owner, name, fn)
 
 
 def main() -> None:
@@ -46,7 +78,9 @@ def main() -> None:
     model, opt, sched, loader = acc.prepare(model, opt, sched, loader)
     step = 0
     if args.phase == "resume":
-        acc.load_state(str(out / "ckpt"))
+        with counting_reads() as read:
+            acc.load_state(str(out / "ckpt"))
+        (out / f"read_bytes.rank{acc.process_index}").write_text(str(read[0]))
         step = SAVE_AT
     for xb, yb in loader:
         acc.backward(F.mse_loss(model(xb), yb))

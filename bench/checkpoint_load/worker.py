@@ -1,0 +1,93 @@
+"""Save, or time ``load_state`` of, a large model with Adam state; print the result.
+
+Run under ``overdrive launch`` (see run.py); the backend comes from the launch flags.
+``--phase save`` writes ``--ckpt`` once; ``--phase load`` prepares the same model, takes one
+optimizer step (so the state it loads into exists, as mid-training), then times
+``load_state`` ``--repeats`` times, each watched by ``peak_rss.py``: the growth of this
+process's own memory (``RssAnon``) over its level just before the load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from overdrive import Accelerator
+from overdrive.utils import gather_object
+
+HERE = Path(__file__).resolve().parent
+
+
+def build(acc: Accelerator, gb: float) -> tuple[nn.Module, torch.optim.Optimizer]:
+    width = 4096
+    layers = max(1, round(gb * 1e9 / (4 * width * width)))
+    with acc.cpu_ram_efficient_init():
+        model = nn.Sequential(*[nn.Linear(width, width, bias=False) for _ in range(layers)])
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    model, opt = acc.prepare(model, opt)
+    for p in model.parameters():  # optimizer state without a costly forward
+        p.grad = torch.zeros_like(p)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return model, opt
+
+
+def _anon() -> int:
+    with open("/proc/self/status") as f:
+        line = next(x for x in f if x.startswith("RssAnon:"))
+    return int(line.split()[1]) * 1024
+
+
+def timed_load(acc: Accelerator, ckpt: str) -> dict[str, float]:
+    watcher = subprocess.Popen(
+        [sys.executable, str(HERE / "peak_rss.py"), str(os.getpid())],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert watcher.stdout is not None and watcher.stdout.readline().strip() == "ready"
+    before = _anon()
+    acc.wait_for_everyone()
+    start = time.perf_counter()
+    acc.load_state(ckpt)
+    seconds = time.perf_counter() - start
+    watcher.send_signal(signal.SIGTERM)
+    peak, _ = (int(x) for x in watcher.communicate()[0].split())
+    return {"seconds": seconds, "growth": max(0, peak - before)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--ckpt", required=True)
+    p.add_argument("--phase", choices=("save", "load"), required=True)
+    p.add_argument("--gb", type=float, default=0.4, help="model parameters, in GB (fp32)")
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args()
+    acc = Accelerator(cpu=True)
+    build(acc, args.gb)
+    if args.phase == "save":
+        acc.save_state(args.ckpt)
+        acc.print("RESULT " + json.dumps({"world": acc.num_processes}), flush=True)
+        return
+    runs = [timed_load(acc, args.ckpt) for _ in range(args.repeats)]
+    everyone = gather_object([runs])
+    if acc.is_main_process:
+        out = {
+            "world": acc.num_processes,
+            "type": str(acc.distributed_type),
+            "seconds": [max(r[i]["seconds"] for r in everyone) for i in range(args.repeats)],
+            "growth": max(run["growth"] for r in everyone for run in r),
+        }
+        print("RESULT " + json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()
