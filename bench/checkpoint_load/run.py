@@ -5,9 +5,11 @@ dicts on 2 processes and under DDP on 2 (whole files), then times ``load_state``
 several layouts: the same one (the reference), another number of processes, one process, and
 the other kind of strategy. Reports, for each, the median load time, throughput (checkpoint
 bytes / time), its ratio to the same checkpoint's same-layout load, and the largest growth of
-one process's own memory during the load against its bound (the state / N plus one tensor).
+one process's memory during the load (resident, and its own without the mapped checkpoint
+files) against the bound (the state / N plus one tensor under FSDP; the state plus one tensor
+for one process or DDP, whose every process holds the whole model).
 
-    .venv/bin/python bench/checkpoint_load/run.py [--gb 0.4] [--repeats 3] [--dir /tmp/load-bench]
+    .venv/bin/python bench/checkpoint_load/run.py [--gb 0.4] [--repeats 4] [--dir /tmp/load-bench]
 
 The files are read back through the page cache (just written, and the machine has the memory
 for them): this measures the reader, not the disk.
@@ -60,7 +62,7 @@ def tensor_bytes(ckpt: Path) -> tuple[int, int]:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--gb", type=float, default=0.4)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=4, help="loads per launch; the first is warm-up")
     p.add_argument("--dir", default="/tmp/load-bench")
     args = p.parse_args()
     root = Path(args.dir)
@@ -75,24 +77,26 @@ def main() -> None:
     for saved, loaded, nprocs, flags, reference in LOADS:
         run = [*worker, "--ckpt", str(ckpts[saved]), "--phase", "load"]
         out = launch_result(nprocs, flags, [*run, "--repeats", str(args.repeats)])
-        rows.append((saved, loaded, nprocs, out, reference))
+        rows.append((saved, loaded, nprocs, flags, out, reference))
     print(
         "| saved under | loaded under | median load (s) | GB/s | vs same layout "
-        "| largest growth of one process (MB) | bound: state/N + one tensor (MB) |"
+        "| peak resident growth (MB) | peak own-memory growth (MB) "
+        "| bound: state/N + one tensor (MB) |"
     )
-    print("|---|---|---|---|---|---|---|")
-    for saved, loaded, nprocs, out, reference in rows:
+    print("|---|---|---|---|---|---|---|---|")
+    for saved, loaded, nprocs, flags, out, reference in rows:
         nbytes, largest = tensor_bytes(ckpts[saved])
         seconds = statistics.median(out["seconds"])
         ratio = "1.00 (reference)"
         if reference is not None:
-            ratio = f"{statistics.median(rows[reference][3]['seconds']) / seconds:.2f}"
-        bound = nbytes / nprocs + largest
+            ratio = f"{statistics.median(rows[reference][4]['seconds']) / seconds:.2f}"
+        # a process of a sharded layout (FSDP) holds 1/N of the state; any other, all of it
+        bound = (nbytes / nprocs if flags else nbytes) + largest
         print(
             f"| {saved} | {loaded} | {seconds:.2f} | {nbytes / seconds / 1e9:.2f} | {ratio} | "
-            f"{out['growth'] / 1e6:.0f} | {bound / 1e6:.0f} |"
+            f"{out['resident'] / 1e6:.0f} | {out['anon'] / 1e6:.0f} | {bound / 1e6:.0f} |"
         )
-    print(f"seconds of each load: {[(r[1], r[3]['seconds']) for r in rows]}")
+    print(f"seconds of each load: {[(r[1], r[4]['seconds']) for r in rows]}")
     shutil.rmtree(root, ignore_errors=True)
 
 

@@ -119,6 +119,30 @@ def test_a_damaged_shard_file_is_refused_naming_it(tmp_path: Path) -> None:
     assert "optimizer_0.rank1.safetensors" in text and "CheckpointError" in text, text[-3000:]
 
 
+@pytest.mark.distributed
+def test_a_damaged_file_that_another_process_checks_restores_nothing_anywhere(
+    tmp_path: Path,
+) -> None:
+    """Each file is checked by one process: the one that does not check the damaged model
+    file (the optimizer's, larger, is its share) still restores nothing, and both fail."""
+    _run(tmp_path, "full", 2, ddp=True)
+    weights = tmp_path / "ckpt" / "model_0.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-3] ^= 0xFF  # inside the last tensor's last rows: process 1's shard under FSDP2
+    weights.write_bytes(bytes(data))
+    result = run_launch(
+        SCRIPT,
+        nprocs=2,
+        launch_args=_fsdp(2, "SHARDED_STATE_DICT"),
+        args=["--out", str(tmp_path), "--phase", "damaged"],
+    )
+    assert_ok(result)
+    for rank in (0, 1):
+        assert f"UNTOUCHED rank={rank}" in result.stdout, result.stdout
+    refusals = [line for line in result.stdout.splitlines() if line.startswith("REFUSED")]
+    assert len(refusals) == 2 and all("model_0.safetensors" in r for r in refusals), refusals
+
+
 # --- one checkpoint, another layout ------------------------------------------------------
 # The same global batches (split_batches) on any layout: only the order of summation differs,
 # the measured difference of the 2 -> 3 resume above (1e-6) holds for these too. A continuation

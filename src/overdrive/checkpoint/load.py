@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import traceback
 import warnings
 from collections.abc import Callable
@@ -226,24 +225,63 @@ def _labels(parts: list[Part], rank: int) -> dict[str, str]:
     }
 
 
-_SHARD_FILE = re.compile(r"\.rank(\d+)\.(json|safetensors)$")
-
-
-def _verified_here(rank_dir: str, rank: int, world: int) -> Callable[[str], bool]:
-    """The files this process checks: the shared ones, the rank directory it reads, and every
-    ``world``-th process's shard files (each shard file is checked by exactly one process,
-    and any failure fails the load everywhere)."""
+def _verified_here(
+    files: dict[str, Any], rank_dir: str, rank: int, world: int
+) -> Callable[[str], bool]:
+    """The files this process checks: the rank directory it reads, and its share of every
+    other file (shared and shard files, dealt out largest first to the process with the
+    fewest bytes so far, the same way on every process). Each such file is checked by
+    exactly one process, and any failure fails the load everywhere."""
+    shared = sorted(
+        (name for name in files if "/" not in name),
+        key=lambda name: (-int(files[name].get("size") or 0), name),
+    )
+    load = [0] * world
+    mine = set()
+    for name in shared:
+        who = load.index(min(load))
+        load[who] += int(files[name].get("size") or 0)
+        if who == rank:
+            mine.add(name)
 
     def wanted(name: str) -> bool:
         if "/" in name:
             return name.startswith(rank_dir + "/")
-        shard = _SHARD_FILE.search(name)
-        return shard is None or int(shard.group(1)) % world == rank
+        return name in mine
 
     return wanted
 
 
-def _load_all(accelerator: Any, path: Path, allow_unsafe_pickle: bool) -> None:
+def _verify_everywhere(
+    rv: Rendezvous,
+    accelerator: Any,
+    path: Path,
+    manifest: dict[str, Any],
+    rank_dir: str,
+    parts: list[Part],
+) -> None:
+    """Each process checks its share of the files; none restores anything until all of them
+    found theirs intact (a damaged file fails the load on every process, nothing restored)."""
+    rank, world = accelerator.state.process_index, accelerator.state.num_processes
+    try:
+        integrity.verify(
+            path,
+            manifest["files"],
+            only=_verified_here(manifest["files"], rank_dir, rank, world),
+            labels=_labels(parts, rank),
+        )
+    except CheckpointError as exc:
+        rv.all_done("verify", str(exc).splitlines()[0])
+        raise
+    failures = rv.all_done("verify")
+    if failures:
+        raise CheckpointError(
+            f"{failures[0]}\n  fix: load another checkpoint (an earlier one, or an intact "
+            "copy of this one); nothing was restored from this one"
+        )
+
+
+def _load_all(accelerator: Any, path: Path, allow_unsafe_pickle: bool, rv: Rendezvous) -> None:
     manifest = read_manifest(path)
     parts = main_parts(accelerator)
     problems = compare(manifest, parts, accelerator)
@@ -259,12 +297,7 @@ def _load_all(accelerator: Any, path: Path, allow_unsafe_pickle: bool) -> None:
     # Read everything before changing anything: a damaged file leaves the run untouched.
     # This process reads the shared files and its own rank's: it verifies exactly those.
     if "files" in manifest:  # checkpoints of version 1 carry no checksums
-        integrity.verify(
-            path,
-            manifest["files"],
-            only=_verified_here(rank_dir.name, rank, accelerator.state.num_processes),
-            labels=_labels(parts, rank),
-        )
+        _verify_everywhere(rv, accelerator, path, manifest, rank_dir.name, parts)
     saved_sharded = {(p["kind"], p["index"]): bool(p.get("sharded")) for p in manifest["parts"]}
     sliced = {
         p.stem
@@ -346,7 +379,7 @@ def load_state(
         if looks_legacy(path):
             refuse_or_load_legacy(accelerator, path, allow_unsafe_pickle)
         else:
-            _load_all(accelerator, path, allow_unsafe_pickle)
+            _load_all(accelerator, path, allow_unsafe_pickle, rv)
     except Exception as exc:
         error = "".join(traceback.format_exception_only(exc)).strip()
         rv.all_done("load", error)

@@ -8,6 +8,7 @@ by slice, from memory-mapped files. Nothing here unpickles anything.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -172,17 +173,31 @@ class BoxReader:
             box = zip(offsets, shape, inside.offsets)
             return self._files.read(inside, tuple(slice(o - co, o - co + s) for o, s, co in box))
         out = torch.empty(shape, dtype=self.dtype)
-        covered = torch.zeros(shape, dtype=torch.bool)
+        pieces = []  # (chunk, low and high corner of its overlap with the box)
         for chunk in self.chunks:
-            lo = [max(o, co) for o, co in zip(offsets, chunk.offsets)]
+            lo = tuple(max(o, co) for o, co in zip(offsets, chunk.offsets))
             ends = zip(offsets, shape, chunk.offsets, chunk.shape)
-            hi = [min(o + s, co + cs) for o, s, co, cs in ends]
-            if any(a >= b for a, b in zip(lo, hi)):
-                continue
+            hi = tuple(min(o + s, co + cs) for o, s, co, cs in ends)
+            if all(a < b for a, b in zip(lo, hi)):
+                pieces.append((chunk, lo, hi))
+        for chunk, lo, hi in pieces:
             src = tuple(slice(a - co, b - co) for a, b, co in zip(lo, hi, chunk.offsets))
             dst = tuple(slice(a - o, b - o) for a, b, o in zip(lo, hi, offsets))
             out[dst] = self._files.read(chunk, src)
-            covered[dst] = True
+        if not _tiles(pieces, shape):
+            self._refuse_gap(pieces, offsets, shape)
+        return out
+
+    def _refuse_gap(
+        self,
+        pieces: list[tuple[Chunk, tuple[int, ...], tuple[int, ...]]],
+        offsets: tuple[int, ...],
+        shape: tuple[int, ...],
+    ) -> None:
+        """Raise naming the first element of the box no chunk covers, if there is one."""
+        covered = torch.zeros(shape, dtype=torch.bool)
+        for _, lo, hi in pieces:
+            covered[tuple(slice(a - o, b - o) for a, b, o in zip(lo, hi, offsets))] = True
         if not bool(covered.all()):
             first = [int(i) + o for i, o in zip((~covered).nonzero()[0], offsets)]
             raise CheckpointError(
@@ -191,7 +206,6 @@ class BoxReader:
                 f"{sorted({c.file.name for c in self.chunks}) or 'no file'})\n"
                 "  fix: the checkpoint is incomplete; load another one"
             )
-        return out
 
     def _chunk_holding(self, offsets: tuple[int, ...], shape: tuple[int, ...]) -> Chunk | None:
         """A saved chunk that holds the whole box, if one does."""
@@ -200,6 +214,19 @@ class BoxReader:
             if all(co <= o and o + s <= co + cs for o, s, co, cs in ends):
                 return chunk
         return None
+
+
+def _tiles(
+    pieces: list[tuple[Chunk, tuple[int, ...], tuple[int, ...]]], shape: tuple[int, ...]
+) -> bool:
+    """Whether disjoint overlaps fill the box exactly (then no element can be missing); False
+    also when two overlap, which only an element-wise check can settle."""
+    volume = sum(math.prod(b - a for a, b in zip(lo, hi)) for _, lo, hi in pieces)
+    for i, (_, lo, hi) in enumerate(pieces):
+        for _, lo2, hi2 in pieces[i + 1 :]:
+            if all(max(a, c) < min(b, d) for a, b, c, d in zip(lo, hi, lo2, hi2)):
+                return False
+    return volume == math.prod(shape)
 
 
 class _LazyTensors(Mapping[str, torch.Tensor]):

@@ -6,6 +6,8 @@ full:   train 8 optimizer steps (global batch 6, split between the processes, so
 resume: load_state() from that checkpoint (possibly on another number of processes), train
         the remaining 4 steps, dump the final parameters. Each process writes the bytes of
         checkpoint tensor data it read during load_state to OUT/read_bytes.rank<r>.
+damaged: load_state() of a checkpoint with a damaged file must fail on every process and
+        leave every process's parameters as they were; prints ``UNTOUCHED rank=<r>``.
 Run with FSDP settings (state dict type, version) as launch flags.
 """
 
@@ -64,7 +66,7 @@ def counting_reads() -> Iterator[list[int]]:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
-    p.add_argument("--phase", choices=("full", "resume"), required=True)
+    p.add_argument("--phase", choices=("full", "resume", "damaged"), required=True)
     args = p.parse_args()
     out = Path(args.out)
     acc = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(split_batches=True))
@@ -77,6 +79,20 @@ def main() -> None:
     loader = DataLoader(ds, batch_size=GLOBAL_BATCH, shuffle=True)
     model, opt, sched, loader = acc.prepare(model, opt, sched, loader)
     step = 0
+    if args.phase == "damaged":
+        from overdrive.checkpoint.errors import CheckpointError
+
+        before = [p.detach().clone() for p in model.parameters()]
+        try:
+            acc.load_state(str(out / "ckpt"))
+        except CheckpointError as exc:
+            print(f"REFUSED rank={acc.process_index}: {str(exc).splitlines()[0]}", flush=True)
+        else:
+            raise AssertionError("a damaged checkpoint loaded")
+        after = list(model.parameters())
+        assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+        print(f"UNTOUCHED rank={acc.process_index}", flush=True)
+        return
     if args.phase == "resume":
         with counting_reads() as read:
             acc.load_state(str(out / "ckpt"))
