@@ -294,8 +294,8 @@ def _load_all(accelerator: Any, path: Path, allow_unsafe_pickle: bool, rv: Rende
         )
     rank = accelerator.state.process_index
     rank_dir = _rank_dir(accelerator, path, manifest)
-    # Read everything before changing anything: a damaged file leaves the run untouched.
-    # This process reads the shared files and its own rank's: it verifies exactly those.
+    # Read everything before changing anything: a damaged file leaves the run untouched on
+    # every process (each file is verified by one of them, and all wait for all).
     if "files" in manifest:  # checkpoints of version 1 carry no checksums
         _verify_everywhere(rv, accelerator, path, manifest, rank_dir.name, parts)
     saved_sharded = {(p["kind"], p["index"]): bool(p.get("sharded")) for p in manifest["parts"]}
