@@ -9,13 +9,15 @@ import argparse
 import json
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 
-import torch
-from torch import nn
-
 from overdrive import Accelerator
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from adam_model import prepared_adam_model  # noqa: E402
 
 
 def dir_bytes(path: Path) -> int:
@@ -30,16 +32,7 @@ def main() -> None:
     p.add_argument("--async_save", action="store_true")
     args = p.parse_args()
     acc = Accelerator(cpu=True)
-    width = 4096
-    layers = max(1, round(args.gb * 1e9 / (4 * width * width)))
-    with acc.cpu_ram_efficient_init():
-        model = nn.Sequential(*[nn.Linear(width, width, bias=False) for _ in range(layers)])
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-    model, opt = acc.prepare(model, opt)
-    for p_ in model.parameters():  # optimizer state without a costly forward
-        p_.grad = torch.zeros_like(p_)
-    opt.step()
-    opt.zero_grad()
+    prepared_adam_model(acc, args.gb)
     times, sizes = [], []
     for i in range(args.repeats):
         target = Path(args.out) / f"ckpt_{i}"

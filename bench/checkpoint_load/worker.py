@@ -21,27 +21,13 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-from torch import nn
-
 from overdrive import Accelerator
 from overdrive.utils import gather_object
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
 
-
-def build(acc: Accelerator, gb: float) -> tuple[nn.Module, torch.optim.Optimizer]:
-    width = 4096
-    layers = max(1, round(gb * 1e9 / (4 * width * width)))
-    with acc.cpu_ram_efficient_init():
-        model = nn.Sequential(*[nn.Linear(width, width, bias=False) for _ in range(layers)])
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-    model, opt = acc.prepare(model, opt)
-    for p in model.parameters():  # optimizer state without a costly forward
-        p.grad = torch.zeros_like(p)
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    return model, opt
+from adam_model import prepared_adam_model  # noqa: E402
 
 
 def _status(field: str) -> int:
@@ -78,7 +64,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=4)
     args = p.parse_args()
     acc = Accelerator(cpu=True)
-    build(acc, args.gb)
+    prepared_adam_model(acc, args.gb)
     if args.phase == "save":
         acc.save_state(args.ckpt)
         acc.print("RESULT " + json.dumps({"world": acc.num_processes}), flush=True)

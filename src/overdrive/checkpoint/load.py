@@ -24,7 +24,7 @@ from overdrive.checkpoint.optimizer_keys import (
 from overdrive.checkpoint.parts import FORMAT, Part, compare, main_parts, require_prepared
 from overdrive.checkpoint.save import wait_for_pending
 from overdrive.checkpoint.serialization import load_tree, read_json
-from overdrive.checkpoint.shard_reader import BoxReader, load_shards
+from overdrive.checkpoint.shard_reader import full_tensor, load_shards
 from overdrive.checkpoint.sync import Rendezvous
 from overdrive.checkpoint.unread import load_unread, read_like
 
@@ -144,11 +144,6 @@ def _restore_sharded(accelerator: Any, part: Part, state: Any) -> None:
             f"load_state: {part.label} does not fit the saved shards: {exc}\n"
             f"  fix: build the {part.kind} exactly as in the run that saved the checkpoint"
         ) from exc
-
-
-def _whole(key: str, shape: torch.Size, dtype: torch.dtype, reader: BoxReader) -> torch.Tensor:
-    """Every saved piece of a sharded tensor, put together (one tensor at a time)."""
-    return reader.read_full()
 
 
 def _keyed_for_strategy(accelerator: Any, part: Part, state: Any, model_states: list[Any]) -> Any:
@@ -314,7 +309,7 @@ def _load_all(accelerator: Any, path: Path, allow_unsafe_pickle: bool, rv: Rende
         if p.stem in sliced:  # nothing read yet: each process reads its own part, below
             states[p.stem] = load_unread(path, p.stem, what=p.label, sharded=saved)
         elif saved:  # another layout's shards, read whole
-            states[p.stem] = load_shards(path, p.stem, what=p.label, place=_whole)
+            states[p.stem] = load_shards(path, p.stem, what=p.label, place=full_tensor)
         else:
             states[p.stem] = load_tree(
                 path, p.stem, what=p.label, allow_unsafe_pickle=allow_unsafe_pickle

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from overdrive.checkpoint.errors import CheckpointError
-from overdrive.checkpoint.serialization import flatten, write_json, writing
+from overdrive.checkpoint.serialization import flatten, is_dtensor, write_json, writing
 from overdrive.checkpoint.shard_reader import (
     FORMAT,
     VERSION,
@@ -41,6 +41,7 @@ __all__ = [
     "local_shard",
     "merge_full",
     "place_like",
+    "read_as",
     "save_shards",
 ]
 
@@ -236,11 +237,17 @@ def place_like(template: Any, *, what: str) -> Place:
     flatten(template, what=what, sharded=collect, sharded_types=(LocalShard,))
 
     def place(key: str, shape: torch.Size, dtype: torch.dtype, reader: BoxReader) -> Any:
-        leaf = found.get(key)
-        if isinstance(leaf, LocalShard):
-            return box_like(leaf, reader)
-        if leaf is not None:
-            return dtensor_like(leaf, reader)
-        return reader.read_full()
+        return read_as(found.get(key), reader)
 
     return place
+
+
+def read_as(leaf: Any, reader: BoxReader) -> Any:
+    """The saved tensor ``reader`` gives, read as ``leaf`` (this run's tensor at its place)
+    is laid out: a DTensor's box, a ``LocalShard``'s box (None for a placeholder), else the
+    whole tensor."""
+    if isinstance(leaf, LocalShard):
+        return box_like(leaf, reader)
+    if is_dtensor(leaf):
+        return dtensor_like(leaf, reader)
+    return reader.read_full()

@@ -17,9 +17,9 @@ from typing import Any
 import torch
 
 from overdrive.checkpoint.errors import CheckpointError
-from overdrive.checkpoint.serialization import is_dtensor, read_json, unflatten
+from overdrive.checkpoint.serialization import read_json, unflatten
 from overdrive.checkpoint.shard_reader import BoxReader, Chunk, OpenFiles, load_shards
-from overdrive.checkpoint.shards import LocalShard, box_like, dtensor_like
+from overdrive.checkpoint.shards import read_as
 from overdrive.checkpoint.tensor_file import DTYPES
 
 _FROM_NAME = {name: dtype for dtype, name in DTYPES.items()}
@@ -99,11 +99,7 @@ def read_like(tree: Any, template: Any) -> Any:
     laid out: a DTensor's box, a ``LocalShard``'s box (None for another stage's placeholder),
     else the whole tensor. One tensor is read at a time."""
     if isinstance(tree, Unread):
-        if isinstance(template, LocalShard):
-            return box_like(template, tree.reader)
-        if is_dtensor(template):
-            return dtensor_like(template, tree.reader)
-        return tree.reader.read_full()
+        return read_as(template, tree.reader)
     if isinstance(tree, dict):
         mine = template if isinstance(template, Mapping) else {}
         return {k: read_like(v, mine.get(k)) for k, v in tree.items()}

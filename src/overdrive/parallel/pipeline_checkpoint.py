@@ -11,8 +11,8 @@ one. Only that skeleton (names, shapes, dtypes, plain values) crosses the pipeli
 tensor, so no process holds more than its stage. The main process writes the tree, so the
 files read as any sharded checkpoint: under FSDP, tensor parallelism, another pipeline.
 
-On load the same tree is the template: ``place_like`` reads the whole tensor for this
-stage's boxes and nothing for the placeholders (they come back as None).
+On load the same tree is the template: ``checkpoint.shards.read_as`` reads this stage's
+boxes and nothing for the placeholders (they come back as None).
 """
 
 from __future__ import annotations
