@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader
 
 from overdrive import effective_settings
 from overdrive.accelerator_setup import (
+    checked_accumulation_plugin,
     code_settings,
     export_for_transformers,
     project_configuration,
@@ -27,6 +28,7 @@ from overdrive.accelerator_setup import (
 )
 from overdrive.accumulation import GradientState
 from overdrive.compat.accelerator_compat import AcceleratorCompat
+from overdrive.compat.plugin_views import expose_plugins
 from overdrive.config import Settings, load_settings
 from overdrive.errors import ConfigError, OverdriveError
 from overdrive.kwargs_handlers import (
@@ -132,12 +134,14 @@ class Accelerator(AcceleratorCompat):
             None if log_with is None or isinstance(log_with, str) else list(log_with)
         )
         self.trackers: list[Any] = []
-        self.deepspeed_plugin, self.fsdp_plugin = deepspeed_plugin, fsdp_plugin
+        self.deepspeed_plugin = deepspeed_plugin
         self.megatron_lm_plugin = megatron_lm_plugin
 
         in_code = (fsdp_plugin, deepspeed_plugin, parallelism_config, megatron_lm_plugin)
         self.strategy = strategy_for(self.state, self.settings, handlers, *in_code)
         export_for_transformers(self.settings, self.state.distributed_type)
+        # transformers' Trainer reads the plugins off the state to pick its checkpoint formats
+        self.fsdp_plugin = expose_plugins(self.state, self.settings, fsdp_plugin, deepspeed_plugin)
         self.precision = make_precision(
             self.settings["mixed_precision"],
             self.state.device,
@@ -148,15 +152,7 @@ class Accelerator(AcceleratorCompat):
             source=str(self.settings.source("mixed_precision")),
             sharded_grads=self.strategy.sharded_grads,
         )
-        plugin = gradient_accumulation_plugin or GradientAccumulationPlugin()
-        if not plugin.adjust_scheduler:
-            raise ConfigError(
-                "GradientAccumulationPlugin(adjust_scheduler=False) cannot take effect: a "
-                "prepared scheduler always advances once per optimizer step that really ran",
-                key="adjust_scheduler",
-                fix="drop adjust_scheduler, or pass step_scheduler_with_optimizer=False to "
-                "Accelerator to advance the scheduler on every scheduler.step() call",
-            )
+        plugin = checked_accumulation_plugin(gradient_accumulation_plugin)
         self._sync_with_dataloader = plugin.sync_with_dataloader
         self.gradient_state = GradientState(
             self.settings["gradient_accumulation_steps"], sync_each_batch=plugin.sync_each_batch

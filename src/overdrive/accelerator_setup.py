@@ -16,7 +16,7 @@ from overdrive.kwargs_handlers import (
     InitProcessGroupKwargs,
     KwargsHandler,
 )
-from overdrive.plugins import ProjectConfiguration
+from overdrive.plugins import GradientAccumulationPlugin, ProjectConfiguration
 from overdrive.precision import FP8RecipeKwargs
 
 _HANDLER_TYPES = (
@@ -135,6 +135,20 @@ def project_configuration(
         iteration=given.iteration if given else 0,
         save_on_each_node=given.save_on_each_node if given else False,
     )
+
+
+def checked_accumulation_plugin(plugin: GradientAccumulationPlugin | None) -> Any:
+    """``plugin`` (or the default one), refused when it asks for what cannot take effect."""
+    plugin = plugin or GradientAccumulationPlugin()
+    if not plugin.adjust_scheduler:
+        raise ConfigError(
+            "GradientAccumulationPlugin(adjust_scheduler=False) cannot take effect: a "
+            "prepared scheduler always advances once per optimizer step that really ran",
+            key="adjust_scheduler",
+            fix="drop adjust_scheduler, or pass step_scheduler_with_optimizer=False to "
+            "Accelerator to advance the scheduler on every scheduler.step() call",
+        )
+    return plugin
 
 
 def export_for_transformers(settings: Settings, distributed_type: Any) -> None:

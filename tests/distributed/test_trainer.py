@@ -66,17 +66,22 @@ def test_two_process_ddp_equals_one_process_with_doubled_batch(tmp_path: Path) -
     assert len(set(one["losses"])) > 1
 
 
-@pytest.mark.distributed
-def test_opt_in_refused_without_flag_when_real_accelerate_installed(tmp_path: Path) -> None:
-    """A fake installed accelerate: plain ``python -m overdrive.run`` refuses, naming the opt-in."""
+def _fake_installed_accelerate(tmp_path: Path) -> dict[str, str]:
+    """An environment where a (fake) accelerate 9.9.9 is installed: its module and metadata."""
     site = tmp_path / "site"
     (site / "accelerate-9.9.9.dist-info").mkdir(parents=True)
     (site / "accelerate-9.9.9.dist-info" / "METADATA").write_text(
         "Metadata-Version: 2.1\nName: accelerate\nVersion: 9.9.9\n"
     )
-    (site / "accelerate").mkdir()  # an installed package: its module and its metadata
-    (site / "accelerate" / "__init__.py").write_text("")
-    env = clean_env({"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])})
+    (site / "accelerate").mkdir()
+    (site / "accelerate" / "__init__.py").write_text("WHO = 'the installed one'\n")
+    return clean_env({"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])})
+
+
+@pytest.mark.distributed
+def test_opt_in_refused_without_flag_when_real_accelerate_installed(tmp_path: Path) -> None:
+    """A fake installed accelerate: plain ``python -m overdrive.run`` refuses, naming the opt-in."""
+    env = _fake_installed_accelerate(tmp_path)
     cmd = [
         sys.executable,
         "-m",
@@ -90,3 +95,24 @@ def test_opt_in_refused_without_flag_when_real_accelerate_installed(tmp_path: Pa
     assert result.returncode != 0
     assert "OVERDRIVE_AS_ACCELERATE=1" in result.stderr and "9.9.9" in result.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.distributed
+def test_config_file_key_opts_in_over_an_installed_accelerate(tmp_path: Path) -> None:
+    """``as_accelerate: true`` in the config file does what ``--as_accelerate`` does; without
+    it the workers get the installed package, and the launcher says which they get."""
+    env = _fake_installed_accelerate(tmp_path)
+    script = tmp_path / "who.py"
+    script.write_text(
+        "import accelerate\nprint('ENGINE', getattr(accelerate, 'WHO', 'overdrive'))\n"
+    )
+    config = tmp_path / "c.yaml"
+    for key, engine in (("false", "the installed one"), ("true", "overdrive")):
+        config.write_text(f"as_accelerate: {key}\n")
+        cmd = [sys.executable, "-m", "overdrive", "launch", "--cpu", "--num_processes", "1"]
+        cmd += ["--config_file", str(config), str(script)]
+        result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert f"ENGINE {engine}" in result.stdout
+        said = "shadows installed accelerate 9.9.9" if key == "true" else "the installed accelerate"
+        assert said in result.stderr

@@ -146,7 +146,7 @@ def _restore_sharded(accelerator: Any, part: Part, state: Any) -> None:
         ) from exc
 
 
-def _keyed_for_strategy(accelerator: Any, part: Part, state: Any, model_states: list[Any]) -> Any:
+def keyed_for_strategy(accelerator: Any, part: Part, state: Any, model_states: list[Any]) -> Any:
     """A saved optimizer state keyed as this run's strategy loads it: by parameter name
     (FSDP, TP, PP), by index (one process, DDP) or in DeepSpeed's form; converted when
     another layout saved it. ``model_states``: the models' saved states (DeepSpeed's masters)."""
@@ -317,7 +317,7 @@ def _load_all(accelerator: Any, path: Path, allow_unsafe_pickle: bool, rv: Rende
     model_states = [states[p.stem] for p in parts if p.kind == "model"]
     for p in parts:
         if p.kind == "optimizer":
-            states[p.stem] = _keyed_for_strategy(accelerator, p, states[p.stem], model_states)
+            states[p.stem] = keyed_for_strategy(accelerator, p, states[p.stem], model_states)
     for p in parts:  # keyed as this run loads them: read this process's part of each
         if p.stem in sliced:
             states[p.stem] = read_like(states[p.stem], _template(accelerator, p))

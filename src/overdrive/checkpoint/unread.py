@@ -94,6 +94,13 @@ def load_unread(directory: Path, stem: str, *, what: str, sharded: bool) -> Any:
     return unflatten(meta["state"], tensors, what=what)
 
 
+def unread_safetensors(path: Path, *, what: str) -> Mapping[str, Unread]:
+    """Every tensor of a plain safetensors file (one without overdrive's JSON table), unread."""
+    if not path.is_file():
+        raise CheckpointError(f"{what}: {path} is missing\n  fix: pass the folder it was saved to")
+    return _UnreadFile(OpenFiles(what), path, what)
+
+
 def read_like(tree: Any, template: Any) -> Any:
     """``tree`` with every ``Unread`` read as the leaf at the same place in ``template`` is
     laid out: a DTensor's box, a ``LocalShard``'s box (None for another stage's placeholder),

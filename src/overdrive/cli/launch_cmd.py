@@ -19,7 +19,15 @@ from overdrive.config.kinds import Bool
 from overdrive.errors import LaunchError
 
 # Boolean settings that work as plain switches (``--use_fsdp``); other booleans take a value.
-SWITCHES = ("use_cpu", "use_fsdp", "use_deepspeed", "use_megatron_lm", "debug", "downcast_bf16")
+SWITCHES = (
+    "use_cpu",
+    "use_fsdp",
+    "use_deepspeed",
+    "use_megatron_lm",
+    "debug",
+    "downcast_bf16",
+    "as_accelerate",
+)
 SWITCH_NAMES = {"use_cpu": "cpu"}
 
 
@@ -110,11 +118,6 @@ def register(commands: Any) -> None:
         "-m", "--module", action="store_true", help="run a module (python -m) instead of a file"
     )
     add_launch_options(parser)
-    add_flag(
-        parser, "as_accelerate", action="store_true",
-        help="let `import accelerate` in the workers get overdrive even where accelerate is "
-        "installed (same as OVERDRIVE_AS_ACCELERATE=1)",
-    )  # fmt: skip
     parser.add_argument(
         "command",
         nargs=argparse.REMAINDER,
@@ -211,7 +214,7 @@ def handle(args: argparse.Namespace) -> int:
         return 0
     from overdrive import alias
 
-    if getattr(args, "as_accelerate", False):
+    if settings["as_accelerate"]:  # flag, config file or environment
         os.environ[alias.OPT_IN_ENV] = "1"  # the workers inherit it; their bootstrap reads it
     if not args.quiet:
         hint = cluster.scheduler_hint(settings, os.environ)

@@ -28,12 +28,13 @@ def save_fsdp_model(
     """Write ``model``'s weights under ``output_dir``; returns the folder or file written.
 
     Call it on every process (the sharded form is written by all of them). Whether it is
-    sharded follows the prepared model's FSDP ``state_dict_type``.
+    sharded follows the prepared model's FSDP ``state_dict_type``. ``adapter_only`` is
+    ignored for a model without PEFT adapters (transformers' Trainer always passes it).
     """
-    if adapter_only:
+    if adapter_only and getattr(accelerator.unwrap_model(model), "peft_config", None):
         raise OverdriveError(
-            "save_fsdp_model(adapter_only=True) saves PEFT adapters, which overdrive does not "
-            "handle\n  fix: save the adapter with PEFT's own save_pretrained()"
+            "save_fsdp_model(adapter_only=True) on a model with PEFT adapters: overdrive does not "
+            "save adapters alone\n  fix: save the adapter with PEFT's own save_pretrained()"
         )
     strategy = accelerator.strategy
     output = Path(output_dir)

@@ -186,6 +186,15 @@ SETTINGS: tuple[Setting, ...] = (
         flag=True,
     ),
     setting(
+        "as_accelerate",
+        ON_OFF,
+        False,
+        "let `import accelerate` in the workers get overdrive even where the described "
+        "system's package is installed (transformers' Trainer imports it by that name)",
+        env=("OVERDRIVE_AS_ACCELERATE",),
+        flag=True,
+    ),
+    setting(
         "main_training_function",
         Str(),
         "main",

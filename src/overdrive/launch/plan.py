@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from overdrive.config import HANDOVER_VARIABLE, Settings
 from overdrive.errors import LaunchError
+from overdrive.launch.described_env import described_variables
 
 DEFAULT_PORT = 29500
 BOOTSTRAP_MODULE = "overdrive.launch.bootstrap"
@@ -88,7 +89,7 @@ class LaunchPlan:
 
     def shared_env(self) -> dict[str, str]:
         """Variables the launcher adds for every worker (the settings travel in one of them)."""
-        env = {HANDOVER_VARIABLE: self.settings.to_json()}
+        env = {HANDOVER_VARIABLE: self.settings.to_json(), **described_variables(self.settings)}
         if self.cuda_visible_devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.cuda_visible_devices
         if self.omp_num_threads is not None:

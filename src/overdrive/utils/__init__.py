@@ -67,9 +67,9 @@ _LAZY = {
     # launching
     "notebook_launcher": "overdrive.compat.launchers",
     "debug_launcher": "overdrive.compat.launchers",
-    "load_fsdp_model": "overdrive.compat.fsdp_pending",
-    "save_fsdp_optimizer": "overdrive.compat.fsdp_pending",
-    "load_fsdp_optimizer": "overdrive.compat.fsdp_pending",
+    "load_fsdp_model": "overdrive.compat.fsdp_state_files",
+    "save_fsdp_optimizer": "overdrive.compat.fsdp_state_files",
+    "load_fsdp_optimizer": "overdrive.compat.fsdp_state_files",
     # device maps and unwrapping (transformers imports these)
     "get_max_memory": "overdrive.utils.modeling",
     "get_balanced_memory": "overdrive.utils.modeling",
