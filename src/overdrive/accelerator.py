@@ -134,14 +134,15 @@ class Accelerator(AcceleratorCompat):
             None if log_with is None or isinstance(log_with, str) else list(log_with)
         )
         self.trackers: list[Any] = []
-        self.deepspeed_plugin = deepspeed_plugin
         self.megatron_lm_plugin = megatron_lm_plugin
 
         in_code = (fsdp_plugin, deepspeed_plugin, parallelism_config, megatron_lm_plugin)
         self.strategy = strategy_for(self.state, self.settings, handlers, *in_code)
         export_for_transformers(self.settings, self.state.distributed_type)
         # transformers' Trainer reads the plugins off the state to pick its checkpoint formats
-        self.fsdp_plugin = expose_plugins(self.state, self.settings, fsdp_plugin, deepspeed_plugin)
+        self.fsdp_plugin, self.deepspeed_plugin = expose_plugins(
+            self.state, self.settings, self.strategy, fsdp_plugin, deepspeed_plugin
+        )
         self.precision = make_precision(
             self.settings["mixed_precision"],
             self.state.device,

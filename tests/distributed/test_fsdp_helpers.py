@@ -33,7 +33,11 @@ def _run(out: Path, phase: str, nprocs: int, kind: str, *extra: str) -> str:
 @pytest.mark.distributed
 @pytest.mark.parametrize(
     ("saved", "loaded"),
-    [((2, SHARDED), (3, SHARDED)), ((2, SHARDED), (2, FULL)), ((2, FULL), (3, SHARDED))],
+    [
+        ((2, SHARDED), (3, SHARDED)),
+        pytest.param((2, SHARDED), (2, FULL), marks=pytest.mark.extended),
+        pytest.param((2, FULL), (3, SHARDED), marks=pytest.mark.extended),
+    ],
     ids=["sharded-2-to-sharded-3", "sharded-2-to-full-2", "full-2-to-sharded-3"],
 )
 def test_a_save_continues_under_another_layout(

@@ -10,12 +10,14 @@ about 1e-4 from fp32.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers.dist import assert_ok, run_launch
+from tests.helpers.dist import assert_ok, clean_env, run_launch
 
 pytest.importorskip("transformers")
 
@@ -40,8 +42,13 @@ num_processes: 2
 """
 
 
-def _train(
-    tmp: Path, name: str, spec: dict[str, Any], nprocs: int = 1, config: str | None = None
+def train(
+    tmp: Path,
+    name: str,
+    spec: dict[str, Any],
+    nprocs: int = 1,
+    config: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Run the Trainer script once; its JSON result (losses, steps, weight sums)."""
     full = {"out": str(tmp / f"{name}.json"), "output_dir": str(tmp / "run")}
@@ -52,25 +59,32 @@ def _train(
         path.write_text(config)
         launch_args = ["--config_file", str(path)]
     result = run_launch(
-        SCRIPT, nprocs=nprocs, args=[json.dumps(full)], launch_args=launch_args, timeout=400
+        SCRIPT,
+        nprocs=nprocs,
+        args=[json.dumps(full)],
+        launch_args=launch_args,
+        env=env,
+        timeout=600,
     )
     assert_ok(result)
     return json.loads(Path(full["out"]).read_text())
 
 
-def _resumed(
-    tmp: Path, spec: dict[str, Any], nprocs: int, config: str | None = None
+def resumed(
+    tmp: Path, spec: dict[str, Any], nprocs: int, config: str | None = None, **kw: Any
 ) -> tuple[dict[str, Any], dict[str, Any], Path]:
-    """(uninterrupted run, run resumed from step 4 of an interrupted one, its checkpoint)."""
-    whole = _train(tmp, "whole", spec, nprocs, config)
+    """(uninterrupted run, run resumed from step 4 of an interrupted one, its checkpoint).
+    The interrupted run's result is in ``tmp/cut.json``."""
+    whole = train(tmp, "whole", spec, nprocs, config, **kw)
     ckpt = {"output_dir": str(tmp / "ckpt"), "save_steps": 4, **spec}
-    _train(tmp, "cut", {**ckpt, "stop_after": 4}, nprocs, config)
+    train(tmp, "cut", {**ckpt, "stop_after": 4}, nprocs, config, **kw)
     folder = tmp / "ckpt" / "checkpoint-4"
-    resumed = _train(tmp, "resumed", {**ckpt, "resume": str(folder)}, nprocs, config)
-    return whole, resumed, folder
+    again = train(tmp, "resumed", {**ckpt, "resume": str(folder)}, nprocs, config, **kw)
+    return whole, again, folder
 
 
-def _relative(a: dict[str, float], b: dict[str, float]) -> float:
+def relative(a: dict[str, float], b: dict[str, float]) -> float:
+    """The largest relative gap between two runs' per-tensor weight sums."""
     assert a.keys() == b.keys()
     return max(abs(a[k] - b[k]) / max(1.0, abs(b[k])) for k in a)
 
@@ -79,11 +93,11 @@ def _relative(a: dict[str, float], b: dict[str, float]) -> float:
 def test_mid_epoch_resume_under_ddp_is_the_uninterrupted_run(tmp_path: Path) -> None:
     # 24 samples, 2 processes x 2: six steps an epoch, so the resume lands mid-epoch and
     # the run crosses into the next epoch's shuffle after it.
-    whole, resumed, folder = _resumed(tmp_path, {"batch": 2}, nprocs=2)
+    whole, again, folder = resumed(tmp_path, {"batch": 2}, nprocs=2)
     assert whole["world"] == 2 and whole["steps"] == list(range(1, 11))
-    assert resumed["global_step"] == 10
-    assert resumed["losses"] == whole["losses"]
-    assert resumed["weights"] == whole["weights"]
+    assert again["global_step"] == 10
+    assert again["losses"] == whole["losses"]
+    assert again["weights"] == whole["weights"]
     assert (folder / "optimizer.pt").is_file()  # Trainer's own format on DDP
 
 
@@ -91,7 +105,7 @@ def test_mid_epoch_resume_under_ddp_is_the_uninterrupted_run(tmp_path: Path) -> 
 def test_seed002_fsdp2_config_resumes_mid_epoch_from_its_sharded_checkpoint(
     tmp_path: Path,
 ) -> None:
-    whole, resumed, folder = _resumed(tmp_path, {"batch": 2}, nprocs=2, config=FSDP2_CONFIG)
+    whole, again, folder = resumed(tmp_path, {"batch": 2}, nprocs=2, config=FSDP2_CONFIG)
     # Trainer saw FSDP (state.fsdp_plugin) and wrote its FSDP checkpoint through our helpers:
     # a folder of per-process shards each for weights and optimizer, no pickles.
     for part in ("pytorch_model_fsdp_0", "optimizer_0"):
@@ -102,44 +116,62 @@ def test_seed002_fsdp2_config_resumes_mid_epoch_from_its_sharded_checkpoint(
             "model.rank1.safetensors",
         ]
     assert not (folder / "optimizer.pt").exists()
-    assert resumed["losses"] == whole["losses"]
-    assert resumed["weights"] == whole["weights"]
+    assert again["losses"] == whole["losses"]
+    assert again["weights"] == whole["weights"]
+    # Trainer's save_model writes no weights under a sharded state dict (transformers' code);
+    # docs/trainer.md's way to full weights: merge the checkpoint, add the model's config.
+    merged = tmp_path / "merged"
+    cmd = [sys.executable, "-m", "overdrive", "merge-weights"]
+    done = subprocess.run(
+        [*cmd, str(folder / "pytorch_model_fsdp_0"), str(merged)],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    loaded = train(tmp_path, "loaded", {"from_pretrained": str(merged)})
+    cut = json.loads((tmp_path / "cut.json").read_text())
+    assert loaded["weights"] == cut["weights"]
 
 
 @pytest.mark.distributed
+@pytest.mark.extended
 def test_fsdp2_trains_like_ddp_and_the_config_files_bf16_reaches_trainer(tmp_path: Path) -> None:
     fp32 = FSDP2_CONFIG.replace("mixed_precision: bf16\n", "")
-    fsdp = _train(tmp_path, "fsdp", {"batch": 2}, nprocs=2, config=fp32)
-    ddp = _train(tmp_path, "ddp", {"batch": 2}, nprocs=2)
-    assert _relative(fsdp["weights"], ddp["weights"]) < 1e-6
+    fsdp = train(tmp_path, "fsdp", {"batch": 2}, nprocs=2, config=fp32)
+    ddp = train(tmp_path, "ddp", {"batch": 2}, nprocs=2)
+    assert relative(fsdp["weights"], ddp["weights"]) < 1e-6
     assert max(abs(a - b) for a, b in zip(fsdp["losses"], ddp["losses"], strict=True)) < 1e-5
     # The file's bf16 (exported as ACCELERATE_MIXED_PRECISION, which TrainingArguments reads)
     # changes the numbers: the run really is bf16, as under the described system.
-    bf16 = _train(tmp_path, "bf16", {"batch": 2}, nprocs=2, config=FSDP2_CONFIG)
+    bf16 = train(tmp_path, "bf16", {"batch": 2}, nprocs=2, config=FSDP2_CONFIG)
     gaps = [abs(a - b) for a, b in zip(bf16["losses"], fsdp["losses"], strict=True)]
     assert 0 < max(gaps) < 5e-3
 
 
 @pytest.mark.distributed
+@pytest.mark.extended
 def test_accumulation_with_a_short_last_window_matches_across_processes(tmp_path: Path) -> None:
     # 20 samples of batch 2 are 10 micro-batches an epoch: windows of 4, 4 and a short 2.
     spec = {"samples": 20, "accum": 4, "max_steps": 6}
-    one = _train(tmp_path, "one", {**spec, "batch": 2}, nprocs=1)
-    two = _train(tmp_path, "two", {**spec, "batch": 1}, nprocs=2)
+    one = train(tmp_path, "one", {**spec, "batch": 2}, nprocs=1)
+    two = train(tmp_path, "two", {**spec, "batch": 1}, nprocs=2)
     assert one["steps"] == list(range(1, 7))
-    assert _relative(two["weights"], one["weights"]) < 1e-5
+    assert relative(two["weights"], one["weights"]) < 1e-5
     # Accumulating 2 x 2 is one batch of 4: Trainer scales, overdrive adds no second division.
-    acc = _train(tmp_path, "acc", {"batch": 2, "accum": 2, "max_steps": 6})
-    big = _train(tmp_path, "big", {"batch": 4, "max_steps": 6})
-    assert _relative(acc["weights"], big["weights"]) < 1e-5
+    acc = train(tmp_path, "acc", {"batch": 2, "accum": 2, "max_steps": 6})
+    big = train(tmp_path, "big", {"batch": 4, "max_steps": 6})
+    assert relative(acc["weights"], big["weights"]) < 1e-5
 
 
 @pytest.mark.distributed
+@pytest.mark.extended
 def test_bf16_training_argument_and_one_process_resume(tmp_path: Path) -> None:
-    fp32 = _train(tmp_path, "fp32", {"batch": 4, "max_steps": 6})
-    bf16 = _train(tmp_path, "bf16", {"batch": 4, "max_steps": 6, "bf16": True})
+    fp32 = train(tmp_path, "fp32", {"batch": 4, "max_steps": 6})
+    bf16 = train(tmp_path, "bf16", {"batch": 4, "max_steps": 6, "bf16": True})
     gaps = [abs(a - b) for a, b in zip(bf16["losses"], fp32["losses"], strict=True)]
     assert 0 < max(gaps) < 5e-3
-    whole, resumed, _ = _resumed(tmp_path, {"batch": 4}, nprocs=1)
-    assert resumed["losses"] == whole["losses"]
-    assert resumed["weights"] == whole["weights"]
+    whole, again, _ = resumed(tmp_path, {"batch": 4}, nprocs=1)
+    assert again["losses"] == whole["losses"]
+    assert again["weights"] == whole["weights"]

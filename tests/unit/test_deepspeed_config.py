@@ -326,3 +326,39 @@ def test_a_config_dict_in_code_is_checked_when_the_accelerator_is_made() -> None
     assert "the DeepSpeed config dict given in code" in text
     assert "zero_optimization.stage = 3" in text and "deepspeed_config.zero_stage = 2" in text
     assert "code Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=...))" in text
+
+
+def test_zero3_bucket_sizes_written_auto_come_from_the_models_hidden_size(tmp_path: Path) -> None:
+    zero = {
+        "stage": 3,
+        "reduce_bucket_size": AUTO,
+        "stage3_prefetch_bucket_size": AUTO,
+        "stage3_param_persistence_threshold": AUTO,
+    }
+    cfg = build(settings_for(tmp_path, {}, {"zero_optimization": zero}))
+
+    class Model(torch.nn.Module):
+        config = type("Config", (), {"hidden_size": 64})()
+
+    out = finish(
+        cfg, micro_batch=4, micro_source="loader", world_size=2, optimizer=None,
+        scheduler=None, on_cpu=True, model=Model(),
+    )  # fmt: skip
+    assert out["zero_optimization"]["reduce_bucket_size"] == 64 * 64
+    assert out["zero_optimization"]["stage3_prefetch_bucket_size"] == int(0.9 * 64 * 64)
+    assert out["zero_optimization"]["stage3_param_persistence_threshold"] == 640
+    assert "hidden size 64" in cfg.sources["zero_optimization.reduce_bucket_size"]
+    with pytest.raises(ConfigError, match="reduce_bucket_size"):  # no hidden size: still named
+        finished(build(settings_for(tmp_path, {}, {"zero_optimization": zero})))
+
+
+def test_a_caller_that_accumulates_itself_keeps_the_jsons_window(tmp_path: Path) -> None:
+    """transformers' Trainer passes GradientAccumulationPlugin(num_steps=1) and a JSON whose
+    "auto" it filled with its own steps: the engine gets the JSON's window, overdrive divides
+    nothing (Trainer does). Anyone else gets the conflict named."""
+    s = load_settings(code={"gradient_accumulation_steps": 1, "use_deepspeed": True}, environ={})
+    given = {"gradient_accumulation_steps": 4, "zero_optimization": {"stage": 2}}
+    cfg = build(s, code_config=given, caller_accumulates=True)
+    assert cfg.caller_accumulates and cfg.gradient_accumulation_steps == 4
+    with pytest.raises(ConfigError, match="gradient_accumulation_steps"):
+        build(s, code_config=given)

@@ -68,6 +68,9 @@ class DeepSpeedConfig:
     gradient_accumulation_steps: int
     mixed_precision: str
     notes: list[str] = field(default_factory=list)
+    # The caller accumulates by itself (transformers' Trainer): overdrive divides no loss and
+    # the JSON's gradient_accumulation_steps sizes only the engine's window.
+    caller_accumulates: bool = False
 
     def get(self, path: str, default: Any = None) -> Any:
         value = _get(self.config, path)
@@ -180,8 +183,15 @@ def _given_config(settings: Settings, code_config: dict[str, Any] | None, code_l
 
 # --- building -------------------------------------------------------------------------------
 class _Builder:
-    def __init__(self, settings: Settings, given: dict[str, Any] | None, origin: str) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        given: dict[str, Any] | None,
+        origin: str,
+        caller_accumulates: bool = False,
+    ) -> None:
         self.s = settings
+        self.caller_accumulates = caller_accumulates
         self.from_file = given is not None
         self.config: dict[str, Any] = given if given is not None else {}
         self.origin = origin
@@ -236,6 +246,9 @@ class _Builder:
             _set(self.config, GAS, ours)
             self.sources[GAS] = source if found is _MISSING else f'{source}, for "auto"'
             return ours
+        if self.caller_accumulates and isinstance(found, int) and found >= 1:
+            self.sources[GAS] = f"{self.origin} (the caller accumulates by itself)"
+            return found
         if self.s.is_set(key) and not _same(found, ours):
             raise self.conflict(GAS, found, key, ours, source)
         if not isinstance(found, int) or isinstance(found, bool) or found < 1:
@@ -316,11 +329,14 @@ def build(
     *,
     code_config: dict[str, Any] | None = None,
     code_label: str = "Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=...))",
+    caller_accumulates: bool = False,
 ) -> DeepSpeedConfig:
-    """Everything the settings decide; batch sizes and optimizer values wait for ``finish``."""
+    """Everything the settings decide; batch sizes and optimizer values wait for ``finish``.
+    ``caller_accumulates``: the code that gave the config accumulates by itself and drives
+    the window's end (``gradient_state._set_sync_gradients``), as transformers' Trainer does."""
     given = _given_config(settings, code_config, code_label)
     config, origin = given if given is not None else (None, "the settings")
-    b = _Builder(settings, config, origin)
+    b = _Builder(settings, config, origin, caller_accumulates and code_config is not None)
     for key, path in KNOBS:
         b.knob(key, path)
     steps = b.accumulation()
@@ -350,4 +366,5 @@ def build(
         gradient_accumulation_steps=steps,
         mixed_precision=precision,
         notes=b.notes,
+        caller_accumulates=b.caller_accumulates,
     )

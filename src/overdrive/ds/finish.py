@@ -1,5 +1,6 @@
 """Completing a DeepSpeed config at ``prepare``: batch sizes from the prepared dataloader and the
-number of processes, optimizer and scheduler values from ``DummyOptim``/``DummyScheduler``.
+number of processes, ZeRO's bucket sizes from the model's hidden size, optimizer and scheduler
+values from ``DummyOptim``/``DummyScheduler``.
 
 A value the config fixes that the prepared objects contradict is an error naming both; an
 ``"auto"`` nothing can fill is an error naming its key and the config's origin.
@@ -106,6 +107,30 @@ def _section(
         _fill_section(cfg, out, name, given.hyperparameters(), f"{dummy.__name__}(...)")
 
 
+# ZeRO's bucket sizes written "auto", from the model's hidden size h (the described system's
+# and transformers' rule): (path, size for h).
+BUCKETS = (
+    ("zero_optimization.reduce_bucket_size", lambda h: h * h),
+    ("zero_optimization.stage3_prefetch_bucket_size", lambda h: int(0.9 * h * h)),
+    ("zero_optimization.stage3_param_persistence_threshold", lambda h: 10 * h),
+)
+
+
+def _bucket_sizes(cfg: DeepSpeedConfig, out: dict[str, Any], model: Any) -> None:
+    config = getattr(model, "config", None)
+    sizes = getattr(config, "hidden_sizes", None) or [getattr(config, "hidden_size", None)]
+    known = [s for s in sizes if isinstance(s, int)]
+    section = out.get("zero_optimization")
+    if not known or not isinstance(section, dict):
+        return
+    hidden = max(known)
+    for path, size in BUCKETS:
+        key = path.split(".", 1)[1]
+        if section.get(key) == AUTO:
+            section[key] = size(hidden)
+            cfg.sources[path] = f'the model\'s hidden size {hidden}, for "auto"'
+
+
 def finish(
     cfg: DeepSpeedConfig,
     *,
@@ -115,10 +140,12 @@ def finish(
     optimizer: Any,
     scheduler: Any,
     on_cpu: bool,
+    model: Any = None,
 ) -> dict[str, Any]:
     """The config for ``deepspeed.initialize``; raises on contradictions and unfilled autos."""
     out = copy.deepcopy(cfg.config)
     _batch_sizes(cfg, out, micro_batch, micro_source, world_size)
+    _bucket_sizes(cfg, out, model)
     _section(cfg, out, "optimizer", optimizer, DummyOptim, "DummyOptim(model.parameters(), lr=...)")
     if optimizer is not None and "optimizer" not in out and "scheduler" in out:
         raise ConfigError(

@@ -78,7 +78,14 @@ def _data_parallel(
         from overdrive.strategies.deepspeed import DeepSpeedStrategy
 
         given = getattr(deepspeed_plugin, "hf_ds_config", None)
-        config = build(settings, code_config=given if isinstance(given, dict) else None)
+        # transformers' TrainingArguments(deepspeed=...) passes its HfTrainerDeepSpeedConfig:
+        # the JSON with Trainer's "auto"s filled; Trainer accumulates by itself.
+        from_transformers = type(given).__module__.startswith("transformers.")
+        if isinstance(getattr(given, "config", None), dict):  # an HfDeepSpeedConfig
+            given = getattr(given, "config", None)
+        label = {"code_label": "TrainingArguments(deepspeed=...)"} if from_transformers else {}
+        code = given if isinstance(given, dict) else None
+        config = build(settings, code_config=code, caller_accumulates=from_transformers, **label)
         zero3_init = bool(settings["deepspeed_config.zero3_init_flag"])
         return DeepSpeedStrategy(state.device, config, zero3_init=zero3_init)
     if state.num_processes > 1 and settings["distributed_type"] == "MEGATRON_LM":

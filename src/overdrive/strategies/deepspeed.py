@@ -136,6 +136,7 @@ class DeepSpeedStrategy(Strategy):
             optimizer=optimizer,
             scheduler=scheduler,
             on_cpu=self.device.type == "cpu",
+            model=model,
         )
         self._use_accumulation(loop)
         deepspeed = self.deepspeed
@@ -212,6 +213,8 @@ class DeepSpeedStrategy(Strategy):
         return None, "no prepared dataloader"
 
     def _use_accumulation(self, loop: TrainingLoop) -> None:
+        if self.config.caller_accumulates:
+            return  # the caller divides its losses and ends its windows itself
         steps = self.config.gradient_accumulation_steps
         gs = loop.gradient_state
         if gs.num_steps != steps:
@@ -261,6 +264,9 @@ class DeepSpeedStrategy(Strategy):
         assert self._loop is not None
         factor = self._window.factor(self._loop)
         engine.set_gradient_accumulation_boundary(self._loop.gradient_state.sync_gradients)
+        # The loss is already scaled for accumulation here (by the Accelerator, or by the
+        # caller when it accumulates itself, as Trainer does and says with scale_wrt_gas=False).
+        kwargs.pop("scale_wrt_gas", None)
         engine.backward(loss * factor if factor != 1.0 else loss, scale_wrt_gas=False, **kwargs)
 
     def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager[None]:

@@ -5,8 +5,9 @@ Usage: trainer_case.py SPEC_JSON
 The spec: ``out`` (result file), ``output_dir``, and optional ``batch``, ``accum``,
 ``max_steps``, ``save_steps``, ``stop_after`` (end training after that step, as an interrupted
 run would), ``resume`` (a checkpoint folder), ``bf16``, ``samples``, ``deepspeed`` (a config
-dict), ``fsdp`` / ``fsdp_config`` (TrainingArguments' own). Nothing here knows about overdrive:
-it is the script a Trainer user writes.
+dict), ``fsdp`` / ``fsdp_config`` (TrainingArguments' own); or ``from_pretrained`` (a folder of
+merged weights: write the model's config beside them, load them, report their sums). Nothing
+here knows about overdrive: it is the script a Trainer user writes.
 """
 
 from __future__ import annotations
@@ -63,6 +64,13 @@ def main() -> None:
         vocab_size=128,
         max_position_embeddings=32,
     )
+    if "from_pretrained" in spec:  # load merged weights as a user would, and report them
+        config.save_pretrained(spec["from_pretrained"])
+        loaded = LlamaForCausalLM.from_pretrained(spec["from_pretrained"])
+        sums = {k: v.double().sum().item() for k, v in loaded.state_dict().items()}
+        with open(spec["out"], "w") as f:
+            json.dump({"weights": sums}, f)
+        return
     model = LlamaForCausalLM(config)
     extra: dict[str, Any] = {}
     for key in ("deepspeed", "fsdp", "fsdp_config"):
