@@ -175,3 +175,29 @@ def test_bf16_training_argument_and_one_process_resume(tmp_path: Path) -> None:
     whole, again, _ = resumed(tmp_path, {"batch": 4}, nprocs=1)
     assert again["losses"] == whole["losses"]
     assert again["weights"] == whole["weights"]
+
+
+@pytest.mark.distributed
+@pytest.mark.extended
+@pytest.mark.parametrize("source", ["fsdp1-config-file", "training-arguments-fsdp2"])
+def test_other_fsdp_sources_resume_mid_epoch(tmp_path: Path, source: str) -> None:
+    """FSDP1 from a config file, and FSDP2 from TrainingArguments(fsdp=..., fsdp_config=...)
+    with no config file (Trainer passes the plugin in code)."""
+    if source == "fsdp1-config-file":
+        config = FSDP2_CONFIG.replace("fsdp_version: 2", "fsdp_version: 1")
+        spec: dict[str, Any] = {"batch": 2}
+        config = config.replace("mixed_precision: bf16\n", "")
+    else:
+        config = None
+        fsdp_config = {
+            "version": 2,
+            "transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"],
+            "state_dict_type": "SHARDED_STATE_DICT",
+        }
+        spec = {"batch": 2, "fsdp": "full_shard", "fsdp_config": fsdp_config}
+    whole, again, folder = resumed(tmp_path, spec, nprocs=2, config=config)
+    assert (folder / "pytorch_model_fsdp_0").is_dir() and (folder / "optimizer_0").is_dir()
+    assert again["losses"] == whole["losses"]
+    assert again["weights"] == whole["weights"]
+    ddp = train(tmp_path, "ddp", {"batch": 2}, nprocs=2)
+    assert relative(whole["weights"], ddp["weights"]) < 1e-6
