@@ -31,11 +31,7 @@ from overdrive.compat.accelerator_compat import AcceleratorCompat
 from overdrive.compat.plugin_views import expose_plugins
 from overdrive.config import Settings, load_settings
 from overdrive.errors import ConfigError, OverdriveError
-from overdrive.kwargs_handlers import (
-    AutocastKwargs,
-    GradScalerKwargs,
-    InitProcessGroupKwargs,
-)
+from overdrive.kwargs_handlers import AutocastKwargs, GradScalerKwargs, InitProcessGroupKwargs
 from overdrive.loop_state import LoopState
 from overdrive.optimizer import AcceleratedOptimizer
 from overdrive.plugins import (
@@ -266,12 +262,19 @@ class Accelerator(AcceleratorCompat):
             return self.prepare_data_loader(obj, device_placement=place)
         return obj
 
-    def prepare_model(self, model: nn.Module, device_placement: bool | None = None) -> nn.Module:
-        """Convert (precision), place, wrap (strategy) and optionally compile ``model``."""
+    def prepare_model(
+        self, model: nn.Module, device_placement: bool | None = None, evaluation_mode: bool = False
+    ) -> nn.Module:
+        """Convert (precision), place, wrap (strategy) and optionally compile ``model``.
+        ``evaluation_mode``: convert and place only, and do not count it as prepared, so a later
+        ``prepare`` for training still wraps it (transformers' evaluate-before-train)."""
         for prepared in self._models:
             if model is prepared or model is self.strategy.unwrap(prepared):
                 return prepared  # prepared before (or its inner module): one wrapper per model
         place = self.device_placement if device_placement is None else device_placement
+        if evaluation_mode:
+            model = self.precision.convert_module(model)
+            return model.to(self.device) if place else model
         model = self.precision.convert_module(model)  # also runs forward under autocast
         model = self.strategy.wrap_model(model, device_placement=place)
         if self.settings["dynamo_config.dynamo_backend"] != "no":

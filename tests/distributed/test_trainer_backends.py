@@ -201,3 +201,17 @@ def test_other_fsdp_sources_resume_mid_epoch(tmp_path: Path, source: str) -> Non
     assert again["weights"] == whole["weights"]
     ddp = train(tmp_path, "ddp", {"batch": 2}, nprocs=2)
     assert relative(whole["weights"], ddp["weights"]) < 1e-6
+
+
+@pytest.mark.distributed
+def test_evaluate_before_train_leaves_training_its_ddp_wrapper(tmp_path: Path) -> None:
+    """Trainer prepares the model with ``evaluation_mode=True`` for an evaluate() before any
+    train(); the later train() must still get DDP (before, it failed on the argument; a
+    model counted as prepared there would train without gradient sync)."""
+    first = train(tmp_path, "eval-first", {"batch": 2, "max_steps": 6, "evaluate_first": True}, 2)
+    plain = train(tmp_path, "plain", {"batch": 2, "max_steps": 6}, nprocs=2)
+    alone = train(tmp_path, "alone", {"batch": 2, "max_steps": 1, "evaluate_first": True})
+    assert first["wrapped"] == "DistributedDataParallel"
+    assert first["losses"] == plain["losses"]
+    assert first["weights"] == plain["weights"]
+    assert first["first_eval"]["eval_loss"] == alone["first_eval"]["eval_loss"]

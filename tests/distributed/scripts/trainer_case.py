@@ -4,7 +4,8 @@ Usage: trainer_case.py SPEC_JSON
 
 The spec: ``out`` (result file), ``output_dir``, and optional ``batch``, ``accum``,
 ``max_steps``, ``save_steps``, ``stop_after`` (end training after that step, as an interrupted
-run would), ``resume`` (a checkpoint folder), ``bf16``, ``samples``, ``deepspeed`` (a config
+run would), ``resume`` (a checkpoint folder), ``evaluate_first`` (``trainer.evaluate()`` before
+training), ``bf16``, ``samples``, ``deepspeed`` (a config
 dict), ``fsdp`` / ``fsdp_config`` (TrainingArguments' own); or ``from_pretrained`` (a folder of
 merged weights: write the model's config beside them, load them, report their sums). Nothing
 here knows about overdrive: it is the script a Trainer user writes.
@@ -99,8 +100,10 @@ def main() -> None:
         model=model,
         args=args,
         train_dataset=Tokens(spec.get("samples", 64)),
+        eval_dataset=Tokens(32),
         callbacks=callbacks,
     )
+    first_eval = trainer.evaluate() if spec.get("evaluate_first") else None
     trainer.train(resume_from_checkpoint=spec.get("resume"))
     history = trainer.state.log_history
     result = {
@@ -108,6 +111,8 @@ def main() -> None:
         "steps": [h["step"] for h in history if "loss" in h],
         "losses": [h["loss"] for h in history if "loss" in h],
         "global_step": trainer.state.global_step,
+        "first_eval": first_eval,
+        "wrapped": type(trainer.model_wrapped).__name__,
     }
     if spec.get("save_model"):
         trainer.save_model(spec["save_model"])
