@@ -252,8 +252,10 @@ class ParallelismConfig(Plugin):
     transformers model's own plan is used. ``sequence_parallel`` (code only): run the norms
     between the split modules on slices of the sequence (as
     ``megatron_lm_config.sequence_parallelism`` does under MEGATRON_LM); a plan's own
-    ``"sequence_parallel"`` entries do the same for the modules they name. Context
-    parallelism (``cp_size`` above 1) is not available yet and is refused.
+    ``"sequence_parallel"`` entries do the same for the modules they name. Sizes left unset
+    read ``PARALLELISM_CONFIG_<NAME>`` from the environment. Context parallelism
+    (``cp_size`` above 1) describes a mesh, but training with it is not available yet and is
+    refused when an Accelerator is made with it.
     """
 
     dp_replicate_size: int | None = None
@@ -270,6 +272,21 @@ class ParallelismConfig(Plugin):
     }
 
     def __post_init__(self) -> None:
+        import os
+
+        # Sizes not given read the described system's PARALLELISM_CONFIG_* variables.
+        for name in ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size"):
+            value = os.environ.get(f"PARALLELISM_CONFIG_{name.upper()}")
+            if getattr(self, name) is None and value is not None:
+                setattr(self, name, int(value))
+        if self.tp_plan is not None:
+            from overdrive.parallel.tp_plan import check_plan
+
+            check_plan(self.tp_plan, "ParallelismConfig(tp_plan=...)")
+
+    def to_settings(self) -> dict[str, Any]:
+        """Refuses context parallelism: describing a layout with it is fine (a mesh for
+        another tool), training with it is not available yet."""
         from overdrive.errors import ConfigError
 
         if self.cp_size is not None and self.cp_size > 1:
@@ -280,10 +297,65 @@ class ParallelismConfig(Plugin):
                 fix="drop cp_size (or set it to 1); tp_size, dp_shard_size and "
                 "dp_replicate_size are available",
             )
-        if self.tp_plan is not None:
-            from overdrive.parallel.tp_plan import check_plan
+        return super().to_settings()
 
-            check_plan(self.tp_plan, "ParallelismConfig(tp_plan=...)")
+    # --- the device mesh, named as the described system names it -------------------------
+    def _sizes(self) -> dict[str, int]:
+        return {
+            "dp_replicate": self.dp_replicate_size or 1,
+            "dp_shard": self.dp_shard_size or 1,
+            "cp": self.cp_size or 1,
+            "tp": self.tp_size or 1,
+        }
+
+    def _active(self, names: tuple[str, ...]) -> tuple[str, ...]:
+        sizes = self._sizes()
+        return tuple(n for n in names if sizes[n] > 1)
+
+    @property
+    def total_size(self) -> int:
+        """Processes the layout needs."""
+        total = 1
+        for size in self._sizes().values():
+            total *= size
+        return total
+
+    @property
+    def dp_dim_names(self) -> tuple[str, ...]:
+        return self._active(("dp_replicate", "dp_shard"))
+
+    @property
+    def dp_shard_cp_dim_names(self) -> tuple[str, ...]:
+        return self._active(("dp_shard", "cp"))
+
+    @property
+    def dp_cp_dim_names(self) -> tuple[str, ...]:
+        return self._active(("dp_replicate", "dp_shard", "cp"))
+
+    @property
+    def non_dp_dim_names(self) -> tuple[str, ...]:
+        return self._active(("cp", "tp"))
+
+    def _get_mesh(self) -> tuple[tuple[str, ...], tuple[int, ...]]:
+        """(dimension names, sizes) of the mesh: the dimensions above 1, outermost first."""
+        names = self._active(("dp_replicate", "dp_shard", "cp", "tp"))
+        return names, tuple(self._sizes()[n] for n in names)
+
+    def build_device_mesh(self, device_type: str) -> Any:
+        """The device mesh of this layout, with the flattened ``dp``, ``dp_shard_cp`` and
+        ``dp_cp`` dimensions the described system adds; needs a process group."""
+        from torch.distributed import device_mesh
+
+        names, shape = self._get_mesh()
+        mesh = device_mesh.init_device_mesh(device_type, shape, mesh_dim_names=names)
+        for dims, flat in (
+            (self.dp_dim_names, "dp"),
+            (self.dp_shard_cp_dim_names, "dp_shard_cp"),
+            (self.dp_cp_dim_names, "dp_cp"),
+        ):
+            if dims:
+                mesh[dims]._flatten(flat)
+        return mesh
 
     @property
     def tp_enabled(self) -> bool:

@@ -252,7 +252,7 @@ def test_parallelism_config() -> None:
     from overdrive.utils import ParallelismConfig
 
     with pytest.raises(ConfigError, match="cp_size"):
-        ParallelismConfig(cp_size=2)
+        Accelerator(cpu=True, parallelism_config=ParallelismConfig(cp_size=2))
     acc = Accelerator(cpu=True, parallelism_config=ParallelismConfig(dp_shard_size=1))
     assert acc.settings["parallelism_config.parallelism_config_dp_shard_size"] == 1
     assert acc.parallelism_config.dp_shard_size == 1

@@ -99,8 +99,10 @@ def test_every_megatron_switch_is_available(key: str) -> None:
 
 
 def test_context_parallelism_is_still_refused() -> None:
+    described = ParallelismConfig(cp_size=2)  # describing a mesh with it is fine
+    assert described._get_mesh() == (("cp",), (2,))
     with pytest.raises(ConfigError, match="cp_size"):
-        ParallelismConfig(cp_size=2)
+        described.to_settings()  # what Accelerator(parallelism_config=...) reads
 
 
 def test_plans_are_checked_when_given() -> None:
@@ -240,3 +242,16 @@ def test_distributed_optimizer_shards_the_data_parallel_processes() -> None:
     sharded = layout_from_settings(s, 8)
     assert (sharded.dp_replicate, sharded.dp_shard, sharded.tp) == (1, 4, 2)
     assert [sharded.dp_rank(r) for r in range(8)] == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
+def test_the_mesh_is_named_and_read_from_the_environment_as_the_described_system_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    hsdp_tp = ParallelismConfig(dp_replicate_size=2, dp_shard_size=2, tp_size=2)
+    assert hsdp_tp._get_mesh() == (("dp_replicate", "dp_shard", "tp"), (2, 2, 2))
+    assert hsdp_tp.dp_dim_names == ("dp_replicate", "dp_shard")
+    assert hsdp_tp.dp_shard_cp_dim_names == ("dp_shard",) and hsdp_tp.total_size == 8
+    monkeypatch.setenv("PARALLELISM_CONFIG_TP_SIZE", "4")
+    monkeypatch.setenv("PARALLELISM_CONFIG_DP_SHARD_SIZE", "2")
+    from_env = ParallelismConfig(dp_shard_size=1)  # a size given in code wins
+    assert (from_env.tp_size, from_env.dp_shard_size) == (4, 1)
