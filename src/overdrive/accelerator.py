@@ -529,8 +529,8 @@ class Accelerator(AcceleratorCompat):
         from overdrive.compat.checkpoint_args import save_state_kwargs
 
         kwargs = save_state_kwargs(kwargs)
-        self._run_save_state_hooks(output_dir)
-        return checkpoint.save_state(self, output_dir, **kwargs)
+        hooks = self._run_save_state_hooks  # they write into the checkpoint being written
+        return checkpoint.save_state(self, output_dir, before_write=hooks, **kwargs)
 
     def load_state(self, input_dir: str | None = None, **kwargs: Any) -> Any:
         from overdrive import checkpoint

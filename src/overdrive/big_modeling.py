@@ -9,6 +9,7 @@ from torch import nn
 
 from overdrive.compat.big_modeling import init_empty_weights
 from overdrive.compat.offload_hooks import UserCpuOffloadHook, cpu_offload_with_hook
+from overdrive.compat.weights_loading import load_checkpoint_and_dispatch, load_checkpoint_in_model
 from overdrive.utils.modeling import check_device_map, single_device
 
 __all__ = [
@@ -17,6 +18,8 @@ __all__ = [
     "cpu_offload_with_hook",
     "dispatch_model",
     "init_empty_weights",
+    "load_checkpoint_and_dispatch",
+    "load_checkpoint_in_model",
 ]
 
 

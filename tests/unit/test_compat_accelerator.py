@@ -89,11 +89,18 @@ def test_state_hooks_see_models_and_refuse_removal(tmp_path: Path) -> None:
     acc = Accelerator(cpu=True, project_dir=str(tmp_path))
     model, _ = _prepared(acc)
     seen: list[tuple] = []
-    handle = acc.register_save_state_pre_hook(lambda m, w, d: seen.append(("save", len(m), d)))
+
+    def save_hook(models: list, weights: list, directory: str) -> None:
+        seen.append(("save", len(models), len(weights)))
+        (Path(directory) / "data.json").write_text('{"kind": "extra"}')
+
+    handle = acc.register_save_state_pre_hook(save_hook)
     acc.register_load_state_pre_hook(lambda m, d: seen.append(("load", len(m), d)))
-    acc.save_state(str(tmp_path / "ck"))
+    for _ in range(2):  # the hook's own file neither blocks this save nor the next one
+        acc.save_state(str(tmp_path / "ck"))
+    assert (tmp_path / "ck" / "data.json").read_text() == '{"kind": "extra"}'
     acc.load_state(str(tmp_path / "ck"))
-    assert seen == [("save", 1, str(tmp_path / "ck")), ("load", 1, str(tmp_path / "ck"))]
+    assert seen == [("save", 1, 1), ("save", 1, 1), ("load", 1, str(tmp_path / "ck"))]
     handle.remove()
     acc.register_save_state_pre_hook(lambda m, w, d: w.pop())
     with pytest.raises(OverdriveError, match="removed models"):

@@ -7,6 +7,7 @@ import json
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -83,9 +84,13 @@ def save_state(
     *,
     timeout: float | None = None,
     async_save: bool = False,
+    before_write: Callable[[Path], None] | None = None,
     **_: Any,
 ) -> Any:
     """Save everything needed to resume exactly; collective (call it on every process).
+
+    ``before_write(directory)`` runs on every process with the directory being written (it
+    becomes the checkpoint when the save completes), so files it writes are part of it.
 
     Returns the checkpoint's path; with ``async_save`` a ``Future`` of it, returned once the
     state is copied to host memory while the files are written and synced in the
@@ -112,6 +117,8 @@ def save_state(
     snap: Snapshot | None = None
     error: Exception | None = None
     try:
+        if before_write is not None:
+            before_write(temp)
         snap = take(accelerator, copy=async_save)
     except Exception as exc:
         error = exc

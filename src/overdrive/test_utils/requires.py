@@ -49,6 +49,7 @@ require_transformer_engine = _needs(
 require_tpu = _needs(lambda: False, "test requires TPU")  # overdrive does not run on TPUs
 require_cuda_or_xpu = _needs("is_cuda_available", "test requires a CUDA GPU or XPU")
 require_non_hpu = _needs(lambda: True, "test requires a non-HPU")  # never an HPU here
+require_fp8 = _needs("is_fp8_available", "test requires fp8 support")
 
 
 def require_torch_min_version(test: Any = None, version: str | None = None) -> Any:

@@ -22,6 +22,7 @@ from overdrive.test_utils.requires import (
     require_cuda_or_xpu,
     require_datasets,
     require_dvclive,
+    require_fp8,
     require_matplotlib,
     require_mlflow,
     require_non_hpu,
@@ -49,6 +50,7 @@ from overdrive.test_utils.subprocesses import (
 from overdrive.utils import imports
 
 __all__ = [
+    "require_fp8",
     "require_cuda_or_xpu",
     "require_non_hpu",
     "require_torch_min_version",

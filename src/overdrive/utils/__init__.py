@@ -83,6 +83,9 @@ _LAZY = {
     "DeepSpeedSchedulerWrapper": "overdrive.utils.deepspeed",
     "DeepSpeedOptimizerWrapper": "overdrive.utils.deepspeed",
     "TorchDynamoPlugin": "overdrive.compat.dynamo",
+    "FP8RecipeKwargs": "overdrive.precision.fp8",
+    "load_checkpoint_in_model": "overdrive.compat.weights_loading",
+    "load_checkpoint_and_dispatch": "overdrive.compat.weights_loading",
     # progress bars
     "tqdm": "overdrive.utils.tqdm",
 }

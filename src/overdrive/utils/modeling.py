@@ -151,3 +151,12 @@ def has_offloaded_params(module: nn.Module) -> bool:
 
     hook = getattr(module, "_hf_hook", None)
     return isinstance(hook, AlignDevicesHook) and bool(getattr(hook, "offload", False))
+
+
+def __getattr__(name: str) -> Any:
+    # Loading weights lives in its own module (it needs safetensors); imported when asked for.
+    if name in ("load_checkpoint_in_model", "get_state_dict_from_offload"):
+        from overdrive.compat import weights_loading
+
+        return getattr(weights_loading, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
