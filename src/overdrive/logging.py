@@ -27,8 +27,9 @@ class MultiProcessAdapter(logging.LoggerAdapter[logging.Logger]):
         main_only = kwargs.pop("main_process_only", True)
         in_order = kwargs.pop("in_order", False)
         local = kwargs.pop("local", False)
-        # the record names the user's line: skip log and _emit (logging skips its own frames)
-        kwargs["stacklevel"] = kwargs.get("stacklevel", 1) + 2
+        # As in the described system a stacklevel counts from this method (default 2: its
+        # caller, logging's own frames skipped); +1 for _emit, the frame that calls logging.
+        kwargs["stacklevel"] = kwargs.get("stacklevel", 2) + 1
         if not self.isEnabledFor(level):
             return
         rank, local_rank, world = _rank_and_world()

@@ -37,6 +37,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self._strategy = strategy if strategy is not None else Strategy(torch.device("cpu"))
         self.step_was_skipped = False
         self.steps_taken = 0  # optimizer steps that really ran; schedulers follow this
+        self.steps_tried = 0  # step() calls at the end of a window, run or skipped
         self._pending_rescale = 1.0
         self._unscaled = False
 
@@ -106,12 +107,22 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
             return
         if self._pending_rescale != 1.0:
             self.prepare_grads()
+        self.steps_tried += 1
         ran = self._strategy.optimizer_step(self.optimizer, self._precision, closure)
         self._precision.after_step()
         self._unscaled = False
         self.step_was_skipped = not ran
         if ran:
             self.steps_taken += 1
+
+    @property
+    def _is_overflow(self) -> bool:
+        """The described system's name for ``step_was_skipped`` (its tests set it)."""
+        return self.step_was_skipped
+
+    @_is_overflow.setter
+    def _is_overflow(self, value: bool) -> None:
+        self.step_was_skipped = bool(value)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear gradients, except inside an accumulation window (they are being summed)."""

@@ -27,7 +27,8 @@ class AcceleratedScheduler:
     With ``step_with_optimizer=True`` (the default), ``step()`` advances the schedule
     ``steps_per_advance`` times per optimizer step that really ran: not on micro-batches
     inside an accumulation window, not when fp16 loss scaling skipped the step, and never
-    for the same optimizer step twice. The Accelerator sets ``steps_per_advance`` to the
+    for the same optimizer step twice. Before any optimizer step was tried, ``step()``
+    advances by itself, as the described system's does. The Accelerator sets ``steps_per_advance`` to the
     number of processes unless batches are split, as the described system does (a schedule
     sized from the unprepared loader then ends when training ends), or to 1 with
     ``SchedulerKwargs(once_per_optimizer_step=True)``. A schedule with ``total_steps``
@@ -59,13 +60,22 @@ class AcceleratedScheduler:
             if opt.steps_taken != self._seen[i]:
                 self._seen[i] = opt.steps_taken
                 stepped = True
-        if not stepped:
+        if not stepped and not self._drives_alone():
             return
         for _ in range(self.steps_per_advance):
             total = getattr(self.scheduler, "total_steps", None)
             if total is not None and self.scheduler._step_count > total:
                 break  # OneCycleLR raises past its end (a last short window can get there)
             self.scheduler.step(*args, **kwargs)
+
+    def _drives_alone(self) -> bool:
+        """True when no optimizer step was ever tried, the window is closed and no optimizer
+        reports a skipped step: then, as in the described system, ``step()`` advances the
+        schedule by itself (a loop that schedules before it steps)."""
+        return all(
+            opt.steps_tried == 0 and not opt.step_was_skipped and opt._gradient_state.sync_gradients
+            for opt in self._optimizers
+        )
 
     def get_last_lr(self) -> list[float]:
         return self.scheduler.get_last_lr()

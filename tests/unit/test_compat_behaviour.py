@@ -51,7 +51,7 @@ def test_logger_records_the_callers_line(caplog: pytest.LogCaptureFixture) -> No
     with caplog.at_level(logging.INFO, logger="overdrive.test_caller"):
         logger.info("here")
         line = test_logger_records_the_callers_line.__code__.co_firstlineno + 4
-        logger.warning("there", stacklevel=1)
+        logger.warning("there", stacklevel=2)  # counts from the adapter's log, as theirs
     assert [(r.filename, r.lineno) for r in caplog.records] == [
         ("test_compat_behaviour.py", line - 1),
         ("test_compat_behaviour.py", line + 1),
@@ -62,7 +62,7 @@ def test_logger_user_stacklevel_counts_from_the_caller(caplog: pytest.LogCapture
     logger = get_logger("overdrive.test_caller")
 
     def helper() -> None:
-        logger.info("from helper", stacklevel=2)
+        logger.info("from helper", stacklevel=3)  # 1: the adapter, 2: helper, 3: its caller
 
     with caplog.at_level(logging.INFO, logger="overdrive.test_caller"):
         helper()
@@ -160,3 +160,17 @@ def test_accelerate_torch_device_sets_the_device(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("ACCELERATE_TORCH_DEVICE", "nonsense:x")
     with pytest.raises(ConfigError, match="ACCELERATE_TORCH_DEVICE"):
         PartialState()
+
+
+def test_dynamo_plugin_reads_its_variables_and_reports_what_differs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from overdrive.utils import TorchDynamoPlugin
+
+    monkeypatch.setenv("ACCELERATE_DYNAMO_BACKEND", "INDUCTOR")
+    monkeypatch.setenv("ACCELERATE_DYNAMO_USE_FULLGRAPH", "true")
+    plugin = TorchDynamoPlugin(mode="max-autotune")
+    assert plugin.to_kwargs() == {"backend": "inductor", "mode": "max-autotune", "fullgraph": True}
+    monkeypatch.delenv("ACCELERATE_DYNAMO_BACKEND")
+    monkeypatch.delenv("ACCELERATE_DYNAMO_USE_FULLGRAPH")
+    assert TorchDynamoPlugin().to_kwargs() == {}

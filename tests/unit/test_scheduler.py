@@ -102,3 +102,27 @@ def test_accelerator_schedule_count_is_one_per_step_on_one_process() -> None:
     assert prepared.steps_per_advance == 1  # one process: one step either way
     acc2 = Accelerator(cpu=True, kwargs_handlers=[SchedulerKwargs(once_per_optimizer_step=True)])
     assert acc2._scheduler_steps_per_advance() == 1
+
+
+def test_before_any_optimizer_step_the_schedule_advances_by_itself() -> None:
+    """As the described system's: a scheduler stepped before the optimizer ever was advances,
+    unless the optimizer reports a skipped step; once optimizer steps are tried, the schedule
+    follows them (a second scheduler.step() for one optimizer step does nothing)."""
+    from overdrive import Accelerator
+
+    acc = Accelerator(cpu=True)
+    model = torch.nn.Linear(2, 4)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda=lambda n: 1 - n / 10)
+    model, optimizer, scheduler = acc.prepare(model, optimizer, scheduler)
+    scheduler.step()
+    assert scheduler.get_last_lr()[0] == pytest.approx(0.9)
+    optimizer._is_overflow = True  # the described system's tests mark a skipped step so
+    scheduler.step()
+    assert scheduler.get_last_lr()[0] == pytest.approx(0.9)
+    optimizer._is_overflow = False
+    model(torch.ones(1, 2)).sum().backward()
+    optimizer.step()
+    scheduler.step()
+    scheduler.step()
+    assert scheduler.get_last_lr()[0] == pytest.approx(0.8)

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+_ON = ("1", "true", "yes", "on")
 
 
 @dataclass
 class TorchDynamoPlugin:
-    """torch.compile settings (``backend``, ``mode``, ``fullgraph``, ``dynamic``, ``options``)."""
+    """torch.compile settings (``backend``, ``mode``, ``fullgraph``, ``dynamic``, ``options``).
+
+    Fields left unset read the described system's ``ACCELERATE_DYNAMO_*`` variables."""
 
     backend: str | None = None
     mode: str | None = None
@@ -23,3 +28,26 @@ class TorchDynamoPlugin:
         """The torch.compile keyword arguments (unset ones left out)."""
         keys = ("backend", "mode", "fullgraph", "dynamic", "options", "disable")
         return {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
+
+    def __post_init__(self) -> None:
+        env = os.environ
+        if self.backend is None and env.get("ACCELERATE_DYNAMO_BACKEND"):
+            self.backend = env["ACCELERATE_DYNAMO_BACKEND"].lower()
+        if self.mode is None and env.get("ACCELERATE_DYNAMO_MODE"):
+            self.mode = env["ACCELERATE_DYNAMO_MODE"]
+        for name, variable in (("fullgraph", "FULLGRAPH"), ("dynamic", "DYNAMIC")):
+            value = env.get(f"ACCELERATE_DYNAMO_USE_{variable}")
+            if getattr(self, name) is None and value is not None:
+                setattr(self, name, value.strip().lower() in _ON)
+
+    def to_kwargs(self) -> dict[str, Any]:
+        """The fields that differ from a plugin made with no arguments and no environment."""
+        from overdrive.utils.environment import clear_environment
+
+        with clear_environment():
+            default = type(self)()
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if getattr(self, f.name) != getattr(default, f.name)
+        }
