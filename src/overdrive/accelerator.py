@@ -25,6 +25,7 @@ from overdrive.accelerator_setup import (
     registrable,
     sort_handlers,
     strategy_for,
+    trackers_given,
 )
 from overdrive.accumulation import GradientState
 from overdrive.compat.accelerator_compat import AcceleratorCompat
@@ -126,9 +127,7 @@ class Accelerator(AcceleratorCompat):
         self.rng_types = check_rng_types(rng_types)
         self.dataloader_config = dataloader_config or DataLoaderConfiguration()
         self.project_configuration = project_configuration(self.settings, project_config)
-        self.log_with = self.settings["log_with"] or (
-            None if log_with is None or isinstance(log_with, str) else list(log_with)
-        )
+        self.log_with = self.settings["log_with"] or trackers_given(log_with)
         self.trackers: list[Any] = []
         self.megatron_lm_plugin = megatron_lm_plugin
 

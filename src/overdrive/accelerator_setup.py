@@ -63,7 +63,7 @@ def code_settings(args: dict[str, Any], plugins: Iterable[Any]) -> Labelled:
     code = {key: args[name] for name, key in _ARGUMENTS.items()}
     labels = {key: f"Accelerator({name}=...)" for name, key in _ARGUMENTS.items()}
     log_with = args["log_with"]
-    names = [log_with] if isinstance(log_with, str) else list(log_with or [])
+    names = [log_with] if isinstance(log_with, str) else trackers_given(log_with) or []
     if names and all(isinstance(n, str) for n in names):
         code["log_with"] = names
         labels["log_with"] = "Accelerator(log_with=...)"
@@ -122,11 +122,13 @@ def sort_handlers(handlers: Iterable[Any] | None) -> dict[type, Any]:
 def project_configuration(
     settings: Settings, given: ProjectConfiguration | None
 ) -> ProjectConfiguration:
-    """The project configuration with resolved values (logging_dir defaults under project_dir)."""
+    """The project configuration with resolved values (logging_dir defaults to project_dir,
+    as in the described system: a run ``exp`` under ``project_dir='runs'`` logs to
+    ``runs/exp``)."""
     project_dir = settings["project_dir"]
     logging_dir = settings["logging_dir"]
     if logging_dir is None and project_dir is not None:
-        logging_dir = f"{project_dir}/logs"
+        logging_dir = str(project_dir)
     return ProjectConfiguration(
         project_dir=project_dir,
         logging_dir=logging_dir,
@@ -135,6 +137,14 @@ def project_configuration(
         iteration=given.iteration if given else 0,
         save_on_each_node=given.save_on_each_node if given else False,
     )
+
+
+def trackers_given(log_with: Any) -> list[Any] | None:
+    """``log_with`` given in code as a list (a tracker instance alone becomes a list of one);
+    None for a name (the settings hold it) or nothing."""
+    if log_with is None or isinstance(log_with, str):
+        return None
+    return list(log_with) if isinstance(log_with, (list, tuple)) else [log_with]
 
 
 def checked_accumulation_plugin(plugin: GradientAccumulationPlugin | None) -> Any:

@@ -29,7 +29,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         env={"WANDB_SILENT": "true"},
     )
     assert_ok(result)
-    return {"out": out, "logs": out / "project" / "logs", "result": result}
+    return {"out": out, "logs": out / "project", "result": result}
 
 
 def test_only_process_0_gets_real_trackers(run: dict[str, Any]) -> None:

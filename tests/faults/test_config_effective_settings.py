@@ -98,7 +98,7 @@ def test_trackers_record_the_effective_settings(tmp_path: Path) -> None:
     )
     accelerator.init_trackers("exp", config={"lr": 0.1})
     accelerator.end_training()
-    stored = json.loads((tmp_path / "run" / "logs" / "exp" / "config.json").read_text())
+    stored = json.loads((tmp_path / "run" / "exp" / "config.json").read_text())
     assert stored["lr"] == 0.1  # the user's own hyperparameters are kept
     recorded = stored["overdrive_settings"]
     assert recorded["mixed_precision"] == {

@@ -61,7 +61,7 @@ def test_code_arguments_become_settings_with_their_source(tmp_path: os.PathLike[
     )
     pc = acc.project_configuration
     assert pc.project_dir == str(tmp_path)
-    assert pc.logging_dir == f"{tmp_path}/logs"
+    assert pc.logging_dir == str(tmp_path)  # the described system: logging_dir is project_dir
     assert pc.total_limit == 2
 
 
@@ -329,10 +329,10 @@ def test_select_strategy_by_world_size() -> None:
     assert isinstance(one, SingleDeviceStrategy)
 
 
-def test_log_before_init_trackers_is_an_error_not_a_silent_drop() -> None:
+def test_log_before_init_trackers_is_an_error_not_a_silent_drop(tmp_path: Path) -> None:
     from overdrive.tracking import TrackerError
 
-    acc = Accelerator(cpu=True, log_with="jsonl")
+    acc = Accelerator(cpu=True, log_with="jsonl", project_dir=str(tmp_path))
     with pytest.raises(TrackerError, match="before init_trackers"):
         acc.log({"loss": 1.0}, step=0)
     Accelerator(cpu=True).log({"loss": 1.0}, step=0)  # no log_with: nothing to start, no error

@@ -69,7 +69,7 @@ def test_jsonl_through_the_accelerator(tmp_path: Path) -> None:
     acc.log({"loss": torch.tensor(0.25), "acc": np.float32(0.5), "note": "hi"}, step=3)
     acc.log({"loss": 0.125}, step=4)
     run = acc.get_tracker("jsonl", unwrap=True)
-    assert run.path == tmp_path / "logs" / "exp" / "metrics.jsonl"
+    assert run.path == tmp_path / "exp" / "metrics.jsonl"
     acc.end_training()
     records = [json.loads(line) for line in run.path.read_text().splitlines()]
     assert [(r["step"], r["values"]) for r in records] == [
@@ -83,10 +83,12 @@ def test_jsonl_through_the_accelerator(tmp_path: Path) -> None:
 
 
 def test_trackers_are_imported_only_when_requested() -> None:
+    # The tracker classes themselves load with overdrive.tracking (LOGGER_TYPE_TO_CLASS names
+    # them); the packages they drive load only when a run starts.
     code = (
         "import sys, overdrive, overdrive.accelerator, overdrive.tracking;"
         "heavy = [m for m in ('tensorboard', 'torch.utils.tensorboard', 'wandb', 'mlflow',"
-        " 'overdrive.checkpoint', 'overdrive.tracking.wandb') if m in sys.modules];"
+        " 'overdrive.checkpoint') if m in sys.modules];"
         "assert not heavy, heavy"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -196,7 +198,7 @@ def test_mlflow_file_store_on_request(
     run_id = acc.get_tracker("mlflow", unwrap=True).info.run_id
     acc.end_training()
     # MLflow's file store, read as plain files: metrics/<key> holds "timestamp value step" lines
-    (run_dir,) = (tmp_path / "logs" / "mlruns").glob(f"*/{run_id}")
+    (run_dir,) = (tmp_path / "mlruns").glob(f"*/{run_id}")
     lines = (run_dir / "metrics" / "loss").read_text().split("\n")
     assert [(int(s), float(v)) for _, v, s in (ln.split() for ln in lines if ln)] == [
         (0, 0.0),
@@ -211,7 +213,7 @@ def test_mlflow_file_store_on_request(
     second = Accelerator(cpu=True, log_with="mlflow", project_dir=str(tmp_path / "second"))
     second.init_trackers("exp")
     second.end_training()
-    assert (tmp_path / "second" / "logs" / "mlflow.db").is_file()
+    assert (tmp_path / "second" / "mlflow.db").is_file()
 
 
 def test_log_before_init_trackers_is_caught() -> None:
@@ -221,3 +223,54 @@ def test_log_before_init_trackers_is_caught() -> None:
         check_started(["jsonl"], [])
     check_started(None, [])  # no trackers asked for: logging is a no-op, as in the seeds
     check_started(["jsonl"], [NoOpTracker("jsonl")])
+
+
+def test_a_tracker_of_your_own_as_instance_and_by_registered_name(tmp_path: Path) -> None:
+    from overdrive.tracking import LOGGER_TYPE_TO_CLASS, GeneralTracker, register_tracker_class
+
+    class Recorder(GeneralTracker):
+        name = "recorder"
+        requires_logging_directory = True
+
+        def __init__(self, run_name: str = "", logging_dir: str = "", **kwargs: Any) -> None:
+            super().__init__()
+            self.run_name, self.logging_dir, self.rows, self.started = run_name, logging_dir, [], 0
+
+        def start(self) -> None:
+            self.started += 1
+
+        def store_init_configuration(self, values: dict) -> None:
+            self.rows.append(("config", values))
+
+        def log(self, values: dict, step: int | None = None, **kwargs: Any) -> None:
+            self.rows.append((step, values))
+
+    instance = Recorder()
+    acc = Accelerator(cpu=True, log_with=instance)  # an instance carries its own directory
+    acc.init_trackers("run", config={"lr": 0.1})
+    acc.log({"loss": 1.0}, step=2)
+    # The user's configuration as given: no overdrive settings in a tracker written for theirs.
+    assert instance.started == 1 and instance.rows == [("config", {"lr": 0.1}), (2, {"loss": 1.0})]
+    snapshot = dict(LOGGER_TYPE_TO_CLASS)
+    try:
+        register_tracker_class(Recorder)
+        with pytest.raises(ValueError, match="Logging with `recorder` requires a `logging_dir`"):
+            Accelerator(cpu=True, log_with="recorder")  # refused when made, as theirs is
+        acc = Accelerator(cpu=True, log_with="recorder", project_dir=str(tmp_path))
+        acc.init_trackers("named")
+        made = acc.get_tracker("recorder")
+        assert (made.run_name, made.logging_dir, made.started) == ("named", str(tmp_path), 1)
+        with pytest.warns(UserWarning, match="recorder"):
+            register_tracker_class(Recorder)
+        with pytest.raises(ValueError):
+            register_tracker_class(dict)
+    finally:
+        LOGGER_TYPE_TO_CLASS.clear()
+        LOGGER_TYPE_TO_CLASS.update(snapshot)
+
+
+def test_the_described_systems_other_trackers_are_named_and_refused() -> None:
+    import overdrive.tracking  # noqa: F401  (their names exist once tracking is imported)
+
+    with pytest.raises(ValueError, match="comet_ml tracker is not available in overdrive"):
+        Accelerator(cpu=True, log_with="comet_ml")

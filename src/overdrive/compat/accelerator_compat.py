@@ -28,6 +28,10 @@ class AcceleratorCompat(
         """Called at the end of ``Accelerator.__init__``."""
         set_current(self)
         self.gradient_state._loop = self.loop_state  # type: ignore[attr-defined]
+        if getattr(self, "log_with", None):
+            from overdrive.tracking import check_logging_dir
+
+            check_logging_dir(self)  # as the described system: refused here, not at init_trackers
 
     def _scheduler_per_process(self) -> bool:
         """Whether a prepared scheduler advances once per process per optimizer step (the

@@ -276,6 +276,21 @@ class Words(Kind):
 
 
 @dataclass(frozen=True)
+class TrackerWords(Words):
+    """Words from ``allowed``, or a tracker name registered in this process with
+    ``overdrive.tracking.register_tracker_class`` (code that registers one has imported it)."""
+
+    def coerce(self, raw: Any) -> list[str]:
+        import sys
+
+        registry = sys.modules.get("overdrive.tracking.registry")
+        extra = tuple(getattr(registry, "LOGGER_TYPE_TO_CLASS", {}))
+        if not extra:
+            return super().coerce(raw)
+        return Words(self.allowed + tuple(n for n in extra if n not in self.allowed)).coerce(raw)
+
+
+@dataclass(frozen=True)
 class Names(Kind):
     """A list of free-form names (class names), canonical form a list of strings."""
 

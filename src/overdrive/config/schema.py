@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from overdrive.config.kinds import Choice, GpuIds, Int, Str, Words
+from overdrive.config.kinds import Choice, GpuIds, Int, Str, TrackerWords
 from overdrive.config.schema_backends import BACKEND_SETTINGS
 from overdrive.config.setting import ON_OFF, Setting, setting
 
@@ -293,7 +293,7 @@ SETTINGS: tuple[Setting, ...] = (
     setting("total_limit", Int(minimum=1), None, "keep at most this many checkpoints"),
     setting(
         "log_with",
-        Words(TRACKERS),
+        TrackerWords(TRACKERS),
         None,
         "experiment trackers",
         env=("ACCELERATE_LOG_WITH",),

@@ -13,14 +13,41 @@ from pathlib import Path
 from typing import Any
 
 from overdrive.effective_settings import tracker_config
-from overdrive.tracking.base import NoOpTracker, Tracker, TrackerError
+from overdrive.tracking.base import GeneralTracker, NoOpTracker, Tracker, TrackerError
+from overdrive.tracking.registry import (
+    LOGGER_TYPE_TO_CLASS,
+    AimTracker,
+    ClearMLTracker,
+    CometMLTracker,
+    DVCLiveTracker,
+    MLflowTracker,
+    SwanLabTracker,
+    TensorBoardTracker,
+    TrackioTracker,
+    WandBTracker,
+    not_driven,
+    register_tracker_class,
+)
 
 __all__ = [
     "AVAILABLE",
+    "LOGGER_TYPE_TO_CLASS",
+    "AimTracker",
+    "ClearMLTracker",
+    "CometMLTracker",
+    "DVCLiveTracker",
+    "GeneralTracker",
+    "MLflowTracker",
     "NoOpTracker",
+    "SwanLabTracker",
+    "TensorBoardTracker",
     "Tracker",
     "TrackerError",
+    "TrackioTracker",
+    "WandBTracker",
+    "check_logging_dir",
     "check_started",
+    "register_tracker_class",
     "start_trackers",
 ]
 
@@ -39,7 +66,7 @@ AVAILABLE: dict[str, tuple[str, str, str | None, str | None]] = {
 
 
 def is_installed(name: str) -> bool:
-    package = AVAILABLE[name][2]
+    package = AVAILABLE[name][2] if name in AVAILABLE else None
     return package is None or importlib.util.find_spec(package) is not None
 
 
@@ -63,12 +90,15 @@ def requested(log_with: Any) -> list[Any]:
 
 def _check(names: list[str], source: str) -> None:
     for name in names:
-        if name not in AVAILABLE:
+        if name not in AVAILABLE and name not in LOGGER_TYPE_TO_CLASS:
             raise TrackerError(
                 f"log_with names {name!r} ({source}), which is not a tracker overdrive knows\n"
-                f"  fix: use one or more of {', '.join([*AVAILABLE, 'all'])}"
+                f"  fix: use one or more of {', '.join([*AVAILABLE, 'all'])}, or register your "
+                "own with overdrive.tracking.register_tracker_class"
             )
-        if not is_installed(name):
+        if getattr(_registered(name), "not_driven", False):
+            raise not_driven(name)
+        if _registered(name) is None and not is_installed(name):
             raise TrackerError(
                 f"log_with asks for {name!r} ({source}), but the {AVAILABLE[name][2]} package "
                 f"is not installed\n  fix: pip install 'overdrive[{AVAILABLE[name][3]}]', or "
@@ -76,26 +106,76 @@ def _check(names: list[str], source: str) -> None:
             )
 
 
-def _logging_dir(accelerator: Any, names: list[str], source: str) -> Path | None:
+def _needs_directory(item: Any) -> bool:
+    if isinstance(item, str):
+        return bool(getattr(_class(item), "requires_logging_directory", False))
+    return False  # an instance was built with its own directory
+
+
+def _logging_dir(accelerator: Any, items: list[Any], source: str) -> Path | None:
+    """``logging_dir``, else ``project_dir`` itself (the described system's layout: a run
+    named ``exp`` under ``project_dir='runs'`` writes to ``runs/exp``)."""
     pc = getattr(accelerator, "project_configuration", None)
-    logging_dir = getattr(pc, "logging_dir", None)
-    project_dir = getattr(pc, "project_dir", None)
-    if logging_dir is None and project_dir:
-        logging_dir = str(Path(project_dir) / "logs")
-    needing = [n for n in names if getattr(_class(n), "requires_logging_directory", False)]
+    logging_dir = getattr(pc, "logging_dir", None) or getattr(pc, "project_dir", None)
+    needing = [i for i in items if _needs_directory(i)]
     if logging_dir is None and needing:
         raise TrackerError(
-            f"log_with asks for {', '.join(needing)} ({source}), which write(s) under a "
-            "logging directory, but neither logging_dir nor project_dir is set\n"
+            f"Logging with `{needing[0]}` requires a `logging_dir`: log_with asks for "
+            f"{', '.join(needing)} ({source}), which write(s) under a logging directory, but "
+            "neither logging_dir nor project_dir is set\n"
             "  fix: Accelerator(project_dir='runs/exp1') or Accelerator(logging_dir='logs')"
         )
     return Path(logging_dir) if logging_dir is not None else None
 
 
+def _log_with(accelerator: Any) -> tuple[Any, str]:
+    """``log_with`` and where it came from."""
+    settings = getattr(accelerator, "settings", None)
+    log_with = settings["log_with"] if settings is not None else None
+    if log_with is None:
+        log_with = getattr(accelerator, "log_with", None)
+    try:
+        source = str(settings.source("log_with")) if settings is not None else "code"
+    except (KeyError, AttributeError):
+        source = "code"
+    return log_with, source
+
+
+def check_logging_dir(accelerator: Any) -> None:
+    """At ``Accelerator(...)``: the trackers asked for exist, and those that write files have
+    a directory (refused now, as the described system does, not at ``init_trackers``)."""
+    log_with, source = _log_with(accelerator)
+    items = requested(log_with)
+    _check([i for i in items if isinstance(i, str)], source)
+    _logging_dir(accelerator, items, source)
+
+
+def _registered(name: str) -> type[Tracker] | None:
+    """A class registered under ``name`` by the user (or a name overdrive does not drive)."""
+    cls = LOGGER_TYPE_TO_CLASS.get(name)
+    return cls if cls is not None and issubclass(cls, GeneralTracker) else None
+
+
 def _class(name: str) -> type[Tracker]:
+    registered = _registered(name)
+    if registered is not None:
+        return registered
     module, cls, _, _ = AVAILABLE[name]
     tracker_class: type[Tracker] = getattr(importlib.import_module(module), cls)
     return tracker_class
+
+
+def _build(name: str, project_name: str, logging_dir: Path | None, kwargs: dict[str, Any]) -> Any:
+    """A tracker by name: ours take (project, logging_dir); a registered class takes the
+    described system's (run_name[, logging_dir=...], **kwargs) and is then started."""
+    cls = _registered(name)
+    if cls is None:
+        return _class(name)(project_name, logging_dir, **kwargs)
+    if getattr(cls, "requires_logging_directory", False):
+        kwargs = {"logging_dir": str(logging_dir), **kwargs}
+    tracker = cls(project_name, **kwargs)
+    tracker.start()
+    return tracker
 
 
 def start_trackers(
@@ -109,38 +189,35 @@ def start_trackers(
     ``init_kwargs`` maps a tracker name to keyword arguments for its run (for example
     ``{"wandb": {"mode": "offline"}}``). Trackers an earlier call started are finished first.
     """
-    settings = getattr(accelerator, "settings", None)
-    log_with = settings["log_with"] if settings is not None else None
-    if log_with is None:
-        log_with = getattr(accelerator, "log_with", None)
-    try:
-        source = str(settings.source("log_with")) if settings is not None else "code"
-    except (KeyError, AttributeError):
-        source = "code"
+    log_with, source = _log_with(accelerator)
     items = requested(log_with)
-    names = [i for i in items if isinstance(i, str)]
-    _check(names, source)
+    _check([i for i in items if isinstance(i, str)], source)
     init_kwargs = dict(init_kwargs or {})
-    unknown = sorted(set(init_kwargs) - set(AVAILABLE))
+    names = {*AVAILABLE, *LOGGER_TYPE_TO_CLASS, *(getattr(i, "name", "") for i in items)}
+    unknown = sorted(set(init_kwargs) - names)
     if unknown:
         raise TrackerError(
             f"init_trackers(init_kwargs=...) has entries for {unknown}, which are not "
             f"trackers\n  fix: key init_kwargs by tracker name: {', '.join(AVAILABLE)}"
         )
-    logging_dir = _logging_dir(accelerator, names, source)
+    logging_dir = _logging_dir(accelerator, items, source)
     for previous in getattr(accelerator, "trackers", None) or []:
         previous.finish()  # init_trackers again: the earlier runs end, none is left open
     if not accelerator.state.is_main_process:
         return [NoOpTracker(i if isinstance(i, str) else i.name) for i in items]
-    config = tracker_config(settings, config)  # the effective settings, with their sources
+    # Our trackers also record the effective settings; one written for the described
+    # system gets the user's configuration as given (its writer may know only those keys).
+    ours = tracker_config(getattr(accelerator, "settings", None), config)
     trackers: list[Tracker] = []
     for item in items:
         if isinstance(item, Tracker):
             tracker = item
+            tracker.start()
         else:
-            tracker = _class(item)(project_name, logging_dir, **dict(init_kwargs.get(item, {})))
-        if config is not None:
-            tracker.store_init_configuration(config)
+            tracker = _build(item, project_name, logging_dir, dict(init_kwargs.get(item, {})))
+        stored = config if isinstance(tracker, GeneralTracker) else ours
+        if stored is not None:
+            tracker.store_init_configuration(stored)
         trackers.append(tracker)
     return trackers
 

@@ -10,9 +10,9 @@ from typing import Any
 from overdrive.errors import OverdriveError
 
 
-class TrackerError(OverdriveError):
+class TrackerError(OverdriveError, ValueError):
     """A tracker cannot start or log as asked (unknown, not installed, no logging directory,
-    already finished)."""
+    already finished). A ValueError too, as the described system raises for these."""
 
 
 class Tracker:
@@ -51,6 +51,9 @@ class Tracker:
     def tracker(self) -> Any:
         return self
 
+    def start(self) -> None:
+        """Open the run; ``init_trackers`` calls it on the process(es) that log."""
+
     def store_init_configuration(self, config: dict[str, Any]) -> None:
         """Record the run's hyperparameters once, at start."""
 
@@ -59,6 +62,18 @@ class Tracker:
 
     def finish(self) -> None:
         """Flush and close; called by ``end_training``."""
+
+
+class GeneralTracker(Tracker):
+    """The base class of your own tracker, as in the described system: set ``name`` and
+    ``requires_logging_directory`` on the class, override ``start``, ``tracker``,
+    ``store_init_configuration``, ``log`` and ``finish``, then pass an instance in
+    ``log_with`` or register the class by name with ``register_tracker_class``."""
+
+    main_process_only = True
+
+    def __init__(self, _blank: bool = False) -> None:
+        Tracker.__init__(self, "", None)
 
 
 class _NoOpRun:
