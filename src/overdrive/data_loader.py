@@ -3,8 +3,9 @@
 ``prepare_data_loader`` here takes the described system's positional form
 ``(dataloader, device, num_processes, process_index, split_batches, put_on_device, ...)``
 and shards for the processes that run (an Accelerator's, else one made from the
-environment). ``DataLoaderShard`` and ``DataLoaderDispatcher`` name the prepared loader
-class, so ``isinstance`` checks written for the described system hold.
+environment). ``DataLoaderShard``, ``DataLoaderDispatcher``, ``SkipDataLoader``,
+``BatchSamplerShard`` and ``IterableDatasetShard`` can be built by hand as in the described
+system; a prepared loader counts as a ``DataLoaderShard`` for ``isinstance``.
 """
 
 from __future__ import annotations
@@ -15,15 +16,23 @@ from typing import Any
 import torch
 
 from overdrive.data import PreparedDataLoader, SeedableRandomSampler, skip_first_batches
+from overdrive.data.loaders_by_hand import (
+    DataLoaderDispatcher,
+    DataLoaderShard,
+    DataLoaderStateMixin,
+    SkipDataLoader,
+)
+from overdrive.data.shards_by_hand import BatchSamplerShard, IterableDatasetShard
 from overdrive.data.skip_sampler import SkipBatchSampler
 from overdrive.errors import ConfigError
 
-DataLoaderShard = PreparedDataLoader
-DataLoaderDispatcher = PreparedDataLoader
-
 __all__ = [
+    "BatchSamplerShard",
+    "IterableDatasetShard",
     "DataLoaderDispatcher",
     "DataLoaderShard",
+    "DataLoaderStateMixin",
+    "SkipDataLoader",
     "SeedableRandomSampler",
     "SkipBatchSampler",
     "prepare_data_loader",
