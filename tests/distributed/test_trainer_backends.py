@@ -67,7 +67,7 @@ def train(
         timeout=600,
     )
     assert_ok(result)
-    return json.loads(Path(full["out"]).read_text())
+    return {**json.loads(Path(full["out"]).read_text()), "stderr": result.stderr}
 
 
 def resumed(
@@ -119,7 +119,8 @@ def test_seed002_fsdp2_config_resumes_mid_epoch_from_its_sharded_checkpoint(
     assert again["losses"] == whole["losses"]
     assert again["weights"] == whole["weights"]
     # Trainer's save_model writes no weights under a sharded state dict (transformers' code);
-    # docs/trainer.md's way to full weights: merge the checkpoint, add the model's config.
+    # the checkpoint save says how to get them: merge the checkpoint, add the model's config.
+    assert "overdrive merge-weights" in again["stderr"]
     merged = tmp_path / "merged"
     cmd = [sys.executable, "-m", "overdrive", "merge-weights"]
     done = subprocess.run(

@@ -69,3 +69,20 @@ def test_loaders_built_by_hand_know_their_last_batch_and_skip() -> None:
     skipped = SkipDataLoader(list(range(16)), batch_size=4, skip_batches=2)
     assert [b.tolist() for b in skipped] == [[8, 9, 10, 11], [12, 13, 14, 15]]
     assert isinstance(loader.base_dataloader, torch.utils.data.DataLoader)
+
+
+def test_a_loader_by_hand_keeps_its_epoch_when_skipping() -> None:
+    from overdrive.data_loader import SeedableRandomSampler, skip_first_batches
+
+    def loader_at(epoch: int) -> tuple[DataLoaderShard, SeedableRandomSampler]:
+        sampler = SeedableRandomSampler(list(range(16)))
+        made = DataLoaderShard(list(range(16)), batch_sampler=BatchSampler(sampler, 4, False))
+        made.set_epoch(epoch)
+        return made, sampler
+
+    whole, _ = loader_at(3)
+    order = [b.tolist() for b in whole]
+    loader, sampler = loader_at(3)
+    skipped = skip_first_batches(loader, 2)
+    assert (skipped.iteration, sampler.epoch) == (3, 3)
+    assert [b.tolist() for b in skipped] == order[2:]

@@ -49,6 +49,7 @@ def save_fsdp_model(
             tree, folder, SHARDED_STEM, rank=accelerator.process_index, what=f"model {model_index}"
         )
         accelerator.wait_for_everyone()
+        _say_how_to_merge(accelerator, folder)
         return folder
     from overdrive.checkpoint.tensor_file import write_safetensors
 
@@ -59,6 +60,24 @@ def save_fsdp_model(
         write_safetensors({k: v.contiguous() for k, v in state.items()}, path, {"format": "pt"})
     accelerator.wait_for_everyone()
     return path
+
+
+_MERGE_NOTED: set[str] = set()
+
+
+def _say_how_to_merge(accelerator: Any, folder: Path) -> None:
+    """Once per output directory: how to get full weights from the shards (transformers'
+    Trainer.save_model writes none under a sharded state dict)."""
+    parent = str(folder.parent.parent)
+    if accelerator.is_main_process and parent not in _MERGE_NOTED:
+        _MERGE_NOTED.add(parent)
+        import sys
+
+        sys.stderr.write(
+            f"overdrive: note: {folder} holds each process's shards of the weights; for full "
+            f"weights that from_pretrained loads, run `overdrive merge-weights {folder} "
+            "OUT_DIR` and put the model's config.json beside them (docs/trainer.md)\n"
+        )
 
 
 def merge_fsdp_weights(

@@ -8,6 +8,7 @@ described system checks that).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from typing import Any
 
@@ -69,6 +70,22 @@ class DataLoaderShard(DataLoader[Any], DataLoaderStateMixin, metaclass=_CountsPr
         self.use_stateful_dataloader = False
         self._non_blocking = _non_blocking
         self.base_dataloader: DataLoader[Any] = self  # the described system wraps one; this is it
+        self.iteration = 0  # the epoch set_epoch last gave
+
+    def set_epoch(self, epoch: int) -> None:
+        """Tell the batch sampler and the sampler which epoch starts (their shuffle)."""
+        self.iteration = epoch
+        targets: list[Any] = [self.batch_sampler, getattr(self.batch_sampler, "sampler", None)]
+        for target in targets:
+            if hasattr(target, "set_epoch"):
+                target.set_epoch(epoch)
+
+    def skipping(self, num_batches: int) -> DataLoaderShard:
+        """The same loader (same sampler, same epoch) without its first ``num_batches``."""
+        twin = copy.copy(self)
+        twin.skip_batches = num_batches
+        twin.base_dataloader = twin
+        return twin
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         from overdrive.utils.operations import send_to_device

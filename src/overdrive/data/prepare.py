@@ -190,6 +190,10 @@ def skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
         raise ValueError(f"skip_first_batches(num_batches={num_batches}) must be >= 0")
     if isinstance(dataloader, PreparedDataLoader):
         return dataloader.skipping(num_batches)
+    from overdrive.data.loaders_by_hand import DataLoaderShard
+
+    if type.__instancecheck__(DataLoaderShard, dataloader):  # built by hand, not prepared
+        return dataloader.skipping(num_batches)
     if (
         isinstance(dataloader, DataLoader)
         and not isinstance(dataloader.dataset, IterableDataset)
