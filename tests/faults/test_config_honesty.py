@@ -62,9 +62,25 @@ def test_validate_refuses_what_launch_refuses(tmp_path: Path, script: Path, name
     path = tmp_path / f"{name}.yaml"
     path.write_text(REFUSED_BY_LAUNCH[name])
     launched = assert_clean_refusal(overdrive("launch", "--dry_run", "--config_file", path, script))
-    validated = assert_clean_refusal(overdrive("config", "validate", path))
+    validated = assert_clean_refusal(overdrive("config", "validate", "--this_machine", path))
     assert validated == launched  # the same check, the same words
     assert str(path) in validated
+    if name != "multi_gpu_without_gpu":  # the others are wrong on any machine
+        assert assert_clean_refusal(overdrive("config", "validate", path)) == launched
+
+
+def test_a_gpu_file_validates_on_a_machine_without_gpus_saying_what_it_lacks(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "gpus.yaml"
+    path.write_text(
+        "distributed_type: MULTI_GPU\nnum_processes: 8\ngpu_ids: all\nmixed_precision: bf16\n"
+    )
+    done = overdrive("config", "validate", path)
+    assert done.returncode == 0, done.stderr
+    assert "valid" in done.stdout and "on the machine it describes" in done.stdout
+    assert "written for 8 GPU(s) per machine; this machine has 0 visible" in done.stdout
+    assert f"--this_machine {path}" in done.stdout
 
 
 @pytest.mark.parametrize("name", sorted(ACCEPTED_BY_LAUNCH))

@@ -48,11 +48,17 @@ def register(commands: Any) -> None:
 
     validate = sub.add_parser(
         "validate",
-        help="check a config file as `overdrive launch` would here; exit 0 if it is valid",
+        help="check a config file; exit 0 if it is valid",
         description="Resolve the file with the environment (as `overdrive launch --config_file "
-        "FILE` does) and run every check the launcher runs before it starts a worker.",
+        "FILE` does) and run every check the launcher runs before it starts a worker, for the "
+        "machine the file describes (a GPU file validates on a login node or CI runner, with "
+        "a note on what this machine lacks). --this_machine checks it against this machine.",
     )
     validate.add_argument("file", help="the config file to check")
+    add_flag(
+        validate, "this_machine", action="store_true",
+        help="also require this machine to run it: its GPUs and CPU cores",
+    )  # fmt: skip
     validate.set_defaults(handler=_validate)
 
 
@@ -162,15 +168,49 @@ VALIDATE_TARGET = "train.py"
 """Stands in for the script: no check of a launch depends on which script it runs."""
 
 
+def _gpus_described(settings: Settings) -> int:
+    """GPUs per machine the file is written for: one per process of a backend run on GPUs
+    (anything but NO / MULTI_CPU, unless it asks for the CPU)."""
+    if settings["use_cpu"] or settings["distributed_type"] in ("NO", "MULTI_CPU"):
+        return 0
+    total = settings["num_processes"]
+    return max(1, (total or 1) // max(1, settings["num_machines"]))
+
+
 def _validate(args: argparse.Namespace) -> int:
     from overdrive.launch import cluster
+    from overdrive.launch.plan import process_limit
     from overdrive.preflight import plan_launch
 
     settings = load_settings(config_file=args.file, flags={})
-    plan_launch(settings, VALIDATE_TARGET, gpu_count=cluster.gpu_count(settings))
+    here = cluster.gpu_count(settings)
+    notes: list[str] = []
+    if args.this_machine:
+        plan_launch(settings, VALIDATE_TARGET, gpu_count=here)
+    else:
+        described = _gpus_described(settings)
+        plan = plan_launch(
+            settings, VALIDATE_TARGET, gpu_count=max(here, described), oversubscribe=True
+        )
+        if described > here:
+            notes.append(
+                f"it is written for {described} GPU(s) per machine; this machine has {here} visible"
+            )
+        limit = process_limit(os.cpu_count() or 1)
+        if plan.device == "cpu" and plan.nproc_per_node > limit:
+            notes.append(
+                f"it starts {plan.nproc_per_node} CPU processes per machine; this machine "
+                f"starts at most {limit} without --oversubscribe"
+            )
     changed = sum(1 for _, _, source in settings.rows() if source != "default")
+    where = "on this machine" if args.this_machine else "on the machine it describes"
     print(
         f"{args.file}: valid ({changed} settings set, the rest at their defaults; checked as "
-        f"`overdrive launch --config_file {args.file}` would use it on this machine)"
+        f"`overdrive launch --config_file {args.file}` would use it {where})"
     )
+    for note in notes:
+        print(
+            f"note: {note}. `overdrive config validate --this_machine {args.file}` checks it "
+            "against this machine"
+        )
     return 0
