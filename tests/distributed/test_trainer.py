@@ -14,18 +14,22 @@ from tests.helpers.dist import REPO, assert_ok, clean_env, run_launch
 
 pytest.importorskip("transformers")
 
-SCRIPT = Path(__file__).parent / "scripts" / "trainer_tiny.py"
+SCRIPT = Path(__file__).parent / "scripts" / "trainer_case.py"
+
+
+def _spec(out: Path, batch: int) -> str:
+    return json.dumps({"out": str(out), "output_dir": str(out.parent / out.stem), "batch": batch})
 
 
 def _read(path: Path) -> dict:
     row = json.loads(path.read_text())
-    assert row["constructed"] is True
+    row["weight_sum"] = sum(row["weights"].values())
     return row
 
 
 def _run_plain(out: Path, batch: int) -> dict:
-    """``python -m overdrive.run trainer_tiny.py`` (no launcher)."""
-    cmd = [sys.executable, "-m", "overdrive.run", str(SCRIPT), str(out), str(batch)]
+    """``python -m overdrive.run trainer_case.py`` (no launcher)."""
+    cmd = [sys.executable, "-m", "overdrive.run", str(SCRIPT), _spec(out, batch)]
     result = subprocess.run(
         cmd, env=clean_env(), capture_output=True, text=True, timeout=300, cwd=REPO
     )
@@ -34,7 +38,7 @@ def _run_plain(out: Path, batch: int) -> dict:
 
 
 def _run_launched(out: Path, nprocs: int, batch: int) -> tuple[dict, str]:
-    result = run_launch(SCRIPT, nprocs=nprocs, args=[str(out), str(batch)], timeout=300)
+    result = run_launch(SCRIPT, nprocs=nprocs, args=[_spec(out, batch)], timeout=300)
     assert_ok(result)
     return _read(out), result.stderr
 
@@ -82,15 +86,7 @@ def _fake_installed_accelerate(tmp_path: Path) -> dict[str, str]:
 def test_opt_in_refused_without_flag_when_real_accelerate_installed(tmp_path: Path) -> None:
     """A fake installed accelerate: plain ``python -m overdrive.run`` refuses, naming the opt-in."""
     env = _fake_installed_accelerate(tmp_path)
-    cmd = [
-        sys.executable,
-        "-m",
-        "overdrive.run",
-        str(SCRIPT),
-        str(tmp_path / "x.json"),
-        "4",
-        "construct_only",
-    ]
+    cmd = [sys.executable, "-m", "overdrive.run", str(SCRIPT), _spec(tmp_path / "x.json", 4)]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, cwd=REPO)
     assert result.returncode != 0
     assert "OVERDRIVE_AS_ACCELERATE=1" in result.stderr and "9.9.9" in result.stderr
