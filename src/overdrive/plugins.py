@@ -91,6 +91,10 @@ class FullyShardedDataParallelPlugin(Plugin):
     sync_module_states: bool | None = None
     activation_checkpointing: bool | None = None
     use_orig_params: bool | None = None
+    # torch's FullStateDictConfig / ShardedStateDictConfig, as the described system takes them:
+    # they choose the state-dict type when state_dict_type is not given.
+    state_dict_config: Any = None
+    optim_state_dict_config: Any = None
 
     SECTION = "fsdp_config"
     SWITCH = "use_fsdp"
@@ -110,6 +114,33 @@ class FullyShardedDataParallelPlugin(Plugin):
         "activation_checkpointing": "fsdp_config.fsdp_activation_checkpointing",
         "use_orig_params": "fsdp_config.fsdp_use_orig_params",
     }
+
+    def __post_init__(self) -> None:
+        kinds = {
+            "FullStateDictConfig": "FULL_STATE_DICT",
+            "ShardedStateDictConfig": "SHARDED_STATE_DICT",
+        }
+        for name in ("state_dict_config", "optim_state_dict_config"):
+            given = getattr(self, name)
+            if given is None:
+                continue
+            kind = kinds.get(type(given).__name__.replace("Optim", ""))
+            chosen = _plain(self.state_dict_type) if self.state_dict_type is not None else None
+            if kind is None or (chosen is not None and chosen != kind):
+                from overdrive.errors import ConfigError
+
+                raise ConfigError(
+                    f"FullyShardedDataParallelPlugin({name}={type(given).__name__}(...)) "
+                    + (
+                        f"contradicts state_dict_type={chosen}"
+                        if kind
+                        else "is not a full or sharded state-dict config"
+                    ),
+                    key=name,
+                    fix="pass FullStateDictConfig or ShardedStateDictConfig matching "
+                    "state_dict_type, or state_dict_type alone",
+                )
+            self.state_dict_type = kind
 
     def set_auto_wrap_policy(self, model: Any) -> None:
         """Fill what the wrap policy needs from ``model``, as the described system does:

@@ -174,3 +174,34 @@ def test_dynamo_plugin_reads_its_variables_and_reports_what_differs(
     monkeypatch.delenv("ACCELERATE_DYNAMO_BACKEND")
     monkeypatch.delenv("ACCELERATE_DYNAMO_USE_FULLGRAPH")
     assert TorchDynamoPlugin().to_kwargs() == {}
+
+
+def test_local_sgd_does_nothing_on_one_process_and_checks_its_steps() -> None:
+    from overdrive.local_sgd import LocalSGD
+
+    acc = Accelerator(cpu=True)
+    model = acc.prepare(torch.nn.Linear(2, 2))
+    before = [p.clone() for p in model.parameters()]
+    with LocalSGD(acc, model, local_sgd_steps=1) as local_sgd:
+        local_sgd.step()
+    assert local_sgd.num_steps == 1 and not local_sgd.enabled
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    with pytest.raises(ConfigError, match="local_sgd_steps"):
+        LocalSGD(acc, model, local_sgd_steps=0)
+
+
+def test_megatron_dummy_scheduler_and_fsdp_state_dict_configs() -> None:
+    from torch.distributed.fsdp import FullStateDictConfig, ShardedStateDictConfig
+
+    from overdrive.utils import FullyShardedDataParallelPlugin, MegatronLMDummyScheduler
+
+    sched = MegatronLMDummyScheduler(object(), total_num_steps=10)
+    assert sched.total_num_steps == 10
+    with pytest.raises(ConfigError, match="Megatron-LM"):
+        sched.step()
+    plugin = FullyShardedDataParallelPlugin(state_dict_config=ShardedStateDictConfig())
+    assert plugin.to_settings()["fsdp_config.fsdp_state_dict_type"] == "SHARDED_STATE_DICT"
+    with pytest.raises(ConfigError, match="contradicts"):
+        FullyShardedDataParallelPlugin(
+            state_dict_type="SHARDED_STATE_DICT", state_dict_config=FullStateDictConfig()
+        )

@@ -60,6 +60,7 @@ _LAZY = {
     # DeepSpeed placeholders for an optimizer / scheduler defined in its JSON
     "DummyOptim": "overdrive.ds.dummies",
     "DummyScheduler": "overdrive.ds.dummies",
+    "MegatronLMDummyScheduler": "overdrive.compat.megatron_dummies",
     # models
     "init_empty_weights": "overdrive.compat.big_modeling",
     "merge_fsdp_weights": "overdrive.compat.fsdp_files",
