@@ -19,9 +19,11 @@ import os
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
+from overdrive.checkpoint.crc import combine
 from overdrive.checkpoint.errors import CheckpointError
+from overdrive.checkpoint.io_threads import run_all
 from overdrive.checkpoint.layout import MANIFEST
 
 ALGORITHM = "crc32"
@@ -32,40 +34,47 @@ FileRecord = dict[str, Any]
 
 
 def checksum(path: Path) -> FileRecord:
-    """Size and CRC-32 of one file. Hashed through a read-only map of the file, in chunks
-    (zlib releases the GIL while hashing): no copy into a buffer, and a sequential pass
-    that also brings the file into the page cache for the load that follows."""
+    """Size and CRC-32 of one file."""
+    return checksums([path])[path]
+
+
+def checksums(paths: Iterable[Path]) -> dict[Path, FileRecord]:
+    """Size and CRC-32 of each file, by path. Each file is cut into pieces of ``_CHUNK``
+    bytes, hashed through read-only maps on this process's threads (zlib releases the GIL;
+    no copy into a buffer), and the pieces' CRCs are combined in order. The sequential pass
+    also brings the files into the page cache for the load that follows. An unreadable
+    file raises OSError."""
+    sizes = {Path(p): os.stat(p).st_size for p in paths}
+    pieces = [(p, start) for p, size in sizes.items() for start in range(0, size, _CHUNK)]
+    crcs = dict(zip(pieces, run_all(lambda piece: _crc_piece(*piece), pieces)))
+    out = {}
+    for path, size in sizes.items():
+        crc = 0
+        for start in range(0, size, _CHUNK):
+            crc = combine(crc, crcs[path, start], min(_CHUNK, size - start))
+        out[path] = {"size": size, ALGORITHM: f"{crc:08x}"}
+    return out
+
+
+def _crc_piece(path: Path, start: int) -> int:
     with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
         try:
-            crc = _crc_mapped(f.fileno(), size)
+            return _crc_mapped(f.fileno(), start)
         except (OSError, ValueError):  # a filesystem that cannot map files
-            crc = _crc_read(f)
-    return {"size": size, ALGORITHM: f"{crc:08x}"}
+            f.seek(start)
+            return zlib.crc32(f.read(_CHUNK))
 
 
-def _crc_mapped(fd: int, size: int) -> int:
-    crc = 0
-    if not size:
-        return crc
-    with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mapped:
+def _crc_mapped(fd: int, start: int) -> int:
+    length = min(_CHUNK, os.fstat(fd).st_size - start)
+    with mmap.mmap(fd, length, access=mmap.ACCESS_READ, offset=start) as mapped:
         if hasattr(mmap, "MADV_SEQUENTIAL"):
             mapped.madvise(mmap.MADV_SEQUENTIAL)
         view = memoryview(mapped)
         try:
-            for start in range(0, size, _CHUNK):
-                crc = zlib.crc32(view[start : start + _CHUNK], crc)
+            return zlib.crc32(view)
         finally:
             view.release()
-    return crc
-
-
-def _crc_read(f: BinaryIO) -> int:
-    crc = 0
-    f.seek(0)
-    while chunk := f.read(_CHUNK):
-        crc = zlib.crc32(chunk, crc)
-    return crc
 
 
 def _all_files(directory: Path) -> list[str]:
@@ -90,7 +99,8 @@ def record(
     directory = Path(directory)
     names = _all_files(directory) if files is None else sorted(files)
     known = known or {}
-    return {name: dict(known.get(directory / name) or checksum(directory / name)) for name in names}
+    fresh = checksums(directory / n for n in names if directory / n not in known)
+    return {name: dict(known.get(directory / name) or fresh[directory / name]) for name in names}
 
 
 def verify(
@@ -105,33 +115,21 @@ def verify(
     the first difference is a CheckpointError naming the file (with what ``labels`` says
     it holds) and the checkpoint."""
     directory = Path(directory)
-    for name, expected in sorted(files.items()):
-        if only is not None and not only(name):
-            continue
+    mine = {n: e for n, e in sorted(files.items()) if only is None or only(n)}
+    problems = {n: _size_problem(directory / n, e) for n, e in mine.items()}
+    hashed = _hashed([directory / n for n, problem in problems.items() if problem is None])
+    for name, expected in mine.items():
         path = directory / name
-        problem = None
-        try:
-            size = path.stat().st_size
-        except FileNotFoundError:
-            problem = "is missing"
-        except OSError as exc:
-            problem = f"cannot be read ({exc})"
-        else:
-            if size != expected.get("size"):
-                problem = f"has {size} bytes, but {expected.get('size')} were written"
-            elif ALGORITHM not in expected:
-                problem = f"has no {ALGORITHM} checksum in the manifest"
-            else:
-                try:
-                    actual = checksum(path)[ALGORITHM]
-                except OSError as exc:
-                    problem = f"cannot be read ({exc})"
-                else:
-                    if actual != expected[ALGORITHM]:
-                        problem = (
-                            f"does not hold the bytes that were written (CRC-32 {actual}, "
-                            f"recorded {expected[ALGORITHM]})"
-                        )
+        problem = problems[name]
+        if problem is None:
+            actual = hashed[path]
+            if isinstance(actual, OSError):
+                problem = f"cannot be read ({actual})"
+            elif actual != expected[ALGORITHM]:
+                problem = (
+                    f"does not hold the bytes that were written (CRC-32 {actual}, "
+                    f"recorded {expected[ALGORITHM]})"
+                )
         if problem:
             what = f"{labels[name]}: " if labels and name in labels else ""
             raise CheckpointError(
@@ -139,3 +137,32 @@ def verify(
                 "  fix: load another checkpoint (an earlier one, or an intact copy of this "
                 "one); nothing was restored from this one"
             )
+
+
+def _size_problem(path: Path, expected: FileRecord) -> str | None:
+    """What is wrong with ``path`` short of reading it, if anything."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return "is missing"
+    except OSError as exc:
+        return f"cannot be read ({exc})"
+    if size != expected.get("size"):
+        return f"has {size} bytes, but {expected.get('size')} were written"
+    if ALGORITHM not in expected:
+        return f"has no {ALGORITHM} checksum in the manifest"
+    return None
+
+
+def _hashed(paths: list[Path]) -> dict[Path, str | OSError]:
+    """Each file's CRC-32 (hex), or the error reading it; all files hashed together."""
+    try:
+        return {p: r[ALGORITHM] for p, r in checksums(paths).items()}
+    except OSError:  # find which file: hash them one by one
+        out: dict[Path, str | OSError] = {}
+        for p in paths:
+            try:
+                out[p] = checksum(p)[ALGORITHM]
+            except OSError as exc:
+                out[p] = exc
+        return out

@@ -13,6 +13,7 @@ import torch
 from overdrive.checkpoint import integrity, layout
 from overdrive.checkpoint.dtypes import dtype_problems
 from overdrive.checkpoint.errors import CheckpointError, CheckpointMismatchError
+from overdrive.checkpoint.fill import fill_all, read_or_fill
 from overdrive.checkpoint.legacy import looks_legacy, refuse_or_load_legacy
 from overdrive.checkpoint.optimizer_keys import (
     convert,
@@ -26,7 +27,7 @@ from overdrive.checkpoint.save import wait_for_pending
 from overdrive.checkpoint.serialization import load_tree, read_json
 from overdrive.checkpoint.shard_reader import full_tensor, load_shards
 from overdrive.checkpoint.sync import Rendezvous
-from overdrive.checkpoint.unread import load_unread, read_like
+from overdrive.checkpoint.unread import load_unread
 
 
 def find_checkpoint(accelerator: Any, input_dir: str | Path | None) -> Path:
@@ -124,12 +125,21 @@ def _like_param(grad: torch.Tensor, param: Any) -> torch.Tensor:
     return grad.to(device=param.device, dtype=param.dtype)
 
 
-def _template(accelerator: Any, part: Part) -> Any:
-    """How this run lays out a sharded part (DTensors, boxes, placeholders); collective."""
+def _template(accelerator: Any, part: Part, *, sharded: bool) -> Any:
+    """How this run lays out a part: its live state, sharded (DTensors, boxes, placeholders;
+    collective) or whole."""
     strategy = accelerator.strategy
     if part.kind == "model":
-        return strategy.sharded_model_state_dict(accelerator._models[part.index])
-    return strategy.sharded_optimizer_state_dict(accelerator._optimizers[part.index])
+        model = accelerator._models[part.index]
+        return (
+            strategy.sharded_model_state_dict(model)
+            if sharded
+            else strategy.model_state_dict(model)
+        )
+    optimizer = accelerator._optimizers[part.index]
+    if sharded:
+        return strategy.sharded_optimizer_state_dict(optimizer)
+    return strategy.optimizer_state_dict(optimizer)
 
 
 def _restore_sharded(accelerator: Any, part: Part, state: Any) -> None:
@@ -303,10 +313,18 @@ def _load_all(accelerator: Any, path: Path, allow_unsafe_pickle: bool, rv: Rende
         # a legacy pickle file (loaded only when allowed) is read whole, as it was written
         and (saved_sharded[(p.kind, p.index)] or (path / f"{p.stem}.json").is_file())
     }
+    whole = {  # a strategy whose processes hold whole tensors: still read straight into them
+        p.stem
+        for p in parts
+        if p.stem not in sliced
+        and p.kind in ("model", "optimizer")
+        and accelerator.strategy.optimizer_state_by_name is not None  # not DeepSpeed's engine
+        and (saved_sharded[(p.kind, p.index)] or (path / f"{p.stem}.json").is_file())
+    }
     states = {}
     for p in parts:
         saved = saved_sharded[(p.kind, p.index)]
-        if p.stem in sliced:  # nothing read yet: each process reads its own part, below
+        if p.stem in sliced | whole:  # nothing read yet: each process reads its own part, below
             states[p.stem] = load_unread(path, p.stem, what=p.label, sharded=saved)
         elif saved:  # another layout's shards, read whole
             states[p.stem] = load_shards(path, p.stem, what=p.label, place=full_tensor)
@@ -318,9 +336,13 @@ def _load_all(accelerator: Any, path: Path, allow_unsafe_pickle: bool, rv: Rende
     for p in parts:
         if p.kind == "optimizer":
             states[p.stem] = keyed_for_strategy(accelerator, p, states[p.stem], model_states)
-    for p in parts:  # keyed as this run loads them: read this process's part of each
-        if p.stem in sliced:
-            states[p.stem] = read_like(states[p.stem], _template(accelerator, p))
+    fills = {}
+    for p in parts:  # keyed as this run loads them: this process's part of each, planned
+        if p.stem in sliced | whole:  # to be copied straight into the live tensors that fit
+            template = _template(accelerator, p, sharded=p.stem in sliced)
+            states[p.stem], fill = read_or_fill(states[p.stem], template)
+            if fill is not None:
+                fills[p.stem] = fill
     precision_state = load_tree(
         path, "precision", what="precision state", allow_unsafe_pickle=allow_unsafe_pickle
     )
@@ -343,7 +365,13 @@ def _load_all(accelerator: Any, path: Path, allow_unsafe_pickle: bool, rv: Rende
             "  fix: resume with the same number of processes, or from a checkpoint saved "
             "when a window closed (accelerator.sync_gradients is True)"
         )
-    for part in parts:
+    # The parts read the old way go first: their restore may still refuse them. A filled
+    # part was checked against the live state whole, so its restore cannot fail, and it is
+    # written only now.
+    for part in sorted(parts, key=lambda part: part.stem in fills):
+        if part.stem in fills and fills:
+            fill_all(list(fills.values()))
+            fills.clear()
         if part.stem in sliced:
             _restore_sharded(accelerator, part, states[part.stem])
         else:

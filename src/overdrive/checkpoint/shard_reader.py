@@ -13,13 +13,14 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from safetensors import SafetensorError, safe_open
 
 from overdrive.checkpoint.errors import CheckpointError
 from overdrive.checkpoint.serialization import PICKLE_SUFFIXES, read_json, unflatten
+from overdrive.checkpoint.tensor_file import DTYPE_OF_NAME
 
 FORMAT = "overdrive-shards"
 VERSION = 1
@@ -82,6 +83,14 @@ class Chunk:
         return chunk
 
 
+class Piece(NamedTuple):
+    """Part of a box read from one chunk: ``src`` in the chunk, landing at ``dst`` in the box."""
+
+    chunk: Chunk
+    src: tuple[slice, ...]
+    dst: tuple[slice, ...]
+
+
 class OpenFiles:
     """Safetensors files opened once each, memory-mapped; nothing is read until sliced."""
 
@@ -111,6 +120,25 @@ class OpenFiles:
 
     def read(self, chunk: Chunk, box: tuple[slice, ...]) -> torch.Tensor:
         """The part ``box`` (relative to the chunk) of a chunk, checked against its record."""
+        piece = self._slice(chunk)
+        data = piece[box] if box else piece[...]
+        if data.dtype != chunk.dtype:
+            raise CheckpointError(
+                f"{self.what}: {chunk.file}: chunk {chunk.key!r} holds {data.dtype}, but its "
+                f"table says {chunk.dtype}\n{_DAMAGED}"
+            )
+        return data
+
+    def check(self, chunk: Chunk) -> None:
+        """Raise unless ``chunk`` is in its file with its recorded shape and dtype."""
+        held = DTYPE_OF_NAME.get(self._slice(chunk).get_dtype())
+        if held != chunk.dtype:
+            raise CheckpointError(
+                f"{self.what}: {chunk.file}: chunk {chunk.key!r} holds {held}, but its "
+                f"table says {chunk.dtype}\n{_DAMAGED}"
+            )
+
+    def _slice(self, chunk: Chunk) -> Any:
         f = self.handle(chunk.file)
         if chunk.key not in self.names(chunk.file):
             raise CheckpointError(
@@ -123,13 +151,7 @@ class OpenFiles:
                 f"{self.what}: {chunk.file}: chunk {chunk.key!r} has shape "
                 f"{tuple(piece.get_shape())}, but its table says {chunk.shape}\n{_DAMAGED}"
             )
-        data = piece[box] if box else piece[...]
-        if data.dtype != chunk.dtype:
-            raise CheckpointError(
-                f"{self.what}: {chunk.file}: chunk {chunk.key!r} holds {data.dtype}, but its "
-                f"table says {chunk.dtype}\n{_DAMAGED}"
-            )
-        return data
+        return piece
 
 
 class BoxReader:
@@ -158,6 +180,48 @@ class BoxReader:
 
     def read(self, offsets: tuple[int, ...], shape: tuple[int, ...]) -> torch.Tensor:
         """The box of size ``shape`` starting at ``offsets`` of the global tensor."""
+        offsets, shape = self._fitting(offsets, shape)
+        inside = self._chunk_holding(offsets, shape)
+        if inside is not None:  # one slice of one file, read straight into its own tensor
+            box = zip(offsets, shape, inside.offsets)
+            return self._files.read(inside, tuple(slice(o - co, o - co + s) for o, s, co in box))
+        out = torch.empty(shape, dtype=self.dtype)
+        for chunk, src, dst in self.pieces(offsets, shape):
+            out[dst] = self._files.read(chunk, src)
+        return out
+
+    def pieces(self, offsets: tuple[int, ...], shape: tuple[int, ...]) -> list[Piece]:
+        """What filling the box at ``offsets`` reads: each overlapping chunk, its part (in
+        the chunk's coordinates) and where that lands in the box. Everything that could fail
+        is checked first (the box fits, the chunks tile it, each chunk is in its file with
+        its recorded shape and dtype), so a copy that follows cannot stop half way."""
+        offsets, shape = self._fitting(offsets, shape)
+        overlaps = []  # (chunk, low and high corner of its overlap with the box)
+        for chunk in self.chunks:
+            lo = tuple(max(o, co) for o, co in zip(offsets, chunk.offsets))
+            ends = zip(offsets, shape, chunk.offsets, chunk.shape)
+            hi = tuple(min(o + s, co + cs) for o, s, co, cs in ends)
+            if all(a < b for a, b in zip(lo, hi)):
+                overlaps.append((chunk, lo, hi))
+        for chunk, _, _ in overlaps:
+            self._files.check(chunk)
+        if not _tiles(overlaps, shape):
+            self._refuse_gap(overlaps, offsets, shape)  # overlapping chunks hold equal data
+        out = []
+        for chunk, lo, hi in overlaps:
+            src = tuple(slice(a - co, b - co) for a, b, co in zip(lo, hi, chunk.offsets))
+            dst = tuple(slice(a - o, b - o) for a, b, o in zip(lo, hi, offsets))
+            out.append(Piece(chunk, src, dst))
+        return out
+
+    def read_into(self, out: torch.Tensor, pieces: list[Piece]) -> None:
+        """Copy the checked ``pieces`` (of ``out``'s box) from the files into ``out``."""
+        for chunk, src, dst in pieces:
+            out[dst].copy_(self._files.read(chunk, src))
+
+    def _fitting(
+        self, offsets: tuple[int, ...], shape: tuple[int, ...]
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
         offsets, shape = tuple(int(o) for o in offsets), tuple(int(s) for s in shape)
         if (
             len(offsets) != len(self.shape)
@@ -168,25 +232,7 @@ class BoxReader:
                 f"{self.what}: box at {offsets} of shape {shape} does not fit {self.key!r} "
                 f"(shape {tuple(self.shape)})\n  fix: the model must have the saved shapes"
             )
-        inside = self._chunk_holding(offsets, shape)
-        if inside is not None:  # one slice of one file, read straight into its own tensor
-            box = zip(offsets, shape, inside.offsets)
-            return self._files.read(inside, tuple(slice(o - co, o - co + s) for o, s, co in box))
-        out = torch.empty(shape, dtype=self.dtype)
-        pieces = []  # (chunk, low and high corner of its overlap with the box)
-        for chunk in self.chunks:
-            lo = tuple(max(o, co) for o, co in zip(offsets, chunk.offsets))
-            ends = zip(offsets, shape, chunk.offsets, chunk.shape)
-            hi = tuple(min(o + s, co + cs) for o, s, co, cs in ends)
-            if all(a < b for a, b in zip(lo, hi)):
-                pieces.append((chunk, lo, hi))
-        for chunk, lo, hi in pieces:
-            src = tuple(slice(a - co, b - co) for a, b, co in zip(lo, hi, chunk.offsets))
-            dst = tuple(slice(a - o, b - o) for a, b, o in zip(lo, hi, offsets))
-            out[dst] = self._files.read(chunk, src)
-        if not _tiles(pieces, shape):
-            self._refuse_gap(pieces, offsets, shape)
-        return out
+        return offsets, shape
 
     def _refuse_gap(
         self,

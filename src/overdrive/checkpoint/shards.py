@@ -58,7 +58,7 @@ class LocalShard:
     write: bool = True
 
 
-def _check_placements(dt: Any, what: str, key: str) -> None:
+def check_placements(dt: Any, what: str, key: str) -> None:
     """Shard, Replicate, and FSDP2's strided shard over a tensor-parallel shard (FSDP x TP):
     each process's piece of those is one box, found by PyTorch's own offset computation
     (``local_shard`` checks the piece's shape against it)."""
@@ -80,7 +80,7 @@ def local_shard(dt: Any, *, what: str, key: str) -> LocalShard:
     replicated over mesh dims is written by the process at coordinate 0 on all of them."""
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
-    _check_placements(dt, what, key)
+    check_placements(dt, what, key)
     mesh, global_shape = dt.device_mesh, tuple(dt.shape)
     coordinate = mesh.get_coordinate()
     if coordinate is None:  # this process is not in the tensor's mesh
@@ -187,7 +187,7 @@ def dtensor_like(template: Any, reader: BoxReader) -> Any:
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
-    _check_placements(template, reader.what, reader.key)
+    check_placements(template, reader.what, reader.key)
     _check_like(tuple(template.shape), template.dtype, reader)
     mesh, placements = template.device_mesh, template.placements
     shape, offsets = compute_local_shape_and_global_offset(template.shape, mesh, placements)

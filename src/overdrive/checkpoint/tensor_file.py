@@ -46,6 +46,8 @@ DTYPES = {
     torch.uint32: "U32",
     torch.uint64: "U64",
 }
+DTYPE_OF_NAME = {name: dtype for dtype, name in DTYPES.items()}
+"""The torch dtype of each safetensors dtype name overdrive writes."""
 CHUNK = 8 << 20  # bytes per write call
 WRITERS = 8  # threads, each with one write in flight: the disk sees a deeper queue
 ALIGN = 4096  # O_DIRECT: buffer address, file offset and length in whole blocks

@@ -20,9 +20,7 @@ from overdrive.checkpoint.errors import CheckpointError
 from overdrive.checkpoint.serialization import read_json, unflatten
 from overdrive.checkpoint.shard_reader import BoxReader, Chunk, OpenFiles, load_shards
 from overdrive.checkpoint.shards import read_as
-from overdrive.checkpoint.tensor_file import DTYPES
-
-_FROM_NAME = {name: dtype for dtype, name in DTYPES.items()}
+from overdrive.checkpoint.tensor_file import DTYPE_OF_NAME
 
 
 class Unread:
@@ -56,7 +54,7 @@ class _UnreadFile(Mapping[str, Unread]):
         if name not in self._names:
             raise KeyError(name)
         piece = self._files.handle(self._path).get_slice(name)
-        shape, dtype = tuple(piece.get_shape()), _FROM_NAME.get(piece.get_dtype())
+        shape, dtype = tuple(piece.get_shape()), DTYPE_OF_NAME.get(piece.get_dtype())
         if dtype is None:
             raise CheckpointError(
                 f"{self._what}: {self._path}: tensor {name!r} has dtype {piece.get_dtype()}, "
