@@ -128,10 +128,17 @@ def test_what_the_schedule_cannot_do_yet_is_refused_by_name(
 
     from overdrive.strategies import select_strategy
 
+    from overdrive.preflight import plan_launch
+
     state = SimpleNamespace(num_processes=2, device=torch.device("cpu"))
     with pytest.raises(ConfigError) as info:
         select_strategy(state, _pp(**{key: value}))
     assert info.value.key == key and fix in str(info.value)
+    # what a worker refuses, the launcher and `config validate` refuse before it starts
+    launch = {"num_processes": 2, "use_cpu": True, key: value}
+    with pytest.raises(ConfigError) as before:
+        plan_launch(_pp(**launch), "train.py", warn=lambda _: None)
+    assert str(before.value) == str(info.value)
     strategy = select_strategy(state, _pp(**{"megatron_lm_config.pipeline_schedule": "gpipe"}))
     assert strategy.name == "pipeline_parallel" and strategy.pp.schedule == "GPipe"  # type: ignore[attr-defined]
 
@@ -163,3 +170,25 @@ def test_an_optimizer_over_named_parameters_keeps_the_names_of_its_stage() -> No
     (group,) = optimizer.param_groups
     assert group["params"] == list(model[1].parameters())
     assert group["param_names"] == ["1.weight", "1.bias"]
+
+
+def test_config_validate_refuses_a_pipeline_with_fp16_before_any_worker(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "pp.yaml"
+    cfg.write_text(
+        "distributed_type: MEGATRON_LM\nnum_processes: 2\nuse_cpu: true\n"
+        "mixed_precision: fp16\nmegatron_lm_config:\n  pp_degree: 2\n"
+        "  num_micro_batches: 2\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "overdrive", "config", "validate", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": ""},
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "mixed_precision = fp16" in done.stderr and "use bf16" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from overdrive.errors import ConfigError
+from overdrive.parallel.pipeline_rules import check_pipeline_settings
 
 DIMENSIONS = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
 _DP = ("dp_replicate", "dp_shard")
@@ -188,6 +189,7 @@ def _pp_degree(settings: Any, world: int, tp: int) -> int:
             fix=f"set {PP_KEY} above 1, or remove {MICRO_BATCHES_KEY} (use "
             "gradient_accumulation_steps to split a batch without a pipeline)",
         )
+    check_pipeline_settings(settings, pp)
     if pp > 1 and tp > 1:
         raise ConfigError(
             f"pipeline-parallel degree {pp} ({PP_KEY}, from {source}) with a tensor-parallel "

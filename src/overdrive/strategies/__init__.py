@@ -170,7 +170,6 @@ def _pipeline_parallel(
     state: Any, settings: Settings, loss_fn: Any, split_points: list[int] | None = None
 ) -> Strategy | None:
     """The pipeline strategy when ``megatron_lm_config.pp_degree`` is above 1, else None."""
-    from overdrive.errors import ConfigError
     from overdrive.parallel.layout import layout_from_settings, pp_setting
 
     degree = pp_setting(settings)
@@ -188,35 +187,7 @@ def _pipeline_parallel(
         return None
     from overdrive.strategies.pipeline import PipelineParallelStrategy, PPSettings
 
-    layout = layout_from_settings(settings, state.num_processes)
-    key = "megatron_lm_config.pp_degree"
-    for other, bad, why in (
-        (
-            "mixed_precision",
-            lambda v: v == "fp16",
-            "use bf16 (fp16 loss scaling inside the schedule is not available yet)",
-        ),
-        (
-            "megatron_lm_config.use_distributed_optimizer",
-            bool,
-            "turn it off (the replicas of each stage keep whole optimizer states: sharding "
-            "them under a pipeline is not available yet)",
-        ),
-        (
-            "dynamo_config.dynamo_backend",
-            lambda v: v not in (None, "no"),
-            "set dynamo_backend to no (compiling a model whose call runs a pipeline "
-            "schedule is not available yet)",
-        ),
-    ):
-        value = settings[other]
-        if bad(value):
-            raise ConfigError(
-                f"{other} = {value} ({settings.source(other)}) cannot run with pipeline "
-                f"parallelism ({key} = {degree}, from {settings.source(key)}) yet",
-                key=other,
-                fix=why,
-            )
+    layout = layout_from_settings(settings, state.num_processes)  # refuses what cannot run
     pp = PPSettings(
         degree=degree,
         micro_batches=int(settings["megatron_lm_config.num_micro_batches"] or 1),
