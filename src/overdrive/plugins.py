@@ -277,7 +277,9 @@ class ParallelismConfig(Plugin):
     """Sizes of the parallel layout's dimensions (the described system's ``ParallelismConfig``).
 
     ``dp_replicate_size`` x ``dp_shard_size`` processes form the data-parallel layout (HSDP
-    with FSDP); ``tp_size`` processes form one tensor-parallel group (docs/parallelism.md).
+    with FSDP); ``tp_size`` processes form one tensor-parallel group (docs/parallelism.md);
+    ``pp_size`` (overdrive's, not the described system's) splits the model into that many
+    pipeline stages, each tensor-parallel and sharded (FSDP2) or replicated over the rest.
     ``tp_plan`` (code only) maps module-name patterns (``fnmatch``, ``*`` for any part) to
     ``"colwise"``, ``"rowwise"``, ``"colwise_rep"`` or ``"rowwise_rep"``; without it a
     transformers model's own plan is used. ``sequence_parallel`` (code only): run the norms
@@ -295,18 +297,20 @@ class ParallelismConfig(Plugin):
     cp_size: int | None = None
     tp_plan: dict[str, str] | None = None
     sequence_parallel: bool = False
+    pp_size: int | None = None
 
     KEYS = {
         "dp_replicate_size": "parallelism_config.parallelism_config_dp_replicate_size",
         "dp_shard_size": "parallelism_config.parallelism_config_dp_shard_size",
         "tp_size": "parallelism_config.parallelism_config_tp_size",
+        "pp_size": "parallelism_config.parallelism_config_pp_size",
     }
 
     def __post_init__(self) -> None:
         import os
 
         # Sizes not given read the described system's PARALLELISM_CONFIG_* variables.
-        for name in ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size"):
+        for name in ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "pp_size"):
             value = os.environ.get(f"PARALLELISM_CONFIG_{name.upper()}")
             if getattr(self, name) is None and value is not None:
                 setattr(self, name, int(value))
@@ -333,6 +337,7 @@ class ParallelismConfig(Plugin):
     # --- the device mesh, named as the described system names it -------------------------
     def _sizes(self) -> dict[str, int]:
         return {
+            "pp": self.pp_size or 1,
             "dp_replicate": self.dp_replicate_size or 1,
             "dp_shard": self.dp_shard_size or 1,
             "cp": self.cp_size or 1,
@@ -369,7 +374,7 @@ class ParallelismConfig(Plugin):
 
     def _get_mesh(self) -> tuple[tuple[str, ...], tuple[int, ...]]:
         """(dimension names, sizes) of the mesh: the dimensions above 1, outermost first."""
-        names = self._active(("dp_replicate", "dp_shard", "cp", "tp"))
+        names = self._active(("pp", "dp_replicate", "dp_shard", "cp", "tp"))
         return names, tuple(self._sizes()[n] for n in names)
 
     def build_device_mesh(self, device_type: str) -> Any:

@@ -42,6 +42,15 @@ def _check_precision(settings: Settings, device: str) -> None:
     check_fp8_available(torch.device("cpu"), str(settings.source("mixed_precision")))
 
 
+def _check_fsdp(settings: Settings) -> None:
+    """The fsdp_config settings hold together (each worker builds the same policy again)."""
+    if settings["distributed_type"] != "FSDP":
+        return
+    from overdrive.parallel.fsdp_policy import policy_from_settings
+
+    policy_from_settings(settings)
+
+
 def _check_deepspeed(settings: Settings, warn: Callable[[str], None]) -> None:
     """DeepSpeed is installed and its config holds together (the JSON against the settings)."""
     if settings["distributed_type"] != "DEEPSPEED":
@@ -100,6 +109,7 @@ def plan_launch(
     layout_from_settings(settings, plan.world_size)  # a layout that cannot factor stops here
     _check_precision(settings, plan.device)
     _check_compile(settings)
+    _check_fsdp(settings)
     _check_deepspeed(settings, warn)
     for note in inert_sections(settings):
         warn(note)

@@ -98,11 +98,13 @@ def test_degrees_that_do_not_compose_stop_before_any_worker_starts(
     script.write_text("")
     monkeypatch.setenv("ACCELERATE_USE_MEGATRON_LM", "true")
     monkeypatch.setenv("ACCELERATE_MEGATRON_LM_TP_DEGREE", "2")
-    monkeypatch.setenv("ACCELERATE_MEGATRON_LM_PP_DEGREE", "2")  # pp x tp: not built
+    monkeypatch.setenv("ACCELERATE_MEGATRON_LM_PP_DEGREE", "2")  # pp x tp composes
+    monkeypatch.setenv("ACCELERATE_MEGATRON_LM_NUM_MICRO_BATCHES", "2")
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "fp16")  # but not with fp16
     code = main(["launch", "--cpu", "--num_processes", "4", str(script)])
     err = capsys.readouterr().err
-    assert code == 2 and "not available yet" in err
-    assert "env ACCELERATE_MEGATRON_LM_PP_DEGREE" in err
+    assert code == 2 and "cannot run with pipeline parallelism" in err and "use bf16" in err
+    assert "env ACCELERATE_MEGATRON_LM_PP_DEGREE" in err and "env ACCELERATE_MIXED_PRECISION" in err
     assert "Traceback" not in err and "RANK" not in err
 
 

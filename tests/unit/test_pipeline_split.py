@@ -97,9 +97,31 @@ def test_a_world_the_pipeline_does_not_divide_is_refused() -> None:
     assert "does not divide the 3 processes" in str(info.value)
 
 
-def test_pipeline_with_tensor_parallelism_is_refused_for_now() -> None:
-    with pytest.raises(ConfigError, match="not available yet"):
-        layout_from_settings(_pp(**{"megatron_lm_config.tp_degree": 2}), 4)
+def test_pipeline_with_tensor_parallelism_puts_tp_innermost() -> None:
+    layout = layout_from_settings(_pp(**{"megatron_lm_config.tp_degree": 2}), 4)
+    assert (layout.pp, layout.dp_replicate, layout.dp_shard, layout.tp) == (2, 1, 1, 2)
+    assert [layout.coordinates(r)["pp"] for r in range(4)] == [0, 0, 1, 1]
+    assert layout.data_ranks() == [0]  # one data-parallel rank: every process reads it
+
+
+def test_a_parallelism_config_pipeline_shards_the_rest_under_fsdp2() -> None:
+    from overdrive.parallel.layout import pp_micro_batches
+
+    sizes = {
+        "parallelism_config.parallelism_config_pp_size": 2,
+        "parallelism_config.parallelism_config_dp_shard_size": 2,
+    }
+    s = _settings(distributed_type="FSDP", **{"fsdp_config.fsdp_version": 2, **sizes})
+    layout = layout_from_settings(s, 4)
+    assert (layout.pp, layout.dp_replicate, layout.dp_shard, layout.tp) == (2, 1, 2, 1)
+    assert pp_micro_batches(s) == 2  # as many as stages when not set, so 1F1B can run
+    with pytest.raises(ConfigError) as info:
+        layout_from_settings(_settings(distributed_type="FSDP", **sizes), 4)  # fsdp_version 1
+    assert info.value.key == "fsdp_config.fsdp_version" and "fsdp_version 2" in str(info.value)
+    assert "parallelism_config.parallelism_config_pp_size = 2" in str(info.value)
+    deepspeed = _settings(distributed_type="DEEPSPEED", **sizes)
+    with pytest.raises(ConfigError, match="DeepSpeed's own pipeline"):
+        layout_from_settings(deepspeed, 4)
 
 
 def test_micro_batches_without_a_pipeline_are_refused() -> None:
@@ -126,9 +148,8 @@ def test_what_the_schedule_cannot_do_yet_is_refused_by_name(
 ) -> None:
     import torch
 
-    from overdrive.strategies import select_strategy
-
     from overdrive.preflight import plan_launch
+    from overdrive.strategies import select_strategy
 
     state = SimpleNamespace(num_processes=2, device=torch.device("cpu"))
     with pytest.raises(ConfigError) as info:

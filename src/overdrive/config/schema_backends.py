@@ -249,6 +249,15 @@ BACKEND_SETTINGS: tuple[Setting, ...] = (
         aliases=("parallelism_config.tp_size",),
         flag=True,
     ),
+    setting(
+        "parallelism_config.parallelism_config_pp_size",
+        Int(minimum=1),
+        None,
+        "pipeline-parallel degree (stages; overdrive's, beside the described system's sizes)",
+        env=("PARALLELISM_CONFIG_PP_SIZE",),
+        aliases=("parallelism_config.pp_size",),
+        flag=True,
+    ),
     # --- Megatron-LM style tensor / pipeline parallel (seed 000 table 2) ----------------
     setting(
         "megatron_lm_config.tp_degree",

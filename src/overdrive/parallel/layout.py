@@ -167,43 +167,52 @@ def _tp_degree(settings: Any, world: int) -> int:
 
 
 PP_KEY = "megatron_lm_config.pp_degree"
+PP_SIZE_KEY = "parallelism_config.parallelism_config_pp_size"
 MICRO_BATCHES_KEY = "megatron_lm_config.num_micro_batches"
 
 
+def pp_key(settings: Any) -> str:
+    """The key that sets the pipeline degree here: ``megatron_lm_config.pp_degree`` under
+    MEGATRON_LM, else ``parallelism_config.parallelism_config_pp_size``."""
+    return PP_KEY if settings["distributed_type"] == "MEGATRON_LM" else PP_SIZE_KEY
+
+
 def pp_setting(settings: Any) -> int:
-    """The pipeline-parallel degree: ``megatron_lm_config.pp_degree`` under MEGATRON_LM, else 1."""
-    if settings["distributed_type"] != "MEGATRON_LM" or not settings.is_set(PP_KEY):
+    """The pipeline-parallel degree (1 when the key of ``pp_key`` is not set)."""
+    key = pp_key(settings)
+    if not settings.is_set(key):
         return 1
-    return int(settings[PP_KEY] or 1)
+    return int(settings[key] or 1)
+
+
+def pp_micro_batches(settings: Any) -> int:
+    """Micro-batches per pipelined batch: ``megatron_lm_config.num_micro_batches``, or as
+    many as stages when a ``parallelism_config`` pipeline leaves it unset."""
+    if pp_key(settings) == PP_SIZE_KEY and not settings.is_set(MICRO_BATCHES_KEY):
+        return pp_setting(settings)
+    return int(settings[MICRO_BATCHES_KEY] or 1)
 
 
 def _pp_degree(settings: Any, world: int, tp: int) -> int:
     pp = pp_setting(settings)
-    source = settings.source(PP_KEY)
-    micro = settings[MICRO_BATCHES_KEY]
+    key = pp_key(settings)
+    source = settings.source(key)
+    micro = pp_micro_batches(settings)
     if pp == 1 and settings.is_set(MICRO_BATCHES_KEY) and micro not in (None, 0, 1):
         raise ConfigError(
             f"{MICRO_BATCHES_KEY} = {micro} ({settings.source(MICRO_BATCHES_KEY)}) splits a "
             "pipeline's batch, but there is no pipeline (pp_degree is 1)",
             key=MICRO_BATCHES_KEY,
-            fix=f"set {PP_KEY} above 1, or remove {MICRO_BATCHES_KEY} (use "
+            fix=f"set {key} above 1, or remove {MICRO_BATCHES_KEY} (use "
             "gradient_accumulation_steps to split a batch without a pipeline)",
         )
-    check_pipeline_settings(settings, pp)
-    if pp > 1 and tp > 1:
-        raise ConfigError(
-            f"pipeline-parallel degree {pp} ({PP_KEY}, from {source}) with a tensor-parallel "
-            f"degree {tp} is not available yet: pipeline parallelism composes with data "
-            "parallelism (replicas) only",
-            key=PP_KEY,
-            fix="drop one of the two degrees (docs/parallelism.md lists what composes)",
-        )
+    check_pipeline_settings(settings, pp, key)
     schedule_key = "megatron_lm_config.pipeline_schedule"
-    if pp > 1 and settings[schedule_key] == "1F1B" and (micro or 1) < pp:
+    if pp > 1 and settings[schedule_key] == "1F1B" and micro < pp:
         raise ConfigError(
             f"the 1F1B pipeline schedule ({schedule_key}, from {settings.source(schedule_key)}) "
             f"needs at least as many micro-batches as stages: {MICRO_BATCHES_KEY} is "
-            f"{micro or 1} ({settings.source(MICRO_BATCHES_KEY)}), {PP_KEY} is {pp} ({source})",
+            f"{micro} ({settings.source(MICRO_BATCHES_KEY)}), {key} is {pp} ({source})",
             key=MICRO_BATCHES_KEY,
             fix=f"set {MICRO_BATCHES_KEY} to {pp} or more (more micro-batches keep the stages "
             f"busier), or {schedule_key} to GPipe",
@@ -211,11 +220,11 @@ def _pp_degree(settings: Any, world: int, tp: int) -> int:
     if world % (pp * tp):
         fits = [d for d in range(2, pp + 1) if world % (d * tp) == 0]
         raise ConfigError(
-            f"pipeline-parallel degree {pp} ({PP_KEY}, from {source}) does not divide the "
+            f"pipeline-parallel degree {pp} ({key}, from {source}) does not divide the "
             f"{world} processes of this launch",
-            key=PP_KEY,
+            key=key,
             fix=f"launch a multiple of {pp} processes (e.g. {pp * -(-world // pp)}), or set "
-            f"{PP_KEY} to a divisor of {world}" + (f" (e.g. {fits[-1]})" if fits else ""),
+            f"{key} to a divisor of {world}" + (f" (e.g. {fits[-1]})" if fits else ""),
         )
     return pp
 

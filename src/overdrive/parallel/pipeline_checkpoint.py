@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from overdrive.checkpoint.errors import CheckpointError
+from overdrive.checkpoint.serialization import is_dtensor
 from overdrive.checkpoint.shards import LocalShard
 
 _FIX = "  fix: build the model and optimizer exactly as in the run that saved the checkpoint"
@@ -66,9 +67,12 @@ def _gather(obj: Any, group: Any) -> list[Any]:
 
 
 def _entry(name: str, own: Mapping[str, Any], held: Any, write: bool) -> Any:
-    """A leaf of the whole tree: this stage's tensor as a box, another's as a placeholder."""
+    """A leaf of the whole tree: this stage's tensor as a box (a DTensor, split by the
+    chain, as it is: it writes and reads its own boxes), another's as a placeholder."""
     if name in own:
         value = own[name]
+        if is_dtensor(value):
+            return value.detach()
         return _box(value, write) if isinstance(value, torch.Tensor) else value
     return held.placeholder() if isinstance(held, _Held) else held
 

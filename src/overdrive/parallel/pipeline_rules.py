@@ -12,40 +12,55 @@ from typing import Any
 
 from overdrive.errors import ConfigError
 
-PP_KEY = "megatron_lm_config.pp_degree"
-
-# (setting, what it cannot be, the fix)
-RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+# (setting, what it cannot be given the settings, the fix)
+RULES: tuple[tuple[str, Callable[[Any, Any], bool], str], ...] = (
+    (
+        "distributed_type",
+        lambda v, s: v == "DEEPSPEED",
+        "use FSDP (fsdp_version 2) or MEGATRON_LM with a pipeline; DeepSpeed's own pipeline "
+        "engine is not driven by overdrive",
+    ),
+    (
+        "fsdp_config.fsdp_version",
+        lambda v, s: s["distributed_type"] == "FSDP" and v == 1,
+        "set fsdp_version 2 (each pipeline stage is sharded with fully_shard)",
+    ),
     (
         "mixed_precision",
-        lambda v: v == "fp16",
+        lambda v, s: v == "fp16",
         "use bf16 (fp16 loss scaling inside the schedule is not available yet)",
     ),
     (
         "megatron_lm_config.use_distributed_optimizer",
-        bool,
+        lambda v, s: bool(v),
         "turn it off (the replicas of each stage keep whole optimizer states: sharding "
         "them under a pipeline is not available yet)",
     ),
     (
+        "megatron_lm_config.sequence_parallelism",
+        lambda v, s: s["distributed_type"] == "MEGATRON_LM" and v is True,
+        "turn it off (sequence-parallel activations between pipeline stages are not available yet)",
+    ),
+    (
         "dynamo_config.dynamo_backend",
-        lambda v: v not in (None, "no"),
+        lambda v, s: v not in (None, "no"),
         "set dynamo_backend to no (compiling a model whose call runs a pipeline "
         "schedule is not available yet)",
     ),
 )
 
 
-def check_pipeline_settings(settings: Any, degree: int) -> None:
-    """Raise naming the first setting that cannot run under a pipeline of ``degree`` stages."""
+def check_pipeline_settings(settings: Any, degree: int, pp_key: str) -> None:
+    """Raise naming the first setting that cannot run under a pipeline of ``degree`` stages
+    (set by ``pp_key``)."""
     if degree <= 1:
         return
     for key, bad, fix in RULES:
         value = settings[key]
-        if bad(value):
+        if bad(value, settings):
             raise ConfigError(
                 f"{key} = {value} ({settings.source(key)}) cannot run with pipeline "
-                f"parallelism ({PP_KEY} = {degree}, from {settings.source(PP_KEY)}) yet",
+                f"parallelism ({pp_key} = {degree}, from {settings.source(pp_key)}) yet",
                 key=key,
                 fix=fix,
             )

@@ -82,8 +82,9 @@ def _untie(model: nn.Module, names: dict[str, str]) -> dict[str, str]:
     return kept
 
 
-def plan_for(model: nn.Module, tp: TPSettings) -> dict[str, str]:
-    """Concrete module name -> style for ``model``: the user's plan, else the model's own."""
+def plan_for(model: nn.Module, tp: TPSettings, *, whole: bool = True) -> dict[str, str]:
+    """Concrete module name -> style for ``model``: the user's plan, else the model's own
+    (of a ``whole`` model: a pipeline stage's patterns may name modules other stages hold)."""
     if tp.plan is not None:
         source = "ParallelismConfig(tp_plan=...)"
         plan = check_plan(tp.plan, source)
@@ -101,14 +102,14 @@ def plan_for(model: nn.Module, tp: TPSettings) -> dict[str, str]:
         # Its sequence-parallel entries are derived here when asked for (tp_sequence).
         own = {k: v for k, v in own.items() if v != tp_sequence.SEQ}
         plan = check_plan(own, source)
-    return _untie(model, resolve(model, plan, source))
+    return _untie(model, resolve(model, plan, source, whole=whole))
 
 
-def layout_for(model: nn.Module, tp: TPSettings) -> dict[str, str]:
+def layout_for(model: nn.Module, tp: TPSettings, *, whole: bool = True) -> dict[str, str]:
     """Module name -> the style applied: the plan, checked, with the sequence-parallel
     layouts added when sequence parallelism is on (empty when the plan splits nothing)."""
     check_heads(model, tp)
-    names = plan_for(model, tp)
+    names = plan_for(model, tp, whole=whole)
     if not names:
         return names
     for name, style in list(names.items()):
@@ -130,18 +131,24 @@ def layout_for(model: nn.Module, tp: TPSettings) -> dict[str, str]:
 
 
 def apply_tp(
-    model: nn.Module, mesh: DeviceMesh, tp: TPSettings, *, split_locally: bool = False
+    model: nn.Module,
+    mesh: DeviceMesh,
+    tp: TPSettings,
+    *,
+    split_locally: bool = False,
+    whole: bool = True,
 ) -> dict[str, str]:
     """Split ``model``'s modules over ``mesh`` (1-D, the ``tp`` dimension) in place.
 
     Returns the plan applied (module name -> style). ``split_locally``: every process cuts
     its part out of the weights it holds, without communication (they hold the same
     weights already, or are empty and get filled afterwards); otherwise the first process
-    of the tp group scatters its weights.
+    of the tp group scatters its weights. ``whole=False``: ``model`` is a pipeline stage's
+    part, so plan entries for modules other stages hold are skipped.
     """
     from torch.distributed.tensor.parallel import parallelize_module
 
-    names = layout_for(model, tp)
+    names = layout_for(model, tp, whole=whole)
     if not names:
         warnings.warn(
             f"the tensor-parallel plan for {type(model).__name__} splits no module; every "

@@ -86,13 +86,14 @@ def model_plan(model: Any) -> dict[str, str] | None:
     return {f"{prefix}.{pattern}": style for pattern, style in base.items()}
 
 
-def resolve(model: Any, plan: dict[str, str], source: str) -> dict[str, str]:
-    """Concrete module name -> style; every pattern must name at least one module."""
+def resolve(model: Any, plan: dict[str, str], source: str, *, whole: bool = True) -> dict[str, str]:
+    """Concrete module name -> style; every pattern must name at least one module of a
+    ``whole`` model (a pipeline stage holds some of them only)."""
     names = [name for name, _ in model.named_modules() if name]
     out: dict[str, str] = {}
     for pattern, style in plan.items():
         hits = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
-        if not hits:
+        if not hits and whole:
             shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
             raise ConfigError(
                 f"{source}: the pattern {pattern!r} names no module of "

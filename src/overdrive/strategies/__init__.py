@@ -49,7 +49,9 @@ def select_strategy(
 
     check_available(settings)
     strategy = (
-        _pipeline_parallel(state, settings, pp_loss_fn, pp_split_points)
+        _pipeline_parallel(
+            state, settings, pp_loss_fn, pp_split_points, fsdp_wrap, tp_plan, sequence_parallel
+        )
         or _tensor_parallel(state, settings, fsdp_wrap, tp_plan, sequence_parallel)
         or _data_parallel(state, settings, ddp_kwargs, fsdp_wrap, deepspeed_plugin)
     )
@@ -110,16 +112,12 @@ def _sequence_setting(settings: Settings, in_code: bool) -> tuple[bool, str, str
     return on, key, str(settings.source(key))
 
 
-def _tensor_parallel(
-    state: Any,
-    settings: Settings,
-    fsdp_wrap: Callable[..., Any] | None,
-    tp_plan: Any,
-    sequence_parallel: bool = False,
-) -> Strategy | None:
-    """The tensor-parallel strategy when a degree above 1 is set (FSDP2 over dp, or
-    replication), else None."""
-    from overdrive.parallel.layout import layout_from_settings, tp_setting
+def _tp_settings(
+    settings: Settings, tp_plan: Any, sequence_parallel: bool, *, warn: bool = True
+) -> Any:
+    """The tensor-parallel settings when a degree above 1 is set, else None (saying once
+    what a plan or sequence parallelism given without a degree cannot do)."""
+    from overdrive.parallel.layout import tp_setting
 
     degree, key = tp_setting(settings)
     sp, sp_key, sp_source = _sequence_setting(settings, sequence_parallel)
@@ -130,23 +128,17 @@ def _tensor_parallel(
             ("ParallelismConfig(tp_plan=...)", tp_plan is not None),
             (f"sequence parallelism ({sp_key}, from {sp_source})", sp),
         ):
-            if given:
+            if given and warn:
                 warnings.warn(
                     f"{what} cannot take effect: the tensor-parallel degree is 1 ({key}, "
                     f"from {settings.source(key)}); set tp_size to split the model",
                     UserWarning,
-                    stacklevel=4,
+                    stacklevel=5,
                 )
         return None
     from overdrive.parallel.tp import TPSettings
-    from overdrive.strategies.tensor_parallel import (
-        TensorParallelStrategy,
-        distributed_optimizer_policy,
-        replicate_policy,
-    )
 
-    layout = layout_from_settings(settings, state.num_processes)
-    tp = TPSettings(
+    return TPSettings(
         degree=degree,
         key=key,
         source=str(settings.source(key)),
@@ -155,6 +147,29 @@ def _tensor_parallel(
         sp_key=sp_key,
         sp_source=sp_source,
     )
+
+
+def _tensor_parallel(
+    state: Any,
+    settings: Settings,
+    fsdp_wrap: Callable[..., Any] | None,
+    tp_plan: Any,
+    sequence_parallel: bool = False,
+) -> Strategy | None:
+    """The tensor-parallel strategy when a degree above 1 is set (FSDP2 over dp, or
+    replication), else None."""
+    from overdrive.parallel.layout import layout_from_settings
+
+    tp = _tp_settings(settings, tp_plan, sequence_parallel)
+    if tp is None:
+        return None
+    from overdrive.strategies.tensor_parallel import (
+        TensorParallelStrategy,
+        distributed_optimizer_policy,
+        replicate_policy,
+    )
+
+    layout = layout_from_settings(settings, state.num_processes)
     if settings["distributed_type"] == "FSDP":
         from overdrive.parallel.fsdp_policy import policy_from_settings
 
@@ -167,10 +182,19 @@ def _tensor_parallel(
 
 
 def _pipeline_parallel(
-    state: Any, settings: Settings, loss_fn: Any, split_points: list[int] | None = None
+    state: Any,
+    settings: Settings,
+    loss_fn: Any,
+    split_points: list[int] | None = None,
+    fsdp_wrap: Callable[..., Any] | None = None,
+    tp_plan: Any = None,
+    sequence_parallel: bool = False,
 ) -> Strategy | None:
-    """The pipeline strategy when ``megatron_lm_config.pp_degree`` is above 1, else None."""
-    from overdrive.parallel.layout import layout_from_settings, pp_setting
+    """The pipeline strategy when a pipeline degree above 1 is set (``megatron_lm_config.
+    pp_degree``, or ``parallelism_config.pp_size`` outside MEGATRON_LM), else None. Each
+    stage runs the parallelize chain: tensor parallelism when a tp degree is set, then FSDP2
+    under distributed_type FSDP (else the stage's replicas average their gradients)."""
+    from overdrive.parallel.layout import layout_from_settings, pp_micro_batches, pp_setting
 
     degree = pp_setting(settings)
     if degree <= 1:
@@ -185,14 +209,30 @@ def _pipeline_parallel(
                 stacklevel=4,
             )
         return None
+    from overdrive.parallel.chain import Chain
     from overdrive.strategies.pipeline import PipelineParallelStrategy, PPSettings
 
     layout = layout_from_settings(settings, state.num_processes)  # refuses what cannot run
     pp = PPSettings(
         degree=degree,
-        micro_batches=int(settings["megatron_lm_config.num_micro_batches"] or 1),
+        micro_batches=pp_micro_batches(settings),
         schedule=str(settings["megatron_lm_config.pipeline_schedule"]),
         loss_fn=loss_fn,
         split_points=split_points,
     )
-    return PipelineParallelStrategy(state.device, layout, pp)
+    tp = _tp_settings(settings, tp_plan, sequence_parallel)
+    if tp is not None and tp.sequence_parallel:
+        from overdrive.errors import ConfigError
+
+        raise ConfigError(
+            f"sequence parallelism ({tp.sp_key}, from {tp.sp_source}) cannot run inside "
+            "pipeline stages yet",
+            key=tp.sp_key,
+            fix="turn sequence parallelism off, or drop the pipeline degree",
+        )
+    fsdp = None
+    if settings["distributed_type"] == "FSDP":
+        from overdrive.parallel.fsdp_policy import policy_from_settings
+
+        fsdp = policy_from_settings(settings, fsdp_wrap)
+    return PipelineParallelStrategy(state.device, layout, pp, Chain(tp=tp, fsdp=fsdp))

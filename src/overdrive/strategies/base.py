@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from overdrive.accumulation import GradientState
     from overdrive.loop_state import LoopState
     from overdrive.parallel.megatron_options import MegatronOptions
+    from overdrive.parallel.topology import Topology
     from overdrive.precision import Precision
 
 Params = Iterable[torch.Tensor] | torch.Tensor
@@ -40,8 +41,10 @@ class Strategy:
 
     name = "base"
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, topology: Topology | None = None) -> None:
         self.device = device
+        # the layout and its mesh (None: every process its own data-parallel rank)
+        self.topology = topology
 
     # Whether gradients are DTensors spread over processes (FSDP, tensor parallelism): loss
     # scaling then agrees on infs over every process.
@@ -144,17 +147,20 @@ class Strategy:
             model = inner
 
     # --- data-parallel coordinates (which data each process reads) -------------------
+    # The topology answers; without one every process is its own data-parallel rank.
     def data_parallel_coordinates(self, process_index: int, num_processes: int) -> tuple[int, int]:
         """(rank, size) of this process among those that read different data."""
-        return process_index, num_processes
+        if self.topology is None:
+            return process_index, num_processes
+        return self.topology.dp_coordinates(process_index)
 
     def data_parallel_ranks(self) -> list[int] | None:
         """One process per data-parallel rank, in that order (None: every process)."""
-        return None
+        return None if self.topology is None else self.topology.data_ranks()
 
     def data_parallel_group(self) -> Any:
         """The process group over which data-parallel results are reduced (None: all)."""
-        return None
+        return None if self.topology is None else self.topology.dp_group()
 
     # --- the step ------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:

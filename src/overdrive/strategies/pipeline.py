@@ -22,10 +22,13 @@ import torch
 from torch import nn
 
 from overdrive.errors import ConfigError, OverdriveError
+from overdrive.parallel.chain import Chain, parallelize
+from overdrive.parallel.grad_norm import total_norm
 from overdrive.parallel.layout import ParallelLayout
 from overdrive.parallel.mesh import build_mesh
 from overdrive.parallel.pipeline import PP_KEY, Stage, split_model
 from overdrive.parallel.pipeline_loss import LossChannel
+from overdrive.parallel.rebind import named_params, rebind, replacement_map
 from overdrive.strategies.base import Params, PrepareOne, Strategy, TrainingLoop, _raw
 
 MICRO_BATCHES_KEY = "megatron_lm_config.num_micro_batches"
@@ -92,17 +95,26 @@ def _ignorable(key: str, value: Any) -> bool:
 
 
 class PipelineParallelStrategy(Strategy):
-    """One pipeline stage per process; data-parallel replicas of the whole pipeline."""
+    """One pipeline stage per process, each run through the parallelize chain (tensor
+    parallelism, then FSDP2 or replication over the data-parallel processes)."""
 
     name = "pipeline_parallel"
     checkpoints_mid_window = False
     optimizer_state_by_name = True
     optimizer_holds_a_part = True
 
-    def __init__(self, device: torch.device, layout: ParallelLayout, pp: PPSettings) -> None:
+    def __init__(
+        self,
+        device: torch.device,
+        layout: ParallelLayout,
+        pp: PPSettings,
+        chain: Chain | None = None,
+    ) -> None:
         super().__init__(device)
         self.layout = layout
         self.pp = pp
+        self.chain = chain or Chain()
+        self._replaced: dict[int, nn.Parameter] = {}  # the chain's new parameters, by old id
         self._mesh: Any = None
         self._models: list[PipelinedModel] = []
         self._optimizers: list[torch.optim.Optimizer] = []
@@ -163,9 +175,12 @@ class PipelineParallelStrategy(Strategy):
             )
         if device_placement:
             stage.module.to(self.device)
-        _keep_autocast(model, stage.module)
         kept = {id(p) for p in stage.module.parameters()}
         self._dropped |= before - kept
+        original = named_params(stage.module)
+        parallelize(stage.module, model, self.mesh, self.chain, whole=False)
+        self._replaced.update(replacement_map(original, named_params(stage.module)))
+        _keep_autocast(model, stage.module)
         wrapped = PipelinedModel(stage, model, self)
         self._models.append(wrapped)
         for optimizer in self._optimizers:
@@ -186,6 +201,7 @@ class PipelineParallelStrategy(Strategy):
                 group["param_names"] = [group["param_names"][i] for i in kept]
         for p in [p for p in optimizer.state if id(p) in self._dropped]:
             del optimizer.state[p]
+        rebind(optimizer, self._replaced)  # the chain's DTensor parameters (TP, FSDP)
 
     def unwrap(self, model: nn.Module) -> nn.Module:
         if isinstance(model, PipelinedModel):
@@ -304,15 +320,17 @@ class PipelineParallelStrategy(Strategy):
             self._in_window = False
 
     def _average_over_replicas(self, model: PipelinedModel) -> None:
+        """Replicas of a stage average their gradients (FSDP2, when it runs, has already)."""
         import torch.distributed as dist
 
-        if self.layout.dp_size == 1:
+        if self.layout.dp_size == 1 or self.chain.fsdp is not None:
             return
         group = self.data_parallel_group()
         for p in model.parameters():
             if p.grad is not None:
-                dist.all_reduce(p.grad, group=group)
-                p.grad.div_(self.layout.dp_size)
+                grad = getattr(p.grad, "_local_tensor", p.grad)  # a tp part: its own shard
+                dist.all_reduce(grad, group=group)
+                grad.div_(self.layout.dp_size)
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """Nothing left to do after the pipelined call (it ran the backward passes)."""
@@ -350,18 +368,24 @@ class PipelineParallelStrategy(Strategy):
         import torch.distributed as dist
 
         params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
-        grads = [p.grad.detach().float() for p in params if p.grad is not None]
+        grads = [p.grad for p in params if p.grad is not None]
         norm_type = float(norm_type)
+        # this stage's norm (over its tp and FSDP shards), then over the stages
+        stage = total_norm(grads, norm_type).to(device=self.device, dtype=torch.float32)
         if math.isinf(norm_type):
-            local = max((g.abs().max() for g in grads), default=torch.zeros(()))
-            total = torch.as_tensor(local, dtype=torch.float32, device=self.device)
+            total = stage.clone()
             dist.all_reduce(total, op=dist.ReduceOp.MAX, group=self.pp_group)
         else:
-            powered = sum((g.norm(norm_type) ** norm_type for g in grads), torch.zeros(()))
-            total = torch.as_tensor(powered, dtype=torch.float32, device=self.device)
+            total = stage**norm_type
             dist.all_reduce(total, group=self.pp_group)
             total = total ** (1.0 / norm_type)
-        torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
+        # the coefficient as torch.nn.utils.clip_grad_norm_ computes it (float32), so one
+        # process and a pipeline clip by the same number
+        coef = float(torch.clamp(max_norm / (total + 1e-6), max=1.0))
+        if coef < 1.0:
+            with torch.no_grad():
+                for g in grads:
+                    g.mul_(coef)
         return total
 
     # --- checkpoints ---------------------------------------------------------------------
@@ -373,7 +397,7 @@ class PipelineParallelStrategy(Strategy):
         if not isinstance(model, PipelinedModel):
             return super().model_state_dict(model)
         mine = {
-            model.stage.names[name]: t.detach().cpu()
+            model.stage.names[name]: _cpu(t)
             for name, t in model.stage.module.state_dict(keep_vars=True).items()
             if name in model.stage.names
         }
@@ -399,7 +423,8 @@ class PipelineParallelStrategy(Strategy):
                 f"for pipeline stage {model.stage.index}\n  fix: load a checkpoint of the "
                 "same model"
             )
-        wanted = {k: state_dict[names[k]] for k in local if names[k] in state_dict}
+        live = model.stage.module.state_dict()
+        wanted = {k: _like(state_dict[names[k]], live[k]) for k in local if names[k] in state_dict}
         return model.stage.module.load_state_dict(wanted, strict=strict)
 
     def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
@@ -528,7 +553,22 @@ def _keep_autocast(model: nn.Module, stage_module: nn.Module) -> None:
 
 
 def _cpu(value: Any) -> Any:
-    return value.detach().cpu() if isinstance(value, torch.Tensor) else value
+    """A whole tensor on the CPU (a DTensor's gathered over its mesh: collective)."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    full = getattr(value, "full_tensor", None)
+    return (full() if callable(full) else value).detach().cpu()
+
+
+def _like(full: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
+    """A whole saved tensor laid out as ``live`` is (this process's part of a DTensor)."""
+    mesh = getattr(live, "device_mesh", None)
+    if mesh is None:
+        return full
+    from torch.distributed.tensor import distribute_tensor
+
+    local = full.to(device=live.to_local().device, dtype=live.dtype)  # type: ignore[attr-defined]
+    return distribute_tensor(local, mesh, live.placements, src_data_rank=None)  # type: ignore[attr-defined]
 
 
 def _never(output: Any, target: Any) -> torch.Tensor:

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reference import train_other_orders, train_reference  # noqa: E402
 from tiny_llama import tiny_llama  # noqa: E402
 
-from overdrive import Accelerator, MegatronLMPlugin  # noqa: E402
+from overdrive import Accelerator, MegatronLMPlugin, ParallelismConfig  # noqa: E402
 from overdrive.strategies.pipeline import PipelineParallelStrategy  # noqa: E402
 
 STEPS, SEQ, VOCAB = 10, 8, 128
@@ -107,6 +107,7 @@ def main() -> None:
     parser.add_argument("--accum", type=int, default=1, help="batches per optimizer step")
     parser.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
     parser.add_argument("--scale_error", type=float, default=1.0)
+    parser.add_argument("--parallelism", default="", help="ParallelismConfig sizes, k=v,...")
     parser.add_argument(
         "--backend_clips",
         action="store_true",
@@ -117,14 +118,22 @@ def main() -> None:
     if args.scale_error != 1.0:
         inject_scale_error(args.scale_error)
     split = [int(x) for x in args.split.split(",")] if args.split else None
-    plugin = MegatronLMPlugin(
-        pipeline_loss_fn=mse if args.case == "mlp" else None, pipeline_split_points=split
-    )
+    layout: dict = {}
+    if args.parallelism:  # e.g. pp_size=2,dp_shard_size=2: the layout in code, FSDP2 stages
+        sizes = dict(kv.split("=") for kv in args.parallelism.split(","))
+        config = ParallelismConfig(**{k: int(v) for k, v in sizes.items()})
+        layout = {"parallelism_config": config}
+    else:
+        layout = {
+            "megatron_lm_plugin": MegatronLMPlugin(
+                pipeline_loss_fn=mse if args.case == "mlp" else None, pipeline_split_points=split
+            )
+        }
     acc = Accelerator(
         cpu=True,
-        megatron_lm_plugin=plugin,
         mixed_precision=args.mixed_precision,
         gradient_accumulation_steps=args.accum,
+        **layout,
     )
     data = dataset(args.case, STEPS * args.global_batch)
     model = build_llama() if args.case == "llama" else build_mlp()
@@ -236,6 +245,14 @@ def main() -> None:
             "gathered_exactly": gathered_exactly,
             "state_dict_is_whole": sorted(full_state) == sorted(ref.state_dict()),
             "pp_rank": acc.pipeline_parallel_rank,
+            # how the chain laid out this process's stage: DTensor mesh dims and placements
+            "layouts": sorted(
+                {
+                    f"{p.device_mesh.mesh_dim_names}:{p.placements}"
+                    for p in model.parameters()
+                    if hasattr(p, "device_mesh")
+                }
+            ),
             "probe_calls": len(calls),
             **noise,
         }

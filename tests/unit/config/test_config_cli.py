@@ -87,6 +87,20 @@ def test_validate_good_and_bad_files(tmp_path: Path) -> None:
     assert missing.returncode == 2 and "does not exist" in missing.stderr
 
 
+def test_validate_refuses_fsdp_settings_a_worker_would_refuse(tmp_path: Path) -> None:
+    """The FSDP policy is built at preflight too: before, this file validated and every
+    worker of its launch stopped on the same refusal."""
+    cfg = tmp_path / "fsdp.yaml"
+    cfg.write_text(
+        "distributed_type: FSDP\nnum_processes: 2\nuse_cpu: true\nfsdp_config:\n"
+        "  fsdp_version: 1\n  fsdp_state_dict_type: LOCAL_STATE_DICT\n"
+    )
+    failed = _cli("config", "validate", str(cfg))
+    assert failed.returncode == 2 and "Traceback" not in failed.stderr
+    assert "fsdp_config.fsdp_state_dict_type LOCAL_STATE_DICT" in failed.stderr
+    assert f"{cfg}:6" in failed.stderr and "fix: use SHARDED_STATE_DICT" in failed.stderr
+
+
 def test_bad_environment_fails_show_cleanly(tmp_path: Path) -> None:
     shown = _cli(
         "config", "show", env={"XDG_CACHE_HOME": str(tmp_path), "ACCELERATE_MIXED_PRECISION": "fp9"}
