@@ -24,7 +24,7 @@ from overdrive.parallel.fsdp_policy import FSDPPolicy
 from overdrive.parallel.mesh import data_parallel_mesh
 from overdrive.parallel.tp import TPSettings, apply_tp
 from overdrive.parallel.tp_replicate import replicate_leftovers
-from overdrive.parallel.wrap import wrap_units
+from overdrive.parallel.wrap import policy_units
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -36,17 +36,6 @@ class Chain:
 
     tp: TPSettings | None = None
     fsdp: FSDPPolicy | None = None
-
-
-def fsdp_units(model: nn.Module, policy: FSDPPolicy) -> list[nn.Module]:
-    """The submodules ``policy`` makes FSDP units of (sharded, checkpointed if asked)."""
-    return wrap_units(
-        model,
-        policy.auto_wrap_policy,
-        layer_names=list(policy.layer_names),
-        min_num_params=policy.min_num_params,
-        source=policy.layer_source,
-    )
 
 
 def parallelize(
@@ -64,7 +53,7 @@ def parallelize(
     if chain.fsdp is not None:
         from overdrive.parallel.fsdp2 import apply_fsdp2
 
-        units = fsdp_units(runs, chain.fsdp)
+        units = policy_units(runs, chain.fsdp)
         if chain.fsdp.activation_checkpointing:
             apply_activation_checkpointing(units or [runs])
         apply_fsdp2(runs, data_parallel_mesh(mesh), chain.fsdp, units)

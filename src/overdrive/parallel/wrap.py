@@ -7,7 +7,7 @@ test can inspect the choice.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
@@ -15,6 +15,9 @@ from overdrive.errors import ConfigError
 
 LAYER_KEY = "fsdp_config.fsdp_transformer_layer_cls_to_wrap"
 POLICY_KEY = "fsdp_config.fsdp_auto_wrap_policy"
+
+if TYPE_CHECKING:
+    from overdrive.parallel.fsdp_policy import FSDPPolicy
 
 
 def class_names(model: nn.Module) -> list[str]:
@@ -95,3 +98,14 @@ def wrap_units(
     if policy == "SIZE_BASED_WRAP":
         return _by_size(model, min_num_params)
     raise ConfigError(f"{POLICY_KEY} {policy!r} is not a wrap policy", key=POLICY_KEY)
+
+
+def policy_units(model: nn.Module, policy: FSDPPolicy) -> list[nn.Module]:
+    """The submodules an FSDP ``policy`` makes units of (sharded, checkpointed if asked)."""
+    return wrap_units(
+        model,
+        policy.auto_wrap_policy,
+        layer_names=list(policy.layer_names),
+        min_num_params=policy.min_num_params,
+        source=policy.layer_source,
+    )

@@ -67,7 +67,7 @@ def _data_parallel(
     deepspeed_plugin: Any,
 ) -> Strategy:
     """FSDP or DeepSpeed when asked for, DDP on several processes, else one device."""
-    from overdrive.parallel.layout import layout_from_settings
+    from overdrive.parallel.layout import ParallelLayout, layout_from_settings
 
     if settings["distributed_type"] == "FSDP":
         from overdrive.parallel.fsdp_policy import policy_from_settings
@@ -97,9 +97,12 @@ def _data_parallel(
             from overdrive.strategies.tensor_parallel import distributed_optimizer_policy
 
             return FSDPStrategy(state.device, layout, distributed_optimizer_policy())
+    from overdrive.parallel.topology import Topology
+
+    replicas = Topology(ParallelLayout(dp_replicate=state.num_processes), state.device.type)
     if state.num_processes > 1:
-        return DDPStrategy(state.device, ddp_kwargs)
-    return SingleDeviceStrategy(state.device)
+        return DDPStrategy(state.device, ddp_kwargs, replicas)
+    return SingleDeviceStrategy(state.device, replicas)
 
 
 def _sequence_setting(settings: Settings, in_code: bool) -> tuple[bool, str, str]:

@@ -10,6 +10,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from overdrive.kwargs_handlers import DistributedDataParallelKwargs
+from overdrive.parallel.topology import Topology
 from overdrive.strategies.base import Strategy
 
 
@@ -23,9 +24,12 @@ class DDPStrategy(Strategy):
     name = "ddp"
 
     def __init__(
-        self, device: torch.device, ddp_kwargs: DistributedDataParallelKwargs | None = None
+        self,
+        device: torch.device,
+        ddp_kwargs: DistributedDataParallelKwargs | None = None,
+        topology: Topology | None = None,
     ) -> None:
-        super().__init__(device)
+        super().__init__(device, topology)
         self.ddp_kwargs: dict[str, Any] = ddp_kwargs.ddp_kwargs() if ddp_kwargs else {}
         self._handler = ddp_kwargs
 

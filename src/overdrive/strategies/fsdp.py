@@ -19,10 +19,11 @@ from overdrive.errors import OverdriveError
 from overdrive.parallel.activation_checkpointing import apply_activation_checkpointing
 from overdrive.parallel.fsdp_policy import FSDPPolicy
 from overdrive.parallel.layout import ParallelLayout
-from overdrive.parallel.mesh import build_mesh, data_parallel_mesh
+from overdrive.parallel.mesh import data_parallel_mesh
 from overdrive.parallel.meta_init import broadcast_buffers, empty_ranks, is_empty
 from overdrive.parallel.rebind import named_params, rebind, replacement_map
-from overdrive.parallel.wrap import wrap_units
+from overdrive.parallel.topology import Topology
+from overdrive.parallel.wrap import policy_units
 from overdrive.strategies.base import Params, Strategy, _raw
 
 
@@ -34,10 +35,9 @@ class FSDPStrategy(Strategy):
     sharded_grads = True
 
     def __init__(self, device: torch.device, layout: ParallelLayout, policy: FSDPPolicy) -> None:
-        super().__init__(device)
+        super().__init__(device, Topology(layout, device.type))
         self.layout = layout
         self.policy = policy
-        self._mesh: Any = None
         self._roots: list[nn.Module] = []
         self._replaced: dict[int, nn.Parameter] = {}
         self._fsdp1_source: dict[str, torch.Tensor] | None = None  # FSDP1 empty-model fill
@@ -47,9 +47,8 @@ class FSDPStrategy(Strategy):
 
     @property
     def mesh(self) -> Any:
-        if self._mesh is None:
-            self._mesh = build_mesh(self.layout, self.device.type)
-        return self._mesh
+        assert self.topology is not None
+        return self.topology.mesh
 
     @property
     def sharded_checkpoints(self) -> bool:
@@ -129,14 +128,7 @@ class FSDPStrategy(Strategy):
 
     def _units(self, model: nn.Module) -> list[nn.Module]:
         """The submodules the policy makes units of (sharded, and checkpointed if asked)."""
-        p = self.policy
-        return wrap_units(
-            model,
-            p.auto_wrap_policy,
-            layer_names=list(p.layer_names),
-            min_num_params=p.min_num_params,
-            source=p.layer_source,
-        )
+        return policy_units(model, self.policy)
 
     def _shard(self, model: nn.Module) -> nn.Module:
         """Choose the units, checkpoint their activations, shard them and the root."""
@@ -230,15 +222,6 @@ class FSDPStrategy(Strategy):
                 "  fix: pass the model and its optimizer to accelerator.prepare()"
             )
         return root
-
-    # --- data-parallel coordinates ------------------------------------------------------
-    def data_parallel_coordinates(self, process_index: int, num_processes: int) -> tuple[int, int]:
-        return self.layout.dp_rank(process_index), self.layout.dp_size
-
-    def data_parallel_ranks(self) -> list[int] | None:
-        if self.layout.dp_size == self.layout.world_size:
-            return None
-        return self.layout.data_ranks()
 
     # --- the step ------------------------------------------------------------------
     def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager[None]:

@@ -25,10 +25,10 @@ from overdrive.errors import ConfigError, OverdriveError
 from overdrive.parallel.chain import Chain, parallelize
 from overdrive.parallel.grad_norm import total_norm
 from overdrive.parallel.layout import ParallelLayout
-from overdrive.parallel.mesh import build_mesh
 from overdrive.parallel.pipeline import PP_KEY, Stage, split_model
 from overdrive.parallel.pipeline_loss import LossChannel
 from overdrive.parallel.rebind import named_params, rebind, replacement_map
+from overdrive.parallel.topology import Topology
 from overdrive.strategies.base import Params, PrepareOne, Strategy, TrainingLoop, _raw
 
 MICRO_BATCHES_KEY = "megatron_lm_config.num_micro_batches"
@@ -110,18 +110,16 @@ class PipelineParallelStrategy(Strategy):
         pp: PPSettings,
         chain: Chain | None = None,
     ) -> None:
-        super().__init__(device)
+        super().__init__(device, Topology(layout, device.type))
         self.layout = layout
         self.pp = pp
         self.chain = chain or Chain()
         self._replaced: dict[int, nn.Parameter] = {}  # the chain's new parameters, by old id
-        self._mesh: Any = None
         self._models: list[PipelinedModel] = []
         self._optimizers: list[torch.optim.Optimizer] = []
         self._dropped: set[int] = set()  # ids of parameters other stages hold
         self._schedules: dict[tuple[Any, ...], Any] = {}
         self._stepped = False  # the last call ran backward: accelerator.backward skips it
-        self._dp_group: Any = None
         self._accumulation: Any = None  # the Accelerator's GradientState, once prepared
         self._in_window = False  # inside no_sync: replicas average at the window's end only
         self._micro_losses: list[torch.Tensor] = []
@@ -129,9 +127,8 @@ class PipelineParallelStrategy(Strategy):
 
     @property
     def mesh(self) -> Any:
-        if self._mesh is None:
-            self._mesh = build_mesh(self.layout, self.device.type)
-        return self._mesh
+        assert self.topology is not None
+        return self.topology.mesh
 
     @property
     def pp_group(self) -> Any:
@@ -343,22 +340,6 @@ class PipelineParallelStrategy(Strategy):
             "  fix: loss = model(inputs, labels=...).loss; accelerator.backward(loss); a loss "
             "of your own goes in MegatronLMPlugin(pipeline_loss_fn=...)"
         )
-
-    # --- data-parallel coordinates ------------------------------------------------------
-    def data_parallel_coordinates(self, process_index: int, num_processes: int) -> tuple[int, int]:
-        return self.layout.dp_rank(process_index), self.layout.dp_size
-
-    def data_parallel_ranks(self) -> list[int] | None:
-        return self.layout.data_ranks()
-
-    def data_parallel_group(self) -> Any:
-        """This process's data-parallel peers: the same stage of the other pipelines."""
-        if self._dp_group is None:
-            names = self.mesh.mesh_dim_names or ()
-            dims = [n for n in ("dp_replicate", "dp_shard") if n in names]
-            dims = [n for n in dims if self.mesh[n].size() > 1] or ["dp_shard"]
-            self._dp_group = self.mesh[dims[0]].get_group()
-        return self._dp_group
 
     # --- clipping ------------------------------------------------------------------------
     def clip_grad_norm_(

@@ -68,7 +68,6 @@ class TensorParallelStrategy(FSDPStrategy):
         super().__init__(device, layout, policy)
         self.tp = tp
         self.plans: dict[int, dict[str, str]] = {}  # id(root) -> module name -> style
-        self._dp_group: Any = None
         self._split_locally = False
         self._fill_source: dict[str, Any] | None = None
 
@@ -115,15 +114,3 @@ class TensorParallelStrategy(FSDPStrategy):
         """Clip by the norm over every shard of every process; return that global norm."""
         params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
         return clip_grad_norm(params, max_norm, norm_type).to(self.device)
-
-    def data_parallel_group(self) -> Any:
-        """The process group of this process's data-parallel peers (its tp coordinate)."""
-        if self._dp_group is None:
-            names = self.mesh.mesh_dim_names or ()
-            dims = [n for n in ("dp_replicate", "dp_shard") if n in names]
-            dims = [n for n in dims if self.mesh[n].size() > 1] or ["dp_shard"]
-            if len(dims) == 1:
-                self._dp_group = self.mesh[dims[0]].get_group()
-            else:  # HSDP x TP: both data-parallel dimensions as one
-                self._dp_group = self.mesh["dp_replicate", "dp_shard"]._flatten("dp").get_group()
-        return self._dp_group
