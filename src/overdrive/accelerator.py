@@ -45,7 +45,7 @@ from overdrive.plugins import (
     ProjectConfiguration,
 )
 from overdrive.precision import FP8RecipeKwargs, make_precision
-from overdrive.prepared_mark import mark_prepared
+from overdrive.prepared import mark_prepared
 from overdrive.random_state import check_rng_types
 from overdrive.scheduler import AcceleratedScheduler, is_scheduler
 from overdrive.state import PartialState

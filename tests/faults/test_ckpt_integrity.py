@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -98,13 +99,14 @@ def test_tensor_files_are_checksummed_while_written_and_damage_is_still_caught(
     monkeypatch.setattr(tensor_file, "DIRECT_MIN", 0)
     monkeypatch.setattr(tensor_file, "CHUNK", tensor_file.ALIGN)
     read_again: list[str] = []
-    real_checksum = integrity.checksum
+    real_checksums = integrity.checksums
 
-    def spy(path: Path) -> integrity.FileRecord:
-        read_again.append(path.name)
-        return real_checksum(path)
+    def spy(paths: Iterable[Path]) -> dict[Path, integrity.FileRecord]:
+        paths = list(paths)
+        read_again.extend(p.name for p in paths)
+        return real_checksums(paths)
 
-    monkeypatch.setattr(integrity, "checksum", spy)
+    monkeypatch.setattr(integrity, "checksums", spy)
     saved = _train_and_save(_setup(), tmp_path / "ckpt")
     assert read_again and not [n for n in read_again if n.endswith(".safetensors")]
     files = json.loads((saved / MANIFEST).read_text())["files"]

@@ -8,11 +8,14 @@ precision would load as different numbers without a word.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from overdrive.checkpoint.parts import Part
+
+if TYPE_CHECKING:
+    from overdrive.checkpoint.host import CheckpointHost
 
 
 def _model(part: Part, state: Any) -> list[str]:
@@ -57,7 +60,7 @@ def _optimizer(part: Part, state: Any) -> list[str]:
 
 
 def dtype_problems(
-    accelerator: Any, parts: list[Part], states: Mapping[str, Any], rank_state: Any
+    accelerator: CheckpointHost, parts: list[Part], states: Mapping[str, Any], rank_state: Any
 ) -> list[str]:
     """Every stored tensor whose dtype differs from what it would be loaded into."""
     problems: list[str] = []
@@ -67,7 +70,7 @@ def dtype_problems(
         elif part.kind == "optimizer":
             problems += _optimizer(part, states[part.stem])
     grads = rank_state.get("grads", []) if isinstance(rank_state, Mapping) else []
-    for i, (model, saved) in enumerate(zip(accelerator._models, grads)):
+    for i, (model, saved) in enumerate(zip(accelerator.prepared.models, grads)):
         for name, p in accelerator.unwrap_model(model).named_parameters():
             grad = saved.get(name)
             if isinstance(grad, torch.Tensor) and grad.dtype != p.dtype:

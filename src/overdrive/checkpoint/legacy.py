@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -18,6 +18,9 @@ import torch
 from overdrive.checkpoint.errors import CheckpointMismatchError, UnsafeCheckpointError
 from overdrive.checkpoint.layout import MANIFEST
 from overdrive.checkpoint.serialization import PICKLE_SUFFIXES, load_pickle, load_tensors
+
+if TYPE_CHECKING:
+    from overdrive.checkpoint.host import CheckpointHost
 
 
 def _pickles(path: Path) -> list[str]:
@@ -40,7 +43,9 @@ def _model_file(path: Path, i: int) -> Path | None:
     return None
 
 
-def refuse_or_load_legacy(accelerator: Any, path: Path, allow_unsafe_pickle: bool) -> None:
+def refuse_or_load_legacy(
+    accelerator: CheckpointHost, path: Path, allow_unsafe_pickle: bool
+) -> None:
     if not allow_unsafe_pickle:
         listed = ", ".join(_pickles(path)[:6])
         raise UnsafeCheckpointError(
@@ -52,24 +57,24 @@ def refuse_or_load_legacy(accelerator: Any, path: Path, allow_unsafe_pickle: boo
     _load(accelerator, path)
 
 
-def _load(accelerator: Any, path: Path) -> None:
+def _load(accelerator: CheckpointHost, path: Path) -> None:
     wanted: list[tuple[str, Path | None, Any]] = []
-    for i, model in enumerate(accelerator._models):
+    for i, model in enumerate(accelerator.prepared.models):
         wanted.append((f"model {i}", _model_file(path, i), model))
-    for i, opt in enumerate(accelerator._optimizers):
+    for i, opt in enumerate(accelerator.prepared.optimizers):
         wanted.append((f"optimizer {i}", path / f"optimizer{_suffix(i)}.bin", opt))
-    for i, sched in enumerate(accelerator._schedulers):
+    for i, sched in enumerate(accelerator.prepared.schedulers):
         wanted.append((f"scheduler {i}", path / f"scheduler{_suffix(i)}.bin", sched))
-    for i, obj in enumerate(accelerator._custom_objects):
+    for i, obj in enumerate(accelerator.prepared.custom_objects):
         wanted.append((f"custom object {i}", path / f"custom_checkpoint_{i}.pkl", obj))
     rank = accelerator.state.process_index
     rng_file = path / f"random_states_{rank}.pkl"
     problems = [f"{what}: {file} is missing" for what, file, _ in wanted if not _exists(file)]
     if not rng_file.exists():
         problems.append(f"RNG state of process {rank}: {rng_file} is missing")
-    if accelerator._dataloaders:
+    if accelerator.prepared.dataloaders:
         problems.append(
-            f"{len(accelerator._dataloaders)} prepared dataloader(s): the position of a "
+            f"{len(accelerator.prepared.dataloaders)} prepared dataloader(s): the position of a "
             "dataloader cannot be restored from this layout"
         )
     if problems:

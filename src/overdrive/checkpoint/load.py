@@ -6,7 +6,7 @@ import traceback
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -29,8 +29,11 @@ from overdrive.checkpoint.shard_reader import full_tensor, load_shards
 from overdrive.checkpoint.sync import Rendezvous
 from overdrive.checkpoint.unread import load_unread
 
+if TYPE_CHECKING:
+    from overdrive.checkpoint.host import CheckpointHost
 
-def find_checkpoint(accelerator: Any, input_dir: str | Path | None) -> Path:
+
+def find_checkpoint(accelerator: CheckpointHost, input_dir: str | Path | None) -> Path:
     """The directory to load: the one given, or the newest complete automatic checkpoint."""
     if input_dir is not None:
         path = Path(input_dir)
@@ -81,13 +84,15 @@ def read_manifest(path: Path) -> dict[str, Any]:
     return manifest
 
 
-def _restore_part(accelerator: Any, part: Part, state: Any) -> None:
+def _restore_part(accelerator: CheckpointHost, part: Part, state: Any) -> None:
     strategy = accelerator.strategy
     try:
         if part.kind == "model":
-            strategy.load_model_state_dict(accelerator._models[part.index], state, strict=True)
+            strategy.load_model_state_dict(
+                accelerator.prepared.models[part.index], state, strict=True
+            )
         elif part.kind == "optimizer":
-            strategy.load_optimizer_state_dict(accelerator._optimizers[part.index], state)
+            strategy.load_optimizer_state_dict(accelerator.prepared.optimizers[part.index], state)
         else:
             part.obj.load_state_dict(state)
     except (RuntimeError, ValueError, KeyError, TypeError) as exc:
@@ -98,15 +103,15 @@ def _restore_part(accelerator: Any, part: Part, state: Any) -> None:
         ) from exc
 
 
-def _restore_rank(accelerator: Any, state: dict[str, Any]) -> None:
+def _restore_rank(accelerator: CheckpointHost, state: dict[str, Any]) -> None:
     from overdrive.random_state import restore_rng_state
 
-    for loader, loader_state in zip(accelerator._dataloaders, state["dataloaders"]):
+    for loader, loader_state in zip(accelerator.prepared.dataloaders, state["dataloaders"]):
         loader.load_state_dict(loader_state)
     gradient_state = getattr(accelerator, "gradient_state", None)
     if gradient_state is not None and "accumulation" in state:
         gradient_state.load_state_dict(state["accumulation"])
-    for model, grads in zip(accelerator._models, state.get("grads", [])):
+    for model, grads in zip(accelerator.prepared.models, state.get("grads", [])):
         for name, p in accelerator.unwrap_model(model).named_parameters():
             if name in grads:
                 p.grad = _like_param(grads[name], p)
@@ -125,30 +130,32 @@ def _like_param(grad: torch.Tensor, param: Any) -> torch.Tensor:
     return grad.to(device=param.device, dtype=param.dtype)
 
 
-def _template(accelerator: Any, part: Part, *, sharded: bool) -> Any:
+def _template(accelerator: CheckpointHost, part: Part, *, sharded: bool) -> Any:
     """How this run lays out a part: its live state, sharded (DTensors, boxes, placeholders;
     collective) or whole."""
     strategy = accelerator.strategy
     if part.kind == "model":
-        model = accelerator._models[part.index]
+        model = accelerator.prepared.models[part.index]
         return (
             strategy.sharded_model_state_dict(model)
             if sharded
             else strategy.model_state_dict(model)
         )
-    optimizer = accelerator._optimizers[part.index]
+    optimizer = accelerator.prepared.optimizers[part.index]
     if sharded:
         return strategy.sharded_optimizer_state_dict(optimizer)
     return strategy.optimizer_state_dict(optimizer)
 
 
-def _restore_sharded(accelerator: Any, part: Part, state: Any) -> None:
+def _restore_sharded(accelerator: CheckpointHost, part: Part, state: Any) -> None:
     strategy = accelerator.strategy
     try:
         if part.kind == "model":
-            strategy.load_sharded_model_state_dict(accelerator._models[part.index], state)
+            strategy.load_sharded_model_state_dict(accelerator.prepared.models[part.index], state)
         else:
-            strategy.load_sharded_optimizer_state_dict(accelerator._optimizers[part.index], state)
+            strategy.load_sharded_optimizer_state_dict(
+                accelerator.prepared.optimizers[part.index], state
+            )
     except (RuntimeError, ValueError, KeyError, TypeError) as exc:
         raise CheckpointError(
             f"load_state: {part.label} does not fit the saved shards: {exc}\n"
@@ -156,7 +163,9 @@ def _restore_sharded(accelerator: Any, part: Part, state: Any) -> None:
         ) from exc
 
 
-def keyed_for_strategy(accelerator: Any, part: Part, state: Any, model_states: list[Any]) -> Any:
+def keyed_for_strategy(
+    accelerator: CheckpointHost, part: Part, state: Any, model_states: list[Any]
+) -> Any:
     """A saved optimizer state keyed as this run's strategy loads it: by parameter name
     (FSDP, TP, PP), by index (one process, DDP) or in DeepSpeed's form; converted when
     another layout saved it. ``model_states``: the models' saved states (DeepSpeed's masters)."""
@@ -183,7 +192,7 @@ def keyed_for_strategy(accelerator: Any, part: Part, state: Any, model_states: l
             "FSDP or TP, and save there under FSDP or TP (keyed by name) to move it to "
             "pipeline parallelism"
         )
-    models = [accelerator.unwrap_model(m) for m in accelerator._models]
+    models = [accelerator.unwrap_model(m) for m in accelerator.prepared.models]
     names = parameter_names(part.obj, models, accelerator.strategy.checkpoint_names())
     if names is None:
         return state
@@ -192,14 +201,14 @@ def keyed_for_strategy(accelerator: Any, part: Part, state: Any, model_states: l
     return convert(state, names, to_names=by_name, what=part.label)
 
 
-def _rank_dir(accelerator: Any, path: Path, manifest: dict[str, Any]) -> Path:
+def _rank_dir(accelerator: CheckpointHost, path: Path, manifest: dict[str, Any]) -> Path:
     """This process's saved state; on another world size, process 0's (said once)."""
     rank, world = accelerator.state.process_index, accelerator.state.num_processes
     saved = manifest.get("world_size")
     if saved == world:
         return path / f"rank_{rank}"
     if rank == 0:
-        per_process = bool(accelerator._schedulers) and accelerator._scheduler_per_process()
+        per_process = accelerator.scheduler_advances_per_process()
         schedule = (
             f"; a prepared scheduler that advances once per process per optimizer step (the "
             f"default without split_batches) now advances {world} time(s) per step where "
@@ -259,7 +268,7 @@ def _verified_here(
 
 def _verify_everywhere(
     rv: Rendezvous,
-    accelerator: Any,
+    accelerator: CheckpointHost,
     path: Path,
     manifest: dict[str, Any],
     rank_dir: str,
@@ -286,7 +295,9 @@ def _verify_everywhere(
         )
 
 
-def _load_all(accelerator: Any, path: Path, allow_unsafe_pickle: bool, rv: Rendezvous) -> None:
+def _load_all(
+    accelerator: CheckpointHost, path: Path, allow_unsafe_pickle: bool, rv: Rendezvous
+) -> None:
     manifest = read_manifest(path)
     parts = main_parts(accelerator)
     problems = compare(manifest, parts, accelerator)
@@ -368,8 +379,9 @@ def _load_all(accelerator: Any, path: Path, allow_unsafe_pickle: bool, rv: Rende
     # The parts read the old way go first: their restore may still refuse them. A filled
     # part was checked against the live state whole, so its restore cannot fail, and it is
     # written only now.
-    for part in sorted(parts, key=lambda part: part.stem in fills):
-        if part.stem in fills and fills:
+    filled = set(fills)
+    for part in sorted(parts, key=lambda part: part.stem in filled):
+        if fills and part.stem in filled:  # the first filled part: every planned copy now
             fill_all(list(fills.values()))
             fills.clear()
         if part.stem in sliced:
@@ -382,7 +394,7 @@ def _load_all(accelerator: Any, path: Path, allow_unsafe_pickle: bool, rv: Rende
 
 
 def load_state(
-    accelerator: Any,
+    accelerator: CheckpointHost,
     input_dir: str | Path | None = None,
     *,
     allow_unsafe_pickle: bool = False,

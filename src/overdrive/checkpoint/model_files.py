@@ -12,13 +12,17 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from overdrive.checkpoint.errors import CheckpointError
 from overdrive.checkpoint.serialization import writing
 from overdrive.checkpoint.tensor_file import write_safetensors
+
+if TYPE_CHECKING:
+    from overdrive.checkpoint.host import CheckpointHost
+
 
 _UNITS = {
     "": 1,
@@ -139,7 +143,7 @@ def write_model_files(
 
 
 def save_model(
-    accelerator: Any,
+    accelerator: CheckpointHost,
     model: torch.nn.Module,
     save_directory: str | Path,
     max_shard_size: int | str = "10GB",

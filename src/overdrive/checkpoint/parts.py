@@ -4,9 +4,13 @@ and load so both agree on file names and order."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from overdrive.checkpoint.errors import CheckpointError
+
+if TYPE_CHECKING:
+    from overdrive.checkpoint.host import CheckpointHost
+
 
 FORMAT = "overdrive-checkpoint"
 VERSION = 2
@@ -43,19 +47,24 @@ def raw_scheduler(sched: Any) -> Any:
     return getattr(sched, "scheduler", sched)
 
 
-def main_parts(accelerator: Any) -> list[Part]:
+def main_parts(accelerator: CheckpointHost) -> list[Part]:
     """Models, optimizers, schedulers and custom objects: written once, by the main process."""
     sharded = accelerator.strategy.sharded_checkpoints
     parts = [
         Part("model", i, accelerator.unwrap_model(m), sharded)
-        for i, m in enumerate(accelerator._models)
+        for i, m in enumerate(accelerator.prepared.models)
     ]
     parts += [
         Part("optimizer", i, raw_optimizer(o), sharded)
-        for i, o in enumerate(accelerator._optimizers)
+        for i, o in enumerate(accelerator.prepared.optimizers)
     ]
-    parts += [Part("scheduler", i, raw_scheduler(s)) for i, s in enumerate(accelerator._schedulers)]
-    parts += [Part("custom_object", i, obj) for i, obj in enumerate(accelerator._custom_objects)]
+    parts += [
+        Part("scheduler", i, raw_scheduler(s))
+        for i, s in enumerate(accelerator.prepared.schedulers)
+    ]
+    parts += [
+        Part("custom_object", i, obj) for i, obj in enumerate(accelerator.prepared.custom_objects)
+    ]
     return parts
 
 
@@ -68,14 +77,14 @@ def describe(parts: list[Part]) -> list[dict[str, Any]]:
     ]
 
 
-def has_prepared(accelerator: Any) -> bool:
+def has_prepared(accelerator: CheckpointHost) -> bool:
     return any(
         getattr(accelerator, name, None)
         for name in ("_models", "_optimizers", "_schedulers", "_dataloaders", "_custom_objects")
     )
 
 
-def require_prepared(accelerator: Any, op: str) -> None:
+def require_prepared(accelerator: CheckpointHost, op: str) -> None:
     if not has_prepared(accelerator):
         raise CheckpointError(
             f"{op}() was called before anything was prepared: there is no model, optimizer, "
@@ -85,7 +94,7 @@ def require_prepared(accelerator: Any, op: str) -> None:
         )
 
 
-def compare(manifest: dict[str, Any], parts: list[Part], accelerator: Any) -> list[str]:
+def compare(manifest: dict[str, Any], parts: list[Part], accelerator: CheckpointHost) -> list[str]:
     """Every difference between a checkpoint's parts and what this run prepared."""
     problems: list[str] = []
     saved = {(p["kind"], p["index"]): p for p in manifest.get("parts", [])}
@@ -104,7 +113,7 @@ def compare(manifest: dict[str, Any], parts: list[Part], accelerator: Any) -> li
             old["class"] != part.class_name
         ):
             problems.append(f"{part.label} was saved from a {old['class']}")
-    n_loaders = len(accelerator._dataloaders)
+    n_loaders = len(accelerator.prepared.dataloaders)
     if manifest.get("dataloaders", 0) != n_loaders:
         problems.append(
             f"the checkpoint holds the position of {manifest.get('dataloaders', 0)} prepared "

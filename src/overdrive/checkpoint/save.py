@@ -10,7 +10,7 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from overdrive.checkpoint import atomic, integrity, layout
 from overdrive.checkpoint.errors import CheckpointError
@@ -18,12 +18,15 @@ from overdrive.checkpoint.parts import FORMAT, VERSION, describe, main_parts, re
 from overdrive.checkpoint.snapshot import Snapshot, take, write
 from overdrive.checkpoint.sync import Rendezvous
 
+if TYPE_CHECKING:
+    from overdrive.checkpoint.host import CheckpointHost
+
 
 def _fault_point(stage: str) -> None:
     """A seam for tests that kill a process at a given stage of a save; does nothing."""
 
 
-def target_dir(accelerator: Any, output_dir: str | Path | None) -> tuple[Path, bool]:
+def target_dir(accelerator: CheckpointHost, output_dir: str | Path | None) -> tuple[Path, bool]:
     """(final directory, automatically named?) for a save; decided by the main process."""
     if output_dir is not None:
         return Path(output_dir), False
@@ -39,7 +42,7 @@ def target_dir(accelerator: Any, output_dir: str | Path | None) -> tuple[Path, b
     return root / layout.checkpoint_name(index), True
 
 
-def _check_window(accelerator: Any) -> None:
+def _check_window(accelerator: CheckpointHost) -> None:
     """Inside an accumulation window the summed gradients are training state; a backend that
     keeps them where they cannot be saved (DeepSpeed's ZeRO buffers) refuses the save."""
     gradient_state = getattr(accelerator, "gradient_state", None)
@@ -56,7 +59,7 @@ def _check_window(accelerator: Any) -> None:
         )
 
 
-def _manifest(accelerator: Any, final: Path, files: dict[str, Any]) -> dict[str, Any]:
+def _manifest(accelerator: CheckpointHost, final: Path, files: dict[str, Any]) -> dict[str, Any]:
     from overdrive import __version__
 
     precision_state = accelerator.precision.state_dict()
@@ -68,7 +71,7 @@ def _manifest(accelerator: Any, final: Path, files: dict[str, Any]) -> dict[str,
         "name": final.name,
         "world_size": accelerator.state.num_processes,
         "parts": describe(main_parts(accelerator)),
-        "dataloaders": len(accelerator._dataloaders),
+        "dataloaders": len(accelerator.prepared.dataloaders),
         "precision": {
             "name": getattr(accelerator.precision, "name", "no"),
             "has_state": bool(precision_state),
@@ -79,7 +82,7 @@ def _manifest(accelerator: Any, final: Path, files: dict[str, Any]) -> dict[str,
 
 
 def save_state(
-    accelerator: Any,
+    accelerator: CheckpointHost,
     output_dir: str | Path | None = None,
     *,
     timeout: float | None = None,
@@ -131,7 +134,7 @@ def save_state(
         return finish()
     future: Future[Path] = Future()
     worker = threading.Thread(target=_run_into, args=(finish, future), name="overdrive-save")
-    accelerator._pending_save = future
+    accelerator.pending_save = future
     worker.start()
     return future
 
@@ -143,17 +146,17 @@ def _run_into(fn: Any, future: Future[Path]) -> None:
         future.set_exception(exc)
 
 
-def wait_for_pending(accelerator: Any) -> Path | None:
+def wait_for_pending(accelerator: CheckpointHost) -> Path | None:
     """Wait for an asynchronous save still being written; its path (or its error)."""
-    future = getattr(accelerator, "_pending_save", None)
+    future = accelerator.pending_save
     if future is None:
         return None
-    accelerator._pending_save = None
+    accelerator.pending_save = None
     return future.result()
 
 
 def _finish(
-    accelerator: Any,
+    accelerator: CheckpointHost,
     rv: Rendezvous,
     snap: Snapshot | None,
     error: Exception | None,

@@ -11,13 +11,16 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from overdrive.checkpoint import integrity
 from overdrive.checkpoint.parts import main_parts
 from overdrive.checkpoint.serialization import save_tree, writing
+
+if TYPE_CHECKING:
+    from overdrive.checkpoint.host import CheckpointHost
 
 
 @dataclass
@@ -36,13 +39,13 @@ def _local(tensor: Any) -> Any:
     return to_local() if callable(to_local) else tensor
 
 
-def rank_state(accelerator: Any) -> dict[str, Any]:
+def rank_state(accelerator: CheckpointHost) -> dict[str, Any]:
     """What differs between ranks: RNG streams, data positions, an open accumulation window."""
     from overdrive.random_state import capture_rng_state
 
     state: dict[str, Any] = {
         "rng": capture_rng_state(),
-        "dataloaders": [dl.state_dict() for dl in accelerator._dataloaders],
+        "dataloaders": [dl.state_dict() for dl in accelerator.prepared.dataloaders],
     }
     gradient_state = getattr(accelerator, "gradient_state", None)
     if gradient_state is not None:
@@ -55,7 +58,7 @@ def rank_state(accelerator: Any) -> dict[str, Any]:
                     for name, p in accelerator.unwrap_model(m).named_parameters()
                     if p.grad is not None
                 }
-                for m in accelerator._models
+                for m in accelerator.prepared.models
             ]
     return state
 
@@ -84,7 +87,7 @@ def _copy(tree: Any) -> Any:
     return tree
 
 
-def take(accelerator: Any, *, copy: bool) -> Snapshot:
+def take(accelerator: CheckpointHost, *, copy: bool) -> Snapshot:
     """The trees to write; collective (call on every process). ``copy`` detaches them from
     the live model and optimizer (asynchronous saves)."""
     strategy, rank = accelerator.strategy, accelerator.state.process_index
@@ -93,15 +96,17 @@ def take(accelerator: Any, *, copy: bool) -> Snapshot:
     for part in main_parts(accelerator):
         if part.sharded:
             if part.kind == "model":
-                tree = strategy.sharded_model_state_dict(accelerator._models[part.index])
+                tree = strategy.sharded_model_state_dict(accelerator.prepared.models[part.index])
             else:
-                tree = strategy.sharded_optimizer_state_dict(accelerator._optimizers[part.index])
+                tree = strategy.sharded_optimizer_state_dict(
+                    accelerator.prepared.optimizers[part.index]
+                )
             snap.shards.append((part.stem, part.label, stage(tree)))
             continue
         if part.kind == "model":
-            tree = strategy.model_state_dict(accelerator._models[part.index])
+            tree = strategy.model_state_dict(accelerator.prepared.models[part.index])
         elif part.kind == "optimizer":
-            tree = strategy.optimizer_state_dict(accelerator._optimizers[part.index])
+            tree = strategy.optimizer_state_dict(accelerator.prepared.optimizers[part.index])
         else:
             tree = part.obj.state_dict()
         if rank == 0:

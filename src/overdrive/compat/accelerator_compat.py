@@ -14,10 +14,16 @@ from overdrive.compat.properties import PropertiesMixin
 from overdrive.compat.state_views import RESET_MESSAGE, set_current
 from overdrive.compat.triggers import TriggerMixin
 from overdrive.errors import ConfigError
+from overdrive.prepared import PreparedRegistry
 
 
 class AcceleratorCompat(
-    ProcessControlMixin, TriggerMixin, HooksMixin, PropertiesMixin, CheckpointArgsMixin
+    ProcessControlMixin,
+    TriggerMixin,
+    HooksMixin,
+    PropertiesMixin,
+    CheckpointArgsMixin,
+    PreparedRegistry,
 ):
     """Base of ``Accelerator``: the described system's methods and properties."""
 
