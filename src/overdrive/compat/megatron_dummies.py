@@ -6,23 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from overdrive.ds.dummies import SchedulerArguments
 from overdrive.errors import ConfigError
 
 
-class MegatronLMDummyScheduler:
-    """Holds the arguments a Megatron-LM scheduler would be built from."""
-
-    def __init__(
-        self,
-        optimizer: Any,
-        total_num_steps: int | None = None,
-        warmup_num_steps: int = 0,
-        **kwargs: Any,
-    ) -> None:
-        self.optimizer = optimizer
-        self.total_num_steps = total_num_steps
-        self.warmup_num_steps = warmup_num_steps
-        self.kwargs = kwargs
+class MegatronLMDummyScheduler(SchedulerArguments):
+    """Holds the arguments a Megatron-LM scheduler would be built from (not a DeepSpeed
+    ``DummyScheduler``: the DeepSpeed strategy must not take it for its own)."""
 
     def step(self, *args: Any, **kwargs: Any) -> None:
         raise ConfigError(

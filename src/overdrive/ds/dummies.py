@@ -31,12 +31,8 @@ class DummyOptim:
         return {"lr": self.lr, "weight_decay": self.weight_decay, **self.kwargs}
 
 
-class DummyScheduler:
-    """Stands for the scheduler of the DeepSpeed JSON's ``scheduler`` section.
-
-    ``total_num_steps`` and ``warmup_num_steps`` (and any keyword) fill the section's
-    ``"auto"`` values; ``warmup_max_lr`` defaults to the optimizer's learning rate.
-    """
+class SchedulerArguments:
+    """The arguments of a scheduler an engine builds itself (DeepSpeed's, Megatron-LM's)."""
 
     def __init__(
         self,
@@ -49,6 +45,14 @@ class DummyScheduler:
         self.total_num_steps = total_num_steps
         self.warmup_num_steps = warmup_num_steps
         self.kwargs = kwargs
+
+
+class DummyScheduler(SchedulerArguments):
+    """Stands for the scheduler of the DeepSpeed JSON's ``scheduler`` section.
+
+    ``total_num_steps`` and ``warmup_num_steps`` (and any keyword) fill the section's
+    ``"auto"`` values; ``warmup_max_lr`` defaults to the optimizer's learning rate.
+    """
 
     def hyperparameters(self) -> dict[str, Any]:
         """Values for ``"auto"`` entries of the scheduler section's ``params``."""

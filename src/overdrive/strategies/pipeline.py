@@ -360,8 +360,12 @@ class PipelineParallelStrategy(Strategy):
             total = stage**norm_type
             dist.all_reduce(total, group=self.pp_group)
             total = total ** (1.0 / norm_type)
-        # the coefficient as torch.nn.utils.clip_grad_norm_ computes it (float32), so one
-        # process and a pipeline clip by the same number
+        if not any(hasattr(g, "device_mesh") for g in grads):
+            torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)  # no host sync
+            return total
+        # DTensor grads (the chain split or sharded the stage) take a plain number: the
+        # coefficient as torch.nn.utils computes it (float32), so one process and a
+        # pipeline clip by the same value
         coef = float(torch.clamp(max_norm / (total + 1e-6), max=1.0))
         if coef < 1.0:
             with torch.no_grad():
