@@ -144,7 +144,7 @@ class Accelerator(AcceleratorCompat):
             autocast_kwargs=handlers.get(AutocastKwargs),
             scaler_kwargs=handlers.get(GradScalerKwargs),
             fp8_recipe=handlers.get(FP8RecipeKwargs),
-            distributed_type=self.state.distributed_type,
+            precision_owner=self.strategy.precision_owner,
             source=str(self.settings.source("mixed_precision")),
             sharded_grads=self.strategy.sharded_grads,
         )

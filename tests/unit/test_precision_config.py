@@ -58,7 +58,7 @@ def test_resolved_value_builds_the_policy(
 
 
 def test_deepspeed_runs_its_own_mixed_precision() -> None:
-    policy = make_precision("fp16", CPU, distributed_type="DEEPSPEED")
+    policy = make_precision("fp16", CPU, precision_owner="DeepSpeed")
     assert isinstance(policy, DelegatedPrecision) and policy.name == "fp16"
     assert policy.scaler is None
 
@@ -66,7 +66,7 @@ def test_deepspeed_runs_its_own_mixed_precision() -> None:
 def test_fsdp_fp16_uses_the_sharded_scaler() -> None:
     from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
-    policy = make_precision("fp16", CPU, distributed_type="FSDP")
+    policy = make_precision("fp16", CPU, sharded_grads=True)
     assert isinstance(policy.scaler, ShardedGradScaler)
 
 

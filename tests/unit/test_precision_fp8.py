@@ -30,9 +30,16 @@ def test_fp8_on_cpu_names_the_setting_its_source_and_the_hardware() -> None:
     assert "fix:" in text
 
 
-def test_fp8_with_deepspeed_is_refused() -> None:
-    with pytest.raises(ConfigError, match="not supported with DEEPSPEED"):
-        make_precision("fp8", CPU, distributed_type="DEEPSPEED")
+def test_fp8_with_deepspeed_is_refused_once_when_settings_resolve() -> None:
+    environ = {"ACCELERATE_USE_DEEPSPEED": "true", "XDG_CACHE_HOME": "/nonexistent/overdrive"}
+    with pytest.raises(ConfigError) as info:
+        load_settings(code={"mixed_precision": "fp8"}, environ=environ)
+    text = str(info.value)
+    assert "`mixed_precision` = 'fp8' (code" in text
+    assert "`distributed_type` = 'DEEPSPEED' (env ACCELERATE_USE_DEEPSPEED)" in text
+    assert "fix: use bf16" in text
+    settings = load_settings(code={"mixed_precision": "bf16"}, environ=environ)
+    assert settings["distributed_type"] == "DEEPSPEED"
 
 
 _WATCH_TORCHAO = """

@@ -189,8 +189,8 @@ def test_handlers_the_mode_uses_do_not_warn(fresh_warnings: None) -> None:
         warnings.simplefilter("error")
         make_precision("fp16", CPU, scaler_kwargs=GradScalerKwargs())
         make_precision("bf16", CPU)
-    with pytest.warns(UserWarning, match="DEEPSPEED runs its own loss scaling"):
-        make_precision("fp16", CPU, scaler_kwargs=GradScalerKwargs(), distributed_type="DEEPSPEED")
+    with pytest.warns(UserWarning, match="DeepSpeed runs its own loss scaling"):
+        make_precision("fp16", CPU, scaler_kwargs=GradScalerKwargs(), precision_owner="DeepSpeed")
     with pytest.warns(UserWarning, match="FP8RecipeKwargs has no effect.*'bf16'"):
         make_precision("bf16", CPU, fp8_recipe=FP8RecipeKwargs(recipe="rowwise"))
 

@@ -192,8 +192,13 @@ def test_megatron_lm_mixed_precision_is_autocast_not_handed_to_an_engine() -> No
 
     from overdrive.precision import make_precision
     from overdrive.precision.autocast import AutocastPrecision
+    from overdrive.strategies.deepspeed import DeepSpeedStrategy
+    from overdrive.strategies.tensor_parallel import TensorParallelStrategy
 
-    precision = make_precision("bf16", torch.device("cpu"), distributed_type="MEGATRON_LM")
+    assert TensorParallelStrategy.precision_owner is None
+    assert DeepSpeedStrategy.precision_owner == "DeepSpeed"
+    owner = TensorParallelStrategy.precision_owner
+    precision = make_precision("bf16", torch.device("cpu"), precision_owner=owner)
     assert isinstance(precision, AutocastPrecision)
 
 

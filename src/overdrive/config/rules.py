@@ -152,6 +152,18 @@ def _deepspeed(values: Values) -> None:
         values[mp_key] = Resolved(precision, values[f"deepspeed_config.{precision}"].source)
 
 
+def _engine_precision(values: Values) -> None:
+    """DeepSpeed runs its own mixed precision (bf16 / fp16 sections), which has no fp8."""
+    if values["distributed_type"].value == "DEEPSPEED" and values["mixed_precision"].value == "fp8":
+        raise ConfigError(
+            f"{_describe(values, 'mixed_precision')} is not supported with "
+            f"{_describe(values, 'distributed_type')}: DeepSpeed runs its own mixed precision, "
+            "which has no fp8",
+            key="mixed_precision",
+            fix="use bf16 (or fp16 on a GPU) with DeepSpeed, or fp8 with DDP or FSDP",
+        )
+
+
 def _fsdp(values: Values) -> None:
     strategy_key = "fsdp_config.fsdp_sharding_strategy"
     reshard_key = "fsdp_config.fsdp_reshard_after_forward"
@@ -171,7 +183,14 @@ def _fsdp(values: Values) -> None:
     values[reshard_key] = Resolved(implied, values[strategy_key].source)
 
 
-RULES: tuple[Callable[[Values], None], ...] = (_backends, _machines, _device, _deepspeed, _fsdp)
+RULES: tuple[Callable[[Values], None], ...] = (
+    _backends,
+    _machines,
+    _device,
+    _deepspeed,
+    _engine_precision,
+    _fsdp,
+)
 
 
 def apply(values: Values) -> Values:

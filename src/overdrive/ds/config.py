@@ -262,13 +262,7 @@ class _Builder:
 
     def precision(self) -> str:
         key = "mixed_precision"
-        ours, source = self.s[key], str(self.s.source(key))
-        if ours == "fp8":
-            raise ConfigError(
-                f"mixed_precision = 'fp8' ({source}) is not supported with DeepSpeed",
-                key=key,
-                fix="use bf16 (or fp16 on a GPU) with DeepSpeed, or fp8 with DDP or FSDP",
-            )
+        ours, source = self.s[key], str(self.s.source(key))  # fp8: refused by config.rules
         chosen = ours
         for name in ("bf16", "fp16"):
             section_key = "bfloat16" if name == "bf16" and "bfloat16" in self.config else name

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any
 
 import torch
 
@@ -24,10 +23,6 @@ __all__ = [
     "make_precision",
 ]
 
-# These backends run mixed precision inside their own engine, configured from the same setting.
-# (MEGATRON_LM runs overdrive's own tensor parallelism: autocast, as under DDP or FSDP.)
-_OWN_MIXED_PRECISION = ("DEEPSPEED",)
-
 _WARNED: set[tuple[str, str]] = set()
 """(handler, mode) pairs already warned about in this process: each warning shows once."""
 
@@ -47,16 +42,15 @@ def _warn_unused(handler: str, mode: str, source: str, why: str) -> None:
 
 def _check_handlers(
     mode: str,
-    kind: str | None,
+    owner: str | None,
     scaler_kwargs: GradScalerKwargs | None,
     fp8_recipe: FP8RecipeKwargs | None,
     source: str,
 ) -> None:
-    delegated = kind in _OWN_MIXED_PRECISION
-    if scaler_kwargs is not None and (mode != "fp16" or delegated):
+    if scaler_kwargs is not None and (mode != "fp16" or owner is not None):
         why = (
-            f"{kind} runs its own loss scaling; configure it in the {kind} config"
-            if delegated and mode == "fp16"
+            f"{owner} runs its own loss scaling; configure it in the {owner} config"
+            if owner is not None and mode == "fp16"
             else "only fp16 scales the loss (bf16 and fp32 need no loss scaling)"
         )
         _warn_unused("GradScalerKwargs", mode, source, why)
@@ -81,18 +75,19 @@ def make_precision(
     autocast_kwargs: AutocastKwargs | None = None,
     scaler_kwargs: GradScalerKwargs | None = None,
     fp8_recipe: FP8RecipeKwargs | None = None,
-    distributed_type: Any = None,
+    precision_owner: str | None = None,
     source: str = "code",
-    sharded_grads: bool | None = None,
+    sharded_grads: bool = False,
 ) -> Precision:
     """The precision policy for the ``mixed_precision`` setting on ``device``.
 
     ``source`` (e.g. ``str(settings.source("mixed_precision"))``) is named in errors.
     ``scaler_kwargs`` apply to fp16 only and ``fp8_recipe`` to fp8 only, so one script can
     carry both and take its precision from the launch; a handler the mode ignores gets a
-    one-time warning saying so. ``sharded_grads``: gradients are DTensors spread over
-    processes (FSDP, tensor parallelism), so fp16's inf check is agreed over all of them;
-    None: under FSDP only.
+    one-time warning saying so. ``precision_owner``: the engine that runs mixed precision
+    itself (the strategy's ``precision_owner``; fp8 with one is refused when the settings
+    resolve). ``sharded_grads``: gradients are DTensors spread over processes (FSDP, tensor
+    parallelism), so fp16's inf check is agreed over all of them.
     """
     if mixed_precision not in ("no", "bf16", "fp16", "fp8"):
         raise ConfigError(
@@ -100,17 +95,10 @@ def make_precision(
             key="mixed_precision",
             fix="use one of no, fp16, bf16, fp8",
         )
-    kind = None if distributed_type is None else str(distributed_type)
-    _check_handlers(mixed_precision, kind, scaler_kwargs, fp8_recipe, source)
+    _check_handlers(mixed_precision, precision_owner, scaler_kwargs, fp8_recipe, source)
     if mixed_precision == "no":
         return Precision()
-    if kind in _OWN_MIXED_PRECISION:
-        if mixed_precision == "fp8":
-            raise ConfigError(
-                f"mixed_precision='fp8' (from {source}) is not supported with {kind}",
-                key="mixed_precision",
-                fix="use bf16 with this backend, or fp8 with DDP or FSDP",
-            )
+    if precision_owner is not None:
         return DelegatedPrecision(mixed_precision)
     if mixed_precision == "bf16":
         _check_bf16(device, source)
@@ -120,7 +108,7 @@ def make_precision(
             device,
             autocast_kwargs=autocast_kwargs,
             scaler_kwargs=scaler_kwargs,
-            sharded=kind == "FSDP" if sharded_grads is None else sharded_grads,
+            sharded=sharded_grads,
         )
     check_fp8_available(device, source)
     return FP8Precision(device, fp8_recipe, autocast_kwargs)

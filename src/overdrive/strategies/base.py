@@ -46,6 +46,10 @@ class Strategy:
         # the layout and its mesh (None: every process its own data-parallel rank)
         self.topology = topology
 
+    # The engine that runs mixed precision (and fp16 loss scaling) itself, by name; None: the
+    # Accelerator's precision policy autocasts and scales.
+    precision_owner: str | None = None
+
     # Whether gradients are DTensors spread over processes (FSDP, tensor parallelism): loss
     # scaling then agrees on infs over every process.
     sharded_grads = False

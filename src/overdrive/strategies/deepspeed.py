@@ -51,6 +51,7 @@ class DeepSpeedStrategy(Strategy):
     """One DeepSpeed engine per Accelerator: one trained model, its optimizer and scheduler."""
 
     name = "deepspeed"
+    precision_owner = "DeepSpeed"  # its bf16/fp16 sections and loss scaler
     checkpoints_mid_window = False  # ZeRO keeps the summed gradients in its own buffers
     optimizer_state_by_name = None  # fp32 masters and ZeRO state: its own format
 
