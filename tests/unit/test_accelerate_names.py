@@ -21,8 +21,8 @@ def test_beta_versions() -> None:
 
 def test_get_launch_command_flags() -> None:
     cmd = testing.get_launch_command(num_processes=2, debug=True, quiet=False, config=None)
-    assert cmd == ["accelerate", "launch", "--num_processes=2", "--debug"]
-    assert testing.DEFAULT_LAUNCH_COMMAND[:2] == ["accelerate", "launch"]
+    assert cmd == ["overdrive", "launch", "--num_processes=2", "--debug"]
+    assert testing.DEFAULT_LAUNCH_COMMAND[:2] == ["overdrive", "launch"]
     assert "--monitor_interval=0.1" in testing.DEFAULT_LAUNCH_COMMAND
 
 

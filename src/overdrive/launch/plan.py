@@ -37,6 +37,10 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+INTEL_OPENMP_CPU = {"KMP_AFFINITY": "granularity=fine,compact,1,0", "KMP_BLOCKTIME": "1"}
+"""Thread pinning for Intel's OpenMP runtime, set for ``--cpu`` runs (GNU OpenMP ignores it)."""
+
+
 @dataclass(frozen=True)
 class LaunchPlan:
     """Every decision of one launcher invocation (one machine's share of the job)."""
@@ -94,6 +98,8 @@ class LaunchPlan:
             env["CUDA_VISIBLE_DEVICES"] = self.cuda_visible_devices
         if self.omp_num_threads is not None:
             env["OMP_NUM_THREADS"] = str(self.omp_num_threads)
+        if self.settings["use_cpu"]:
+            env.update(INTEL_OPENMP_CPU)  # as the described system's launcher, on --cpu only
         if self.device == "cpu" and self.settings["distributed_type"] == "DEEPSPEED":
             env["DS_ACCELERATOR"] = "cpu"  # DeepSpeed's CPU accelerator on CPU processes
         return env

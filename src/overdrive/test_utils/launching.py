@@ -9,8 +9,10 @@ import torch
 
 
 def get_launch_command(**kwargs: Any) -> list[str]:
-    """``["accelerate", "launch", "--key=value", ...]``; a True flag is ``--key``; None is left out."""
-    command = ["accelerate", "launch"]
+    """``["overdrive", "launch", "--key=value", ...]`` (the described system's command under
+    its rename: this package installs no ``accelerate`` command); a True flag is ``--key``;
+    None is left out."""
+    command = ["overdrive", "launch"]
     for key, value in kwargs.items():
         if isinstance(value, bool):
             if value:

@@ -33,6 +33,7 @@ require_pandas = _needs("is_pandas_available", "test requires pandas")
 require_mlflow = _needs("is_mlflow_available", "test requires mlflow")
 require_matplotlib = _needs("is_matplotlib_available", "test requires matplotlib")
 require_datasets = _needs("is_datasets_available", "test requires the datasets library")
+require_timm = _needs("is_timm_available", "test requires timm")
 require_transformers = _needs("is_transformers_available", "test requires the transformers library")
 require_torchdata_stateful_dataloader = _needs(
     "is_torchdata_stateful_dataloader_available",

@@ -74,6 +74,10 @@ def is_datasets_available() -> bool:
     return _installed("datasets")
 
 
+def is_timm_available() -> bool:
+    return _installed("timm")
+
+
 def is_transformers_available() -> bool:
     return _installed("transformers")
 

@@ -1,0 +1,1 @@
+"""The described system's ``accelerate.commands.config`` package: its config-file classes."""

@@ -1,0 +1,51 @@
+"""The described system's ``accelerate.commands.env``: ``env_command`` prints the bug-report
+text of ``overdrive env`` and returns its main facts as a dict under the described system's
+keys (scripts that collect environment reports read them)."""
+
+from __future__ import annotations
+
+import argparse
+import platform
+from shutil import which
+from typing import Any
+
+
+def env_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
+    """The ``env`` arguments: ``--config_file``."""
+    description = "Print versions, devices and the config in use, for bug reports."
+    if subparsers is not None:
+        parser = subparsers.add_parser("env", description=description)
+    else:
+        parser = argparse.ArgumentParser("overdrive env", description=description)
+    parser.add_argument("--config_file", "--config-file", dest="config_file", default=None)
+    if subparsers is not None:
+        parser.set_defaults(func=env_command)
+    return parser
+
+
+def _torch_facts() -> dict[str, str]:
+    import torch
+
+    accelerator = "CUDA" if torch.cuda.is_available() else "none (CPU)"
+    facts = {"PyTorch version": torch.__version__, "PyTorch accelerator": accelerator}
+    if torch.cuda.is_available():
+        facts["GPU type"] = torch.cuda.get_device_name()
+    return facts
+
+
+def env_command(args: argparse.Namespace) -> dict[str, Any]:
+    """Print the report; return its facts (``"`accelerate` bash location"`` is where the
+    described system's command is, "Not found" where it is not installed)."""
+    import overdrive
+    from overdrive.cli.env_cmd import report
+
+    info: dict[str, Any] = {
+        "`overdrive` version": overdrive.__version__,
+        "Platform": platform.platform(),
+        "`overdrive` bash location": which("overdrive") or "Not found",
+        "`accelerate` bash location": which("accelerate") or "Not found",
+        "Python version": platform.python_version(),
+        **_torch_facts(),
+    }
+    print(report(getattr(args, "config_file", None)))
+    return info

@@ -1,0 +1,35 @@
+"""The described system's ``accelerate.commands.test``: ``test_command`` launches the bundled
+sanity check as ``overdrive test`` does (one all-reduce and one training step compared across
+ranks) with the given config file."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+from typing import Any
+
+
+def test_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
+    """The ``test`` arguments: ``--config_file``."""
+    description = "Check that a launch with your config forms one group and trains in step."
+    if subparsers is not None:
+        parser = subparsers.add_parser("test", description=description)
+    else:
+        parser = argparse.ArgumentParser("overdrive test", description=description)
+    parser.add_argument("--config_file", "--config-file", dest="config_file", default=None)
+    if subparsers is not None:
+        parser.set_defaults(func=test_command)
+    return parser
+
+
+def test_command(args: argparse.Namespace) -> None:
+    """Run the sanity check; a failure raises ``CalledProcessError``."""
+    from overdrive.cli import launch_cmd, test_cmd
+
+    parser = argparse.ArgumentParser()
+    launch_cmd.add_launch_options(parser)
+    namespace = parser.parse_args([])
+    namespace.config_file = getattr(args, "config_file", None)
+    code = test_cmd.handle(namespace)
+    if code:
+        raise subprocess.CalledProcessError(code, ["overdrive", "test"])

@@ -1,0 +1,97 @@
+"""The described system's ``to-fsdp2`` command: rewrite a config file's FSDP1 ``fsdp_config``
+for FSDP2 (``fsdp_version: 2``), dropping the keys FSDP2 has no use for with a warning each."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+logger = logging.getLogger(__name__)
+
+RESHARDS_AFTER_FORWARD = {
+    "FULL_SHARD": True,
+    "SHARD_GRAD_OP": False,
+    "HYBRID_SHARD": True,
+    "HYBRID_SHARD_ZERO2": False,
+    "NO_SHARD": False,
+}
+"""FSDP1's sharding strategy as FSDP2's one question: free the gathered weights after forward?"""
+
+DROPPED = {
+    "fsdp_backward_prefetch": "FSDP2 prefetches the next unit in backward by itself",
+    "fsdp_use_orig_params": "FSDP2 always keeps the original parameters (as DTensors)",
+    "fsdp_sync_module_states": "FSDP2 fills the shards from the main process's weights by "
+    "itself (fsdp_cpu_ram_efficient_loading)",
+    "fsdp_forward_prefetch": "forward prefetch is not offered for FSDP2",
+}
+RENAMED = {"fsdp_sharding_strategy": "fsdp_reshard_after_forward"}
+
+
+def convert_config_to_fsdp2(config: dict[str, Any]) -> dict[str, Any]:
+    """The config with its ``fsdp_config`` rewritten for FSDP2 (changed in place, returned).
+
+    Keys FSDP2 keeps are carried over, unknown keys too; a config already on FSDP2 or
+    without FSDP is returned as it is.
+    """
+    fsdp = config.get("fsdp_config") or {}
+    if not fsdp:
+        logger.info("No FSDP config found in the config file, skipping conversion...")
+        return config
+    if int(fsdp.get("fsdp_version", 1)) == 2:
+        logger.warning("Config already specifies FSDP2, skipping conversion...")
+        return config
+    converted: dict[str, Any] = {}
+    for key, value in fsdp.items():
+        if key in DROPPED:
+            logger.warning(f"Argument {key} has been removed in FSDP2 ({DROPPED[key]}), skipping")
+            continue
+        if key in ("fsdp_sharding_strategy", "fsdp_reshard_after_forward"):
+            value = RESHARDS_AFTER_FORWARD.get(value, value)
+        converted[RENAMED.get(key, key)] = value
+    converted["fsdp_version"] = 2
+    config["fsdp_config"] = converted
+    return config
+
+
+def to_fsdp2_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
+    """The ``to-fsdp2`` arguments: ``--config_file`` and ``--output_file`` or ``--overwrite``."""
+    description = "Convert a config file from FSDP1 to FSDP2"
+    if subparsers is not None:
+        parser = subparsers.add_parser("to-fsdp2", description=description)
+    else:
+        parser = argparse.ArgumentParser("overdrive to-fsdp2", description=description)
+    parser.add_argument("--config_file", required=True, help="the config file to convert")
+    parser.add_argument("--overwrite", action="store_true", help="rewrite --config_file itself")
+    parser.add_argument("--output_file", default=None, help="where to write the converted file")
+    if subparsers is not None:
+        parser.set_defaults(func=to_fsdp2_command)
+    return parser
+
+
+def load_config(config_file: str) -> dict[str, Any]:
+    """The YAML config file as a dict (an empty file is refused)."""
+    with open(config_file, encoding="utf-8") as handle:
+        config = yaml.safe_load(handle)
+    if not config:
+        raise ValueError(f"Config file {config_file} is empty")
+    return dict(config)
+
+
+def to_fsdp2_command(args: argparse.Namespace) -> None:
+    """Convert ``args.config_file`` and write it to ``--output_file`` (or over itself)."""
+    if not Path(args.config_file).exists():
+        raise FileNotFoundError(f"Config file {args.config_file} not found")
+    if not args.overwrite and args.output_file is None:
+        raise ValueError("If --overwrite is not set, --output_file must be provided")
+    if not args.overwrite and Path(args.output_file).exists():
+        raise FileExistsError(
+            f"Output file {args.output_file} already exists and --overwrite is not set"
+        )
+    config = convert_config_to_fsdp2(load_config(args.config_file))
+    target = args.config_file if args.overwrite else args.output_file
+    with open(target, "w", encoding="utf-8") as handle:
+        yaml.safe_dump(config, handle)
