@@ -517,7 +517,7 @@ class Accelerator(AcceleratorCompat):
     # --- checkpoints and tracking (implemented in overdrive.checkpoint / overdrive.tracking)
     def get_state_dict(self, model: nn.Module, unwrap: bool = True) -> dict[str, torch.Tensor]:
         """The model's full state dict, as the strategy assembles it."""
-        return self.strategy.model_state_dict(model)
+        return self.strategy.state_dict(model)
 
     def register_for_checkpointing(self, *objects: Any) -> None:
         """Save and restore ``objects`` (each with state_dict/load_state_dict) in save_state."""

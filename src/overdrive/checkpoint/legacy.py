@@ -93,9 +93,9 @@ def _load(accelerator: CheckpointHost, path: Path) -> None:
         else:
             state = load_pickle(file, what=what, allow_unsafe_pickle=True)
         if what.startswith("model"):
-            strategy.load_model_state_dict(obj, state, strict=True)
+            strategy.load_state_dict(obj, state, strict=True)
         elif what.startswith("optimizer"):
-            strategy.load_optimizer_state_dict(obj, state)
+            strategy.load_state_dict(obj, state)
         else:
             obj.load_state_dict(state)
     scaler = path / "scaler.pt"

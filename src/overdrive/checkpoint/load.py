@@ -88,11 +88,9 @@ def _restore_part(accelerator: CheckpointHost, part: Part, state: Any) -> None:
     strategy = accelerator.strategy
     try:
         if part.kind == "model":
-            strategy.load_model_state_dict(
-                accelerator.prepared.models[part.index], state, strict=True
-            )
+            strategy.load_state_dict(accelerator.prepared.models[part.index], state, strict=True)
         elif part.kind == "optimizer":
-            strategy.load_optimizer_state_dict(accelerator.prepared.optimizers[part.index], state)
+            strategy.load_state_dict(accelerator.prepared.optimizers[part.index], state)
         else:
             part.obj.load_state_dict(state)
     except (RuntimeError, ValueError, KeyError, TypeError) as exc:
@@ -136,25 +134,21 @@ def _template(accelerator: CheckpointHost, part: Part, *, sharded: bool) -> Any:
     strategy = accelerator.strategy
     if part.kind == "model":
         model = accelerator.prepared.models[part.index]
-        return (
-            strategy.sharded_model_state_dict(model)
-            if sharded
-            else strategy.model_state_dict(model)
-        )
+        return strategy.state_dict(model, sharded=True) if sharded else strategy.state_dict(model)
     optimizer = accelerator.prepared.optimizers[part.index]
     if sharded:
-        return strategy.sharded_optimizer_state_dict(optimizer)
-    return strategy.optimizer_state_dict(optimizer)
+        return strategy.state_dict(optimizer, sharded=True)
+    return strategy.state_dict(optimizer)
 
 
 def _restore_sharded(accelerator: CheckpointHost, part: Part, state: Any) -> None:
     strategy = accelerator.strategy
     try:
         if part.kind == "model":
-            strategy.load_sharded_model_state_dict(accelerator.prepared.models[part.index], state)
+            strategy.load_state_dict(accelerator.prepared.models[part.index], state, sharded=True)
         else:
-            strategy.load_sharded_optimizer_state_dict(
-                accelerator.prepared.optimizers[part.index], state
+            strategy.load_state_dict(
+                accelerator.prepared.optimizers[part.index], state, sharded=True
             )
     except (RuntimeError, ValueError, KeyError, TypeError) as exc:
         raise CheckpointError(

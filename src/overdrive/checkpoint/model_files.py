@@ -159,7 +159,7 @@ def save_model(
         )
     strategy = getattr(accelerator, "strategy", None)
     if strategy is not None:
-        state = strategy.model_state_dict(model)
+        state = strategy.state_dict(model)
     else:
         state = accelerator.unwrap_model(model).state_dict()
     if accelerator.state.is_main_process:

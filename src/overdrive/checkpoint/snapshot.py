@@ -96,17 +96,17 @@ def take(accelerator: CheckpointHost, *, copy: bool) -> Snapshot:
     for part in main_parts(accelerator):
         if part.sharded:
             if part.kind == "model":
-                tree = strategy.sharded_model_state_dict(accelerator.prepared.models[part.index])
+                tree = strategy.state_dict(accelerator.prepared.models[part.index], sharded=True)
             else:
-                tree = strategy.sharded_optimizer_state_dict(
-                    accelerator.prepared.optimizers[part.index]
+                tree = strategy.state_dict(
+                    accelerator.prepared.optimizers[part.index], sharded=True
                 )
             snap.shards.append((part.stem, part.label, stage(tree)))
             continue
         if part.kind == "model":
-            tree = strategy.model_state_dict(accelerator.prepared.models[part.index])
+            tree = strategy.state_dict(accelerator.prepared.models[part.index])
         elif part.kind == "optimizer":
-            tree = strategy.optimizer_state_dict(accelerator.prepared.optimizers[part.index])
+            tree = strategy.state_dict(accelerator.prepared.optimizers[part.index])
         else:
             tree = part.obj.state_dict()
         if rank == 0:

@@ -44,7 +44,7 @@ def save_fsdp_model(
 
         folder = output / f"pytorch_model_fsdp_{model_index}"
         folder.mkdir(parents=True, exist_ok=True)
-        tree = strategy.sharded_model_state_dict(model)
+        tree = strategy.state_dict(model, sharded=True)
         save_shards(
             tree, folder, SHARDED_STEM, rank=accelerator.process_index, what=f"model {model_index}"
         )

@@ -42,14 +42,14 @@ def load_fsdp_model(
         tree = unread_safetensors(folder.with_suffix(".safetensors"), what=what)
     strategy = accelerator.strategy
     slices = strategy.loads_in_slices
-    template = strategy.sharded_model_state_dict(model) if slices else None
+    template = strategy.state_dict(model, sharded=True) if slices else None
     names = list(template if template is not None else strategy.unwrap(model).state_dict())
     _check_names(tree, names, what)
     try:
         if slices:
-            strategy.load_sharded_model_state_dict(model, read_like(dict(tree), template))
+            strategy.load_state_dict(model, read_like(dict(tree), template), sharded=True)
         else:
-            strategy.load_model_state_dict(model, read_like(dict(tree), None), strict=True)
+            strategy.load_state_dict(model, read_like(dict(tree), None), strict=True)
     except (RuntimeError, ValueError, KeyError, TypeError) as exc:
         raise CheckpointError(
             f"{what} does not fit the saved weights in {input_dir}: {exc}\n"
@@ -90,13 +90,13 @@ def save_fsdp_optimizer(
 
         folder = output / f"optimizer_{optimizer_index}"
         folder.mkdir(parents=True, exist_ok=True)
-        tree = strategy.sharded_optimizer_state_dict(raw_optimizer(optimizer))
+        tree = strategy.state_dict(raw_optimizer(optimizer), sharded=True)
         save_shards(tree, folder, SHARDED_STEM, rank=accelerator.process_index, what=what)
         accelerator.wait_for_everyone()
         return folder
     from overdrive.checkpoint.serialization import save_tree
 
-    state = strategy.optimizer_state_dict(raw_optimizer(optimizer))  # collective under FSDP
+    state = strategy.state_dict(raw_optimizer(optimizer))  # collective under FSDP
     stem = f"optimizer_{optimizer_index}"
     if accelerator.is_main_process:
         output.mkdir(parents=True, exist_ok=True)
@@ -134,10 +134,10 @@ def load_fsdp_optimizer(
     strategy = accelerator.strategy
     try:
         if strategy.loads_in_slices:
-            state = read_like(tree, strategy.sharded_optimizer_state_dict(raw))
-            strategy.load_sharded_optimizer_state_dict(raw, state)
+            state = read_like(tree, strategy.state_dict(raw, sharded=True))
+            strategy.load_state_dict(raw, state, sharded=True)
         else:
-            strategy.load_optimizer_state_dict(raw, read_like(tree, None))
+            strategy.load_state_dict(raw, read_like(tree, None))
     except (RuntimeError, ValueError, KeyError, TypeError) as exc:
         raise CheckpointError(
             f"{what} does not fit the saved state in {input_dir}: {exc}\n"

@@ -207,24 +207,50 @@ class Strategy:
             torch._foreach_mul_(grads, factor)
 
     # --- state dicts (used by overdrive.checkpoint) -------------------------------------
-    def model_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
-        """The full, unwrapped state dict of ``model`` (keys as the user's module names them)."""
+    def state_dict(self, obj: nn.Module | torch.optim.Optimizer, *, sharded: bool = False) -> Any:
+        """The state of a prepared model or optimizer, keyed by the user's names.
+
+        ``sharded=False``: the whole state (a backend that shards gathers it, collectively,
+        onto the main process; others get an empty dict). ``sharded=True``: this process's
+        part (DTensors, a pipeline stage's tensors); on a backend that does not shard, every
+        process's part is the whole.
+        """
+        if isinstance(obj, nn.Module):
+            return self._model_state(obj, sharded)
+        return self._optimizer_state(obj, sharded)
+
+    def load_state_dict(
+        self,
+        obj: nn.Module | torch.optim.Optimizer,
+        state: dict[str, Any],
+        *,
+        sharded: bool = False,
+        strict: bool = True,
+    ) -> Any:
+        """Load ``state`` (as ``state_dict(obj, sharded=sharded)`` returns it) into ``obj``;
+        ``strict`` applies to models."""
+        if isinstance(obj, nn.Module):
+            return self._load_model_state(obj, state, sharded, strict)
+        return self._load_optimizer_state(obj, state, sharded)
+
+    # What a backend overrides: one reader and one writer each for models and optimizers.
+    def _model_state(self, model: nn.Module, sharded: bool) -> dict[str, Any]:
         return self.unwrap(model).state_dict()
 
-    def load_model_state_dict(
-        self, model: nn.Module, state_dict: dict[str, torch.Tensor], strict: bool = True
+    def _load_model_state(
+        self, model: nn.Module, state: dict[str, Any], sharded: bool, strict: bool
     ) -> Any:
-        return self.unwrap(model).load_state_dict(state_dict, strict=strict)
+        return self.unwrap(model).load_state_dict(state, strict=strict)
 
-    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    def _optimizer_state(self, optimizer: torch.optim.Optimizer, sharded: bool) -> dict[str, Any]:
         return _raw(optimizer).state_dict()
 
-    def load_optimizer_state_dict(
-        self, optimizer: torch.optim.Optimizer, state: dict[str, Any]
+    def _load_optimizer_state(
+        self, optimizer: torch.optim.Optimizer, state: dict[str, Any], sharded: bool
     ) -> None:
         _raw(optimizer).load_state_dict(state)
 
-    # --- sharded state (backends whose processes each hold part of the model) ----------
+    # --- which checkpoints a backend writes and reads ---------------------------------
     @property
     def sharded_checkpoints(self) -> bool:
         """True when ``save_state`` should have every process write its own shards."""
@@ -238,23 +264,8 @@ class Strategy:
     @property
     def loads_in_slices(self) -> bool:
         """True when ``load_state`` should read only this process's part of each saved tensor,
-        laid out as ``sharded_model_state_dict`` says, whatever ``save_state`` writes."""
+        laid out as ``state_dict(model, sharded=True)`` says, whatever ``save_state`` writes."""
         return self.sharded_checkpoints
-
-    def sharded_model_state_dict(self, model: nn.Module) -> dict[str, Any]:
-        """This process's shards of ``model`` (DTensors keyed by the user's names)."""
-        raise NotImplementedError(f"{type(self).__name__} does not shard models")
-
-    def sharded_optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-        raise NotImplementedError(f"{type(self).__name__} does not shard optimizer state")
-
-    def load_sharded_model_state_dict(self, model: nn.Module, state: dict[str, Any]) -> None:
-        raise NotImplementedError(f"{type(self).__name__} does not shard models")
-
-    def load_sharded_optimizer_state_dict(
-        self, optimizer: torch.optim.Optimizer, state: dict[str, Any]
-    ) -> None:
-        raise NotImplementedError(f"{type(self).__name__} does not shard optimizer state")
 
     def teardown(self) -> None:
         """Release backend resources; the process group belongs to the process state."""

@@ -345,9 +345,10 @@ class DeepSpeedStrategy(Strategy):
 
         return not dist.is_initialized() or dist.get_rank() == 0
 
-    def model_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
+    # DeepSpeed keeps its own partitioned format: ``sharded`` changes nothing here.
+    def _model_state(self, model: nn.Module, sharded: bool) -> dict[str, Any]:
         if not self._is_ours(model):
-            return super().model_state_dict(model)
+            return super()._model_state(model, sharded)
         fp32 = self.config.zero_stage == 3 and not self.config.get(
             "zero_optimization.stage3_gather_16bit_weights_on_model_save", False
         )
@@ -355,14 +356,14 @@ class DeepSpeedStrategy(Strategy):
             self.deepspeed, self.engine, fp32_masters=fp32, main=self._main()
         )
 
-    def load_model_state_dict(
-        self, model: nn.Module, state_dict: dict[str, torch.Tensor], strict: bool = True
+    def _load_model_state(
+        self, model: nn.Module, state: dict[str, Any], sharded: bool, strict: bool
     ) -> Any:
         if not self._is_ours(model):
-            return super().load_model_state_dict(model, state_dict, strict)
-        return ds_state.load_model_state_dict(self.deepspeed, self.engine, state_dict, strict)
+            return super()._load_model_state(model, state, sharded, strict)
+        return ds_state.load_model_state_dict(self.deepspeed, self.engine, state, strict)
 
-    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    def _optimizer_state(self, optimizer: torch.optim.Optimizer, sharded: bool) -> dict[str, Any]:
         engine = self._require_engine("save_state")
         if engine.fp16_enabled() and self.config.zero_stage == 0:
             raise OverdriveError(
@@ -372,8 +373,8 @@ class DeepSpeedStrategy(Strategy):
             )
         return ds_state.optimizer_state_dict(engine, self.basic_optimizer)
 
-    def load_optimizer_state_dict(
-        self, optimizer: torch.optim.Optimizer, state: dict[str, Any]
+    def _load_optimizer_state(
+        self, optimizer: torch.optim.Optimizer, state: dict[str, Any], sharded: bool
     ) -> None:
         engine = self._require_engine("load_state")
         ds_state.load_optimizer_state_dict(engine, self.basic_optimizer, state)

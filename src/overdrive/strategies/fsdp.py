@@ -253,79 +253,54 @@ class FSDPStrategy(Strategy):
         return None
 
     # --- state dicts ------------------------------------------------------------------
-    def model_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
-        """The full state dict on the main process (an empty dict elsewhere); collective."""
-        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+    def _model_state(self, model: nn.Module, sharded: bool) -> dict[str, Any]:
+        """Sharded: this process's shards as DTensors keyed by the user's names. Whole: the
+        full state dict on the main process (an empty dict elsewhere); collective."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
+        if sharded:
+            return get_model_state_dict(model, options=StateDictOptions(full_state_dict=False))
         if not self._is_root(model):
-            return super().model_state_dict(model)
+            return super()._model_state(model, sharded)
         full = get_model_state_dict(model, options=self._full_options())
-        return cast(dict[str, torch.Tensor], full) if self._is_main() else {}
+        return cast(dict[str, Any], full) if self._is_main() else {}
 
-    def load_model_state_dict(
-        self, model: nn.Module, state_dict: dict[str, torch.Tensor], strict: bool = True
+    def _load_model_state(
+        self, model: nn.Module, state: dict[str, Any], sharded: bool, strict: bool
     ) -> Any:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-        if not self._is_root(model):
-            return super().load_model_state_dict(model, state_dict, strict)
-        options = StateDictOptions(full_state_dict=True, strict=strict)
-        return set_model_state_dict(model, cast(dict[str, Any], state_dict), options=options)
+        if sharded:
+            options = StateDictOptions(full_state_dict=False)
+        elif not self._is_root(model):
+            return super()._load_model_state(model, state, sharded, strict)
+        else:
+            options = StateDictOptions(full_state_dict=True, strict=strict)
+        return set_model_state_dict(model, state, options=options)
 
-    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    def _optimizer_state(self, optimizer: torch.optim.Optimizer, sharded: bool) -> dict[str, Any]:
         from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
             get_optimizer_state_dict,
         )
 
         model = self.model_for(optimizer)
+        if sharded:
+            options = StateDictOptions(full_state_dict=False)
+            return get_optimizer_state_dict(model, _raw(optimizer), options=options)
         full = get_optimizer_state_dict(model, _raw(optimizer), options=self._full_options())
         return full if self._is_main() else {}
 
-    def load_optimizer_state_dict(
-        self, optimizer: torch.optim.Optimizer, state: dict[str, Any]
+    def _load_optimizer_state(
+        self, optimizer: torch.optim.Optimizer, state: dict[str, Any], sharded: bool
     ) -> None:
         from torch.distributed.checkpoint.state_dict import (
             StateDictOptions,
             set_optimizer_state_dict,
         )
 
-        options = StateDictOptions(full_state_dict=True)
+        options = StateDictOptions(full_state_dict=not sharded)
         set_optimizer_state_dict(self.model_for(optimizer), _raw(optimizer), state, options=options)
-
-    def sharded_model_state_dict(self, model: nn.Module) -> dict[str, Any]:
-        """This process's shards of the model, as DTensors keyed by the user's names."""
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-        return get_model_state_dict(model, options=StateDictOptions(full_state_dict=False))
-
-    def sharded_optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            get_optimizer_state_dict,
-        )
-
-        options = StateDictOptions(full_state_dict=False)
-        return get_optimizer_state_dict(self.model_for(optimizer), _raw(optimizer), options=options)
-
-    def load_sharded_model_state_dict(self, model: nn.Module, state: dict[str, Any]) -> None:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-
-        set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=False))
-
-    def load_sharded_optimizer_state_dict(
-        self, optimizer: torch.optim.Optimizer, state: dict[str, Any]
-    ) -> None:
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            set_optimizer_state_dict,
-        )
-
-        set_optimizer_state_dict(
-            self.model_for(optimizer),
-            _raw(optimizer),
-            state,
-            options=StateDictOptions(full_state_dict=False),
-        )
 
     def _full_options(self) -> Any:
         """Full state dicts gathered to the main process's CPU memory.

@@ -374,13 +374,20 @@ class PipelineParallelStrategy(Strategy):
         return total
 
     # --- checkpoints ---------------------------------------------------------------------
-    def model_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
-        """The whole model's weights on the main process (every stage's, by their names in
-        the unsplit model); an empty dict elsewhere. Collective over the pipeline."""
+    def _model_state(self, model: nn.Module, sharded: bool) -> dict[str, Any]:
+        """Whole: the model's weights on the main process (every stage's, by their names in
+        the unsplit model), an empty dict elsewhere. Sharded: this stage's tensors as boxes
+        (written by its first data-parallel replica), the others' as placeholders. Both are
+        collective over the pipeline."""
         import torch.distributed as dist
 
-        if not isinstance(model, PipelinedModel):
-            return super().model_state_dict(model)
+        from overdrive.parallel.pipeline_checkpoint import stage_model_state
+
+        if not isinstance(model, PipelinedModel):  # not split: every process holds it whole
+            return super()._model_state(model, sharded)
+        if sharded:
+            stage = model.stage
+            return stage_model_state(stage.module, stage.names, self.pp_group, write=self._writes())
         mine = {
             model.stage.names[name]: _cpu(t)
             for name, t in model.stage.module.state_dict(keep_vars=True).items()
@@ -393,12 +400,14 @@ class PipelineParallelStrategy(Strategy):
             full.update(part)
         return full if dist.get_rank() == 0 else {}
 
-    def load_model_state_dict(
-        self, model: nn.Module, state_dict: dict[str, torch.Tensor], strict: bool = True
+    def _load_model_state(
+        self, model: nn.Module, state_dict: dict[str, Any], sharded: bool, strict: bool
     ) -> Any:
-        """Load this stage's part of the whole model's state dict (every process reads it)."""
+        """Load this stage's part of the whole model's state dict (every process reads it;
+        a sharded one is strict whatever ``strict`` says)."""
         if not isinstance(model, PipelinedModel):
-            return super().load_model_state_dict(model, state_dict, strict)
+            return super()._load_model_state(model, state_dict, sharded, strict)
+        strict = strict or sharded
         names = model.stage.names
         local = [k for k in model.stage.module.state_dict() if k in names]
         missing = [names[k] for k in local if names[k] not in state_dict]
@@ -412,14 +421,18 @@ class PipelineParallelStrategy(Strategy):
         wanted = {k: _like(state_dict[names[k]], live[k]) for k in local if names[k] in state_dict}
         return model.stage.module.load_state_dict(wanted, strict=strict)
 
-    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-        """The whole optimizer's state on the main process, keyed by the unsplit model's
-        parameter names (every stage's); an empty dict elsewhere. Collective over the
-        pipeline."""
+    def _optimizer_state(self, optimizer: torch.optim.Optimizer, sharded: bool) -> dict[str, Any]:
+        """Keyed by the unsplit model's parameter names, as FSDP's sharded state is. Whole:
+        every stage's entries on the main process, an empty dict elsewhere. Sharded: this
+        stage's tensors as boxes, the others' as placeholders. Collective over the pipeline."""
         import torch.distributed as dist
+
+        from overdrive.parallel.pipeline_checkpoint import stage_optimizer_state
 
         raw = _raw(optimizer)
         fqn = self._param_names()
+        if sharded:
+            return stage_optimizer_state(raw, fqn, self.pp_group, write=self._writes())
         mine = raw.state_dict()
         params = [p for g in raw.param_groups for p in g["params"]]
         state = {
@@ -445,12 +458,17 @@ class PipelineParallelStrategy(Strategy):
                 merged["params"] += group["params"]
         return {"state": full_state, "param_groups": full_groups}
 
-    def load_optimizer_state_dict(
-        self, optimizer: torch.optim.Optimizer, state: dict[str, Any]
+    def _load_optimizer_state(
+        self, optimizer: torch.optim.Optimizer, state: dict[str, Any], sharded: bool
     ) -> None:
-        """Load this stage's entries of the whole optimizer's state (by parameter name)."""
+        """Load this stage's entries of the optimizer's state (by parameter name)."""
+        from overdrive.parallel.pipeline_checkpoint import load_stage_optimizer
+
         raw = _raw(optimizer)
         fqn = self._param_names()
+        if sharded:
+            load_stage_optimizer(raw, fqn, state)
+            return
         saved_groups = state["param_groups"]
         if len(saved_groups) != len(raw.param_groups):
             raise OverdriveError(
@@ -473,34 +491,6 @@ class PipelineParallelStrategy(Strategy):
     @property
     def sharded_checkpoints(self) -> bool:
         return True
-
-    def sharded_model_state_dict(self, model: nn.Module) -> dict[str, Any]:
-        """The whole model's state dict: this stage's tensors as boxes (written by its first
-        data-parallel replica), the others' as placeholders; collective over the pipeline."""
-        from overdrive.parallel.pipeline_checkpoint import stage_model_state
-
-        if not isinstance(model, PipelinedModel):  # not split: every process holds it whole
-            return self.unwrap(model).state_dict()
-        stage = model.stage
-        return stage_model_state(stage.module, stage.names, self.pp_group, write=self._writes())
-
-    def sharded_optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-        """The whole optimizer's state keyed by parameter name, as FSDP's sharded one is:
-        this stage's tensors as boxes, the others' as placeholders; collective."""
-        from overdrive.parallel.pipeline_checkpoint import stage_optimizer_state
-
-        names = self._param_names()
-        return stage_optimizer_state(_raw(optimizer), names, self.pp_group, write=self._writes())
-
-    def load_sharded_model_state_dict(self, model: nn.Module, state: dict[str, Any]) -> None:
-        self.load_model_state_dict(model, state, strict=True)
-
-    def load_sharded_optimizer_state_dict(
-        self, optimizer: torch.optim.Optimizer, state: dict[str, Any]
-    ) -> None:
-        from overdrive.parallel.pipeline_checkpoint import load_stage_optimizer
-
-        load_stage_optimizer(_raw(optimizer), self._param_names(), state)
 
     def _writes(self) -> bool:
         """Whether this process writes its stage's tensors: its first replica does."""

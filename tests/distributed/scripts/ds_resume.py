@@ -117,7 +117,7 @@ def main() -> None:
         saved_model = load_tree(out / "epoch", "model_0", what="model")
         saved_opt = load_tree(out / "epoch", "optimizer_0", what="optimizer")
         now_model = acc.get_state_dict(model)
-        now_opt = acc.strategy.optimizer_state_dict(opt)
+        now_opt = acc.strategy.state_dict(opt)
         facts["model_equal"] = all(torch.equal(now_model[k], v) for k, v in saved_model.items())
         facts["masters_equal"] = all(
             torch.equal(now_opt["masters"][k], v) for k, v in saved_opt["masters"].items()
