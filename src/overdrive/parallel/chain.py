@@ -2,20 +2,23 @@
 one pipeline stage of it, as torchtitan's ``parallelize`` runs them.
 
     tensor parallelism (apply_tp)      split the plan's modules over the ``tp`` mesh dimension
+      -> fill from the main process    processes that built the model empty get its weights
       -> activation checkpointing      recompute each unit's activations in backward
       -> FSDP2 (apply_fsdp2)           shard over the data-parallel sub-mesh
          or replicate_leftovers        without FSDP: what tensor parallelism left whole
                                        becomes a replicated DTensor on the ``tp`` mesh
 
 Each step owns its settings (``TPSettings``, ``FSDPPolicy``); a step without them is skipped.
-The pipeline strategy runs the chain on its stage after splitting the model
+The FSDP strategy runs it on the whole model (FSDP2, with tensor parallelism when a plan
+is given); the pipeline strategy on its stage after splitting the model
 (``parallel/pipeline.py``), so pipeline x tensor x data parallelism compose.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from torch import nn
 
@@ -32,31 +35,56 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Chain:
-    """The steps to run: tensor parallelism when ``tp`` is given, FSDP2 when ``fsdp`` is."""
+    """The steps to run: tensor parallelism when ``tp`` is given; ``fsdp``'s units checkpoint
+    their activations when it asks, and are sharded with FSDP2 when ``shard`` (else what
+    tensor parallelism left whole is replicated on the ``tp`` mesh)."""
 
     tp: TPSettings | None = None
     fsdp: FSDPPolicy | None = None
+    shard: bool = True
+
+
+class Parallelized(NamedTuple):
+    """What the chain did: the tensor-parallel plan applied, the module paths of its units."""
+
+    plan: dict[str, str]
+    units: list[str]
 
 
 def parallelize(
-    runs: nn.Module, owner: nn.Module, mesh: DeviceMesh, chain: Chain, *, whole: bool = True
-) -> dict[str, str]:
-    """Run ``chain`` on ``runs`` (the module that is called) in place; returns the tensor
-    parallel plan applied. ``owner`` is the model whose modules ``runs`` holds (it carries
-    the config and its own tensor-parallel plan; the same module for a whole model).
-    ``whole=False``: ``runs`` is a pipeline stage, holding only some of the plan's modules.
-    Every process already holds the same weights (tensor parallelism cuts its part locally).
+    runs: nn.Module,
+    owner: nn.Module,
+    mesh: DeviceMesh,
+    chain: Chain,
+    *,
+    whole: bool = True,
+    split_locally: bool = True,
+    fill: Callable[[nn.Module], None] | None = None,
+) -> Parallelized:
+    """Run ``chain`` on ``runs`` (the module that is called) in place.
+
+    ``owner`` is the model whose modules ``runs`` holds (it carries the config and its own
+    tensor-parallel plan; the same module for a whole model). ``whole=False``: ``runs`` is a
+    pipeline stage, holding only some of the plan's modules. ``split_locally``: every
+    process already holds the same weights (or none), so tensor parallelism cuts its part
+    locally; otherwise the first process of each tp group scatters its own. ``fill``: run
+    between the split and sharding, on processes that built the model empty
+    (``fill_from_main``).
     """
     plan: dict[str, str] = {}
     if chain.tp is not None:
-        plan = apply_tp(owner, mesh["tp"], chain.tp, split_locally=True, whole=whole)
-    if chain.fsdp is not None:
+        plan = apply_tp(owner, mesh["tp"], chain.tp, split_locally=split_locally, whole=whole)
+    if fill is not None:
+        fill(runs)
+    units = policy_units(runs, chain.fsdp) if chain.fsdp is not None else []
+    paths = {id(m): name for name, m in runs.named_modules()}
+    unit_paths = sorted(paths[id(u)] for u in units)
+    if chain.fsdp is not None and chain.fsdp.activation_checkpointing:
+        apply_activation_checkpointing(units or [runs])
+    if chain.fsdp is not None and chain.shard:
         from overdrive.parallel.fsdp2 import apply_fsdp2
 
-        units = policy_units(runs, chain.fsdp)
-        if chain.fsdp.activation_checkpointing:
-            apply_activation_checkpointing(units or [runs])
         apply_fsdp2(runs, data_parallel_mesh(mesh), chain.fsdp, units)
     elif chain.tp is not None:
         replicate_leftovers(runs, mesh["tp"])
-    return plan
+    return Parallelized(plan, unit_paths)

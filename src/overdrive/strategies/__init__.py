@@ -68,6 +68,10 @@ def _data_parallel(
 ) -> Strategy:
     """FSDP or DeepSpeed when asked for, DDP on several processes, else one device."""
     from overdrive.parallel.layout import ParallelLayout, layout_from_settings
+    from overdrive.parallel.topology import Topology
+
+    # every process its own data-parallel rank: one process, DDP, and DeepSpeed's ZeRO
+    replicas = Topology(ParallelLayout(dp_replicate=state.num_processes), state.device.type)
 
     if settings["distributed_type"] == "FSDP":
         from overdrive.parallel.fsdp_policy import policy_from_settings
@@ -89,7 +93,7 @@ def _data_parallel(
         code = given if isinstance(given, dict) else None
         config = build(settings, code_config=code, caller_accumulates=from_transformers, **label)
         zero3_init = bool(settings["deepspeed_config.zero3_init_flag"])
-        return DeepSpeedStrategy(state.device, config, zero3_init=zero3_init)
+        return DeepSpeedStrategy(state.device, config, zero3_init=zero3_init, topology=replicas)
     if state.num_processes > 1 and settings["distributed_type"] == "MEGATRON_LM":
         layout = layout_from_settings(settings, state.num_processes)
         if layout.dp_shard > 1:  # use_distributed_optimizer without tp or pp degrees
@@ -97,9 +101,6 @@ def _data_parallel(
             from overdrive.strategies.tensor_parallel import distributed_optimizer_policy
 
             return FSDPStrategy(state.device, layout, distributed_optimizer_policy())
-    from overdrive.parallel.topology import Topology
-
-    replicas = Topology(ParallelLayout(dp_replicate=state.num_processes), state.device.type)
     if state.num_processes > 1:
         return DDPStrategy(state.device, ddp_kwargs, replicas)
     return SingleDeviceStrategy(state.device, replicas)

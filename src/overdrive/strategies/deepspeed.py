@@ -40,6 +40,7 @@ from overdrive.ds.engine import (
 from overdrive.ds.finish import finish
 from overdrive.ds.window import WindowScale
 from overdrive.errors import ConfigError, OverdriveError
+from overdrive.parallel.topology import Topology
 from overdrive.strategies.base import Params, PrepareOne, Strategy, TrainingLoop
 
 
@@ -56,9 +57,14 @@ class DeepSpeedStrategy(Strategy):
     optimizer_state_by_name = None  # fp32 masters and ZeRO state: its own format
 
     def __init__(
-        self, device: torch.device, config: DeepSpeedConfig, *, zero3_init: bool = False
+        self,
+        device: torch.device,
+        config: DeepSpeedConfig,
+        *,
+        zero3_init: bool = False,
+        topology: Topology | None = None,
     ) -> None:
-        super().__init__(device)
+        super().__init__(device, topology)
         self.config = config
         self.zero3_init = zero3_init and config.zero_stage == 3
         self.engine: Any = None

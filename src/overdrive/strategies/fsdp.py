@@ -1,8 +1,10 @@
-"""Fully sharded data parallel: FSDP2 (``fully_shard``) or FSDP1, from ``fsdp_config``.
+"""Fully sharded data parallel: FSDP2 (``fully_shard``) or FSDP1, from ``fsdp_config``, with
+tensor parallelism in front when a plan is given: one strategy for the DTensor mesh.
 
-The strategy is the order in which the ``overdrive.parallel`` pieces are applied (wrap units,
-activation checkpointing, sharding) plus what the loop needs from a sharded model: gradient
-sync control, a global gradient norm, full and sharded state dicts.
+FSDP2 models go through the parallelize chain (``parallel/chain.py``: tensor parallel ->
+fill from the main process -> activation checkpointing -> FSDP2 or replicate); FSDP1 has
+its own wrapper. The strategy adds what the loop needs from a sharded model: gradient sync
+control, a global gradient norm, full and sharded state dicts.
 """
 
 from __future__ import annotations
@@ -17,12 +19,16 @@ from torch import nn
 
 from overdrive.errors import OverdriveError
 from overdrive.parallel.activation_checkpointing import apply_activation_checkpointing
+from overdrive.parallel.chain import Chain, parallelize
+from overdrive.parallel.fill_from_main import fill_from_main
 from overdrive.parallel.fsdp_policy import FSDPPolicy
+from overdrive.parallel.grad_norm import clip_grad_norm
 from overdrive.parallel.layout import ParallelLayout
 from overdrive.parallel.mesh import data_parallel_mesh
-from overdrive.parallel.meta_init import broadcast_buffers, empty_ranks, is_empty
+from overdrive.parallel.meta_init import empty_ranks, is_empty
 from overdrive.parallel.rebind import named_params, rebind, replacement_map
 from overdrive.parallel.topology import Topology
+from overdrive.parallel.tp import TPSettings
 from overdrive.parallel.wrap import policy_units
 from overdrive.strategies.base import Params, Strategy, _raw
 
@@ -34,10 +40,18 @@ class FSDPStrategy(Strategy):
     optimizer_state_by_name = True
     sharded_grads = True
 
-    def __init__(self, device: torch.device, layout: ParallelLayout, policy: FSDPPolicy) -> None:
+    def __init__(
+        self,
+        device: torch.device,
+        layout: ParallelLayout,
+        policy: FSDPPolicy,
+        tp: TPSettings | None = None,
+    ) -> None:
         super().__init__(device, Topology(layout, device.type))
         self.layout = layout
         self.policy = policy
+        self.tp = tp  # tensor parallelism over the mesh's ``tp`` dimension, before FSDP
+        self.plans: dict[int, dict[str, str]] = {}  # id(root) -> module name -> style
         self._roots: list[nn.Module] = []
         self._replaced: dict[int, nn.Parameter] = {}
         self._fsdp1_source: dict[str, torch.Tensor] | None = None  # FSDP1 empty-model fill
@@ -69,9 +83,17 @@ class FSDPStrategy(Strategy):
         self._say_if_loading_is_not_efficient(empty)
         full_state = model.state_dict() if empty and self._is_main() else {}
         model, fill_later = self._place(model, empty, device_placement)
-        wrapped = self._shard(model)
-        if fill_later:
-            self._fill_from_main(wrapped, full_state)
+        if self.tp is not None:
+            # Split first, then fill, then shard: filled after FSDP, the 2-D placements
+            # would need FSDP's own strided layout. Processes split locally when they hold
+            # the same weights already (rank 0's, or none yet).
+            split_locally = bool(empty) or self.policy.sync_module_states
+            fill = (lambda m: fill_from_main(m, full_state, self.device)) if fill_later else None
+            wrapped = self._shard(model, split_locally=split_locally, fill=fill)
+        else:
+            wrapped = self._shard(model)
+            if fill_later:
+                fill_from_main(wrapped, full_state, self.device)
         self._roots.append(wrapped)
         mapping = replacement_map(before, named_params(wrapped))
         self._replaced.update(mapping)
@@ -96,7 +118,7 @@ class FSDPStrategy(Strategy):
             return model.to("meta"), False
         if device_placement and not p.offload_params and not is_empty(model):
             model = model.to(self.device)
-        fill_later = bool(empty) and p.version == 2
+        fill_later = bool(empty) and p.version == 2  # once sharded (or split, then sharded)
         if p.sync_module_states and not fill_later:
             # Done here for both versions: FSDP1's own sync refuses CPU (rehearsal) modules.
             _broadcast_from_rank0(model, self.device)
@@ -130,58 +152,45 @@ class FSDPStrategy(Strategy):
         """The submodules the policy makes units of (sharded, and checkpointed if asked)."""
         return policy_units(model, self.policy)
 
-    def _shard(self, model: nn.Module) -> nn.Module:
-        """Choose the units, checkpoint their activations, shard them and the root."""
+    def _shard(
+        self, model: nn.Module, *, split_locally: bool = True, fill: Any = None
+    ) -> nn.Module:
+        """FSDP2: the parallelize chain on the whole model. FSDP1: choose the units,
+        checkpoint their activations, wrap them and the root."""
         p = self.policy
+        if p.version == 2:
+            chain = Chain(tp=self.tp, fsdp=p, shard=self._fsdp_has_work())
+            done = parallelize(
+                model, model, self.mesh, chain, split_locally=split_locally, fill=fill
+            )
+            self.units[id(model)] = done.units if chain.shard else []
+            if self.tp is not None:
+                self.plans[id(model)] = done.plan
+            return model
         units = self._units(model)
         paths = {id(m): name for name, m in model.named_modules()}
         unit_paths = sorted(paths[id(u)] for u in units)
         if p.activation_checkpointing:
             apply_activation_checkpointing(units or [model])
-        if p.version == 2:
-            from overdrive.parallel.fsdp2 import apply_fsdp2
+        from overdrive.parallel.fsdp1 import apply_fsdp1
 
-            wrapped = apply_fsdp2(model, data_parallel_mesh(self.mesh), p, units)
-        else:
-            from overdrive.parallel.fsdp1 import apply_fsdp1
-
-            hybrid = p.sharding_strategy.startswith("HYBRID")
-            dp_mesh = data_parallel_mesh(self.mesh, flat=not hybrid)
-            filler = self._fsdp1_filler(model)
-            wrapped = apply_fsdp1(model, dp_mesh, p, units, self.device, param_init_fn=filler)
-            self._fsdp1_source = None
+        hybrid = p.sharding_strategy.startswith("HYBRID")
+        dp_mesh = data_parallel_mesh(self.mesh, flat=not hybrid)
+        filler = self._fsdp1_filler(model)
+        wrapped = apply_fsdp1(model, dp_mesh, p, units, self.device, param_init_fn=filler)
+        self._fsdp1_source = None
         self.units[id(wrapped)] = unit_paths
         return wrapped
 
-    def _fill_from_main(self, model: nn.Module, full_state: dict[str, Any]) -> None:
-        """Allocate this process's shards of an empty model and copy the main one's weights.
-
-        One tensor at a time: a process other than the main one holds its shards plus, for
-        a moment, one full tensor (PyTorch's own broadcast_from_rank0 keeps them all).
-        """
-        from torch.distributed.tensor import DTensor, distribute_tensor
-
-        if is_empty(model):
-            model.to_empty(device=self.device)  # sharded by now: only this process's shards
-        main = self._is_main()
-        with torch.no_grad():
-            for name, param in named_params(model).items():
-                local = param.to_local() if isinstance(param, DTensor) else param
-                full = full_state[name] if main else None
-                if full is None:
-                    full = torch.empty(param.shape, dtype=param.dtype, device=local.device)
-                full = full.to(device=local.device, dtype=param.dtype)
-                # From the main process to all: the first process of a DTensor's own mesh
-                # (which distribute_tensor would scatter from) may be an empty one.
-                torch.distributed.broadcast(full, src=0)
-                if isinstance(param, DTensor):
-                    mesh, placements = param.device_mesh, param.placements
-                    part = distribute_tensor(full, mesh, placements, src_data_rank=None)
-                    local.copy_(part.to_local())
-                else:
-                    local.copy_(full)
-                del full
-        broadcast_buffers(model, self.device)
+    def _fsdp_has_work(self) -> bool:
+        """Under tensor parallelism, FSDP2 is applied only when it shards, replicates,
+        offloads or casts parameters: with one data-parallel process its per-step copies
+        would cost a quarter of a small step, and what the plan left whole is replicated on
+        the tp mesh instead."""
+        p = self.policy
+        if self.tp is None:
+            return True
+        return self.layout.dp_size > 1 or p.offload_params or p.mixed_precision != "no"
 
     def _say_if_loading_is_not_efficient(self, empty: list[int]) -> None:
         import torch.distributed as dist
@@ -235,6 +244,8 @@ class FSDPStrategy(Strategy):
     ) -> torch.Tensor:
         """Clip by the norm over every shard of every process; return that global norm."""
         params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+        if self.tp is not None:
+            return clip_grad_norm(params, max_norm, norm_type).to(self.device)
         root = self._fsdp1_root_of(params)
         if root is not None:
             return root.clip_grad_norm_(max_norm, norm_type)
