@@ -33,8 +33,12 @@ def test_pipeline_and_tensor_dimensions_share_data_ranks() -> None:
     [
         ({}, 1, "single", [(0, 1)]),
         ({}, 2, "ddp", [(0, 2), (1, 2)]),
-        ({"distributed_type": "DEEPSPEED", "deepspeed_config.zero_stage": 2}, 2, "deepspeed",
-         [(0, 2), (1, 2)]),  # fmt: skip
+        (
+            {"distributed_type": "DEEPSPEED", "deepspeed_config.zero_stage": 2},
+            2,
+            "deepspeed",
+            [(0, 2), (1, 2)],
+        ),  # fmt: skip
         (
             {
                 "distributed_type": "MEGATRON_LM",
