@@ -38,7 +38,7 @@ def test_pipeline_and_tensor_dimensions_share_data_ranks() -> None:
             2,
             "deepspeed",
             [(0, 2), (1, 2)],
-        ),  # fmt: skip
+        ),
         (
             {
                 "distributed_type": "MEGATRON_LM",

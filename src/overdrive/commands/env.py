@@ -9,17 +9,14 @@ import platform
 from shutil import which
 from typing import Any
 
+from overdrive.commands.parser import command_parser
+
 
 def env_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     """The ``env`` arguments: ``--config_file``."""
     description = "Print versions, devices and the config in use, for bug reports."
-    if subparsers is not None:
-        parser = subparsers.add_parser("env", description=description)
-    else:
-        parser = argparse.ArgumentParser("overdrive env", description=description)
+    parser = command_parser(subparsers, "env", description, env_command)
     parser.add_argument("--config_file", "--config-file", dest="config_file", default=None)
-    if subparsers is not None:
-        parser.set_defaults(func=env_command)
     return parser
 
 

@@ -13,6 +13,8 @@ import os
 from collections import defaultdict
 from typing import Any
 
+from overdrive.commands.parser import command_parser
+
 DTYPE_DIVISORS = {"float32": 1, "float16": 2, "int8": 4, "int4": 8}
 
 
@@ -104,18 +106,13 @@ def gather_data(args: argparse.Namespace) -> list[list[Any]]:
 def estimate_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     """The ``estimate-memory`` arguments of the described system."""
     description = "Model size estimator for fitting a model into device memory."
-    if subparsers is not None:
-        parser = subparsers.add_parser("estimate-memory", description=description)
-    else:
-        parser = argparse.ArgumentParser("overdrive estimate-memory", description=description)
+    parser = command_parser(subparsers, "estimate-memory", description, estimate_command)
     parser.add_argument("model_name", help="a Hub repo id, or a local config.json / directory")
     parser.add_argument("--library_name", choices=["timm", "transformers"], default=None)
     parser.add_argument(
         "--dtypes", nargs="+", default=list(DTYPE_DIVISORS), choices=list(DTYPE_DIVISORS)
     )
     parser.add_argument("--trust_remote_code", action="store_true", default=False)
-    if subparsers is not None:
-        parser.set_defaults(func=estimate_command)
     return parser
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from overdrive.cli.flags import add_flag
 from overdrive.cli.launch_cmd import SWITCHES, flag_settings
+from overdrive.commands.parser import command_parser
 from overdrive.config import Settings, load_settings
 from overdrive.config.kinds import Float, Int
 
@@ -46,10 +47,8 @@ def launch_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
         "formatter_class": OneSpellingHelpFormatter,
         "allow_abbrev": False,
     }
-    if subparsers is not None:
-        parser = subparsers.add_parser("launch", **kwargs)
-    else:
-        parser = argparse.ArgumentParser("overdrive launch", **kwargs)
+    description = kwargs.pop("description")
+    parser = command_parser(subparsers, "launch", description, launch_command, **kwargs)
     add_flag(parser, "config_file", default=None, help="config file (default: the cached one)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no banner")
     parser.add_argument("-v", "--verbose", action="store_true", help="show the agent's logs")
@@ -71,8 +70,6 @@ def launch_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     add_flag(parser, "no_python", action="store_true", help="refused: workers run Python")
     parser.add_argument("training_script", help="the script (or module with -m) to run")
     parser.add_argument("training_script_args", nargs=argparse.REMAINDER, help="its arguments")
-    if subparsers is not None:
-        parser.set_defaults(func=launch_command)
     return parser
 
 

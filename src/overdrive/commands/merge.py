@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from overdrive.commands.parser import command_parser
+
 
 def merge_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     """The ``merge-weights`` arguments: CHECKPOINT_DIRECTORY OUTPUT_PATH
@@ -14,10 +16,7 @@ def merge_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
         "Merge a sharded model (a save_fsdp_model folder or a save_state checkpoint) into "
         "full weights (model.safetensors)."
     )
-    if subparsers is not None:
-        parser = subparsers.add_parser("merge-weights", description=description)
-    else:
-        parser = argparse.ArgumentParser("overdrive merge-weights", description=description)
+    parser = command_parser(subparsers, "merge-weights", description, merge_command)
     parser.add_argument("checkpoint_directory", help="the folder holding the shards")
     parser.add_argument("output_path", help="where to write the full weights")
     parser.add_argument(
@@ -28,8 +27,6 @@ def merge_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     parser.add_argument(
         "--remove_checkpoint_dir", action="store_true", help="delete the shards afterwards"
     )
-    if subparsers is not None:
-        parser.set_defaults(func=merge_command)
     return parser
 
 

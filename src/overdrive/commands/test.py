@@ -8,17 +8,14 @@ import argparse
 import subprocess
 from typing import Any
 
+from overdrive.commands.parser import command_parser
+
 
 def test_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     """The ``test`` arguments: ``--config_file``."""
     description = "Check that a launch with your config forms one group and trains in step."
-    if subparsers is not None:
-        parser = subparsers.add_parser("test", description=description)
-    else:
-        parser = argparse.ArgumentParser("overdrive test", description=description)
+    parser = command_parser(subparsers, "test", description, test_command)
     parser.add_argument("--config_file", "--config-file", dest="config_file", default=None)
-    if subparsers is not None:
-        parser.set_defaults(func=test_command)
     return parser
 
 

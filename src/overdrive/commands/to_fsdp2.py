@@ -10,6 +10,8 @@ from typing import Any
 
 import yaml
 
+from overdrive.commands.parser import command_parser
+
 logger = logging.getLogger(__name__)
 
 RESHARDS_AFTER_FORWARD = {
@@ -60,15 +62,10 @@ def convert_config_to_fsdp2(config: dict[str, Any]) -> dict[str, Any]:
 def to_fsdp2_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     """The ``to-fsdp2`` arguments: ``--config_file`` and ``--output_file`` or ``--overwrite``."""
     description = "Convert a config file from FSDP1 to FSDP2"
-    if subparsers is not None:
-        parser = subparsers.add_parser("to-fsdp2", description=description)
-    else:
-        parser = argparse.ArgumentParser("overdrive to-fsdp2", description=description)
+    parser = command_parser(subparsers, "to-fsdp2", description, to_fsdp2_command)
     parser.add_argument("--config_file", required=True, help="the config file to convert")
     parser.add_argument("--overwrite", action="store_true", help="rewrite --config_file itself")
     parser.add_argument("--output_file", default=None, help="where to write the converted file")
-    if subparsers is not None:
-        parser.set_defaults(func=to_fsdp2_command)
     return parser
 
 

@@ -8,16 +8,15 @@ import argparse
 import subprocess
 from typing import Any
 
+from overdrive.commands.parser import command_parser
+
 SETUP_DIRECTORY = "cd /usr/share"
 
 
 def tpu_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     """The ``tpu-config`` arguments."""
     description = "Run commands on every worker of a TPU pod (gcloud compute tpus tpu-vm ssh)."
-    if subparsers is not None:
-        parser = subparsers.add_parser("tpu-config", description=description)
-    else:
-        parser = argparse.ArgumentParser("overdrive tpu-config", description=description)
+    parser = command_parser(subparsers, "tpu-config", description, tpu_command_launcher)
     parser.add_argument("--config_file", default=None, help="config file with tpu_* keys")
     parser.add_argument("--tpu_name", default=None, help="the TPU VM's name")
     parser.add_argument("--tpu_zone", default=None, help="its zone")
@@ -27,8 +26,6 @@ def tpu_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     parser.add_argument("--install_accelerate", action="store_true", help="pip install first")
     parser.add_argument("--accelerate_version", default="latest", help="which version")
     parser.add_argument("--debug", action="store_true", help="print the command, run nothing")
-    if subparsers is not None:
-        parser.set_defaults(func=tpu_command_launcher)
     return parser
 
 
