@@ -37,6 +37,7 @@ SITE = Path(os.environ.get("OVERDRIVE_COMPAT_SITE", REPO / ".compat" / "site")).
 DEPS = CACHE / "deps"  # their test dependencies overdrive does not need (datasets, ...)
 PLUGIN = Path(__file__).resolve().parent / "plugin"
 ENGINES = ("accelerate", "overdrive")
+POLL_S = 5.0  # how often a running file is checked against its time limit
 # The single-process files, in the order they run (the distributed ones start processes).
 DEFAULT_FILES = [
     "test_trainer_accelerator",
@@ -103,9 +104,7 @@ def run_file(
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group, so a hung file ends whole
         )
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
+        if not wait_running(proc, timeout):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     found = read_log(log)
@@ -113,6 +112,33 @@ def run_file(
         found.outcomes["<collect>"] = "error"
         found.messages["<collect>"] = f"no test reported; see {output.relative_to(REPO)}"
     return found, time.monotonic() - began
+
+
+def wait_running(proc: subprocess.Popen[bytes], limit: float) -> bool:
+    """Wait for ``proc``; False once it has run ``limit`` seconds. Time it spends stopped
+    (SIGSTOP, as a shared host pauses helpers' jobs while CI runs) does not count, nor does
+    time this runner itself was stopped: each check adds at most two check intervals."""
+    ran, last = 0.0, time.monotonic()
+    while True:
+        try:
+            proc.wait(timeout=POLL_S)
+            return True
+        except subprocess.TimeoutExpired:
+            now = time.monotonic()
+            if not _stopped(proc.pid):
+                ran += min(now - last, 2 * POLL_S)
+            last = now
+            if ran > limit:
+                return False
+
+
+def _stopped(pid: int) -> bool:
+    """Whether ``pid`` is stopped by a signal (Linux: its state in /proc; elsewhere never)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] in ("T", "t")
 
 
 def run(names: list[str], timeout: float, selection: str | None) -> dict[str, Any]:
