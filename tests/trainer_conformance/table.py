@@ -43,7 +43,9 @@ def _row(name: str, entry: dict[str, Any]) -> tuple[str, int, int]:
     failing = {t for t, o in theirs.items() if o in bad and ours.get(t) in bad}
     skipped = {t for t, o in theirs.items() if o in ("skipped", "xfailed")}
     hung = {t for t, o in {**theirs, **ours}.items() if o == "hung"}
-    tests = len((set(theirs) | set(ours)) - {"<collect>"})
+    tests: int | str = len((set(theirs) | set(ours)) - {"<collect>"})
+    if not tests and "<collect>" in theirs:
+        tests = "0 (did not collect)"
     selection = f" (`-k {entry['selection']}`)" if entry.get("selection") else ""
     line = (
         f"| {name}.py{selection} | {tests} | {len(passing(theirs))} | {len(both)} "

@@ -82,3 +82,9 @@ def test_the_table_goes_between_the_markers(tmp_path: Path) -> None:
     text = doc.read_text()
     assert text.startswith("head\n<!-- trainer-conformance:start -->\n| file |")
     assert "old" not in text and text.endswith("<!-- trainer-conformance:end -->\ntail\n")
+
+
+def test_a_file_that_did_not_collect_says_so() -> None:
+    failed = {"<collect>": "error"}
+    results = {"test_y": {"accelerate": failed, "overdrive": failed, "messages": {}}}
+    assert "| test_y.py | 0 (did not collect) | 0 | 0 | 0 | 1 | 0 | 0 |" in table(results)
