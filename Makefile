@@ -9,8 +9,8 @@ PIP := $(BIN)/python -m pip
 DEMO_STAMP := $(VENV)/.installed-demo
 STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test extended faults compat conformance deepspeed parallel lint typecheck venv clean \
-	gpu gpu-smoke gpu-wheels
+.PHONY: demo test extended faults compat conformance trainer deepspeed parallel lint typecheck \
+	venv clean gpu gpu-smoke gpu-wheels
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -83,6 +83,20 @@ CONFORMANCE_DEPS := parameterized
 conformance: $(STAMP) $(COMPAT_SITE)/.installed-$(COMPAT_VERSION) .conformance/deps/.installed
 	$(BIN)/python -m tests.conformance.run --write-docs
 
+# transformers' own Trainer tests (its repository's tests/trainer at the tag of the pinned
+# transformers; not on PyPI, so `tests/trainer_conformance/fetch.py` clones them into the
+# ignored .trainer-conformance/src), unchanged, under the described system and under
+# overdrive; the per-file table goes into docs/trainer.md. Slow, and it needs GitHub (or a
+# cache seeded by hand), so it is not part of `make test`. Their test dependencies that
+# overdrive does not need go to a folder of their own, on the path of both runs.
+TRAINER_DEPS := datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 parameterized==0.9.0
+.trainer-conformance/deps/.installed: | $(BIN)/python
+	$(PIP) install --quiet --no-deps --target .trainer-conformance/deps $(TRAINER_DEPS)
+	touch $@
+
+trainer: $(STAMP) $(COMPAT_SITE)/.installed-$(COMPAT_VERSION) .trainer-conformance/deps/.installed
+	$(BIN)/python -m tests.trainer_conformance.run --write-docs
+
 # A real run with the default settings: 2 CPU processes (one gloo group) train on
 # scikit-learn's bundled digits and report held-out accuracy gathered across ranks.
 demo: $(DEMO_STAMP)
@@ -116,4 +130,4 @@ gpu-wheels:
 	$(BIN)/python bench/gpu/wheels.py --dest .whl
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache .mypy_cache .compat .conformance
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache .mypy_cache .compat .conformance .trainer-conformance

@@ -148,9 +148,11 @@ def trackers_given(log_with: Any) -> list[Any] | None:
 
 
 def checked_accumulation_plugin(plugin: GradientAccumulationPlugin | None) -> Any:
-    """``plugin`` (or the default one), refused when it asks for what cannot take effect."""
+    """``plugin`` (or the default one), refused when it asks for what cannot take effect.
+    ``adjust_scheduler=False`` with ``num_steps=1`` is accepted: a window of one micro-batch
+    never skips a step, so there is nothing to adjust (transformers' Trainer passes that)."""
     plugin = plugin or GradientAccumulationPlugin()
-    if not plugin.adjust_scheduler:
+    if not plugin.adjust_scheduler and plugin.num_steps != 1:
         raise ConfigError(
             "GradientAccumulationPlugin(adjust_scheduler=False) cannot take effect: a "
             "prepared scheduler always advances once per optimizer step that really ran",

@@ -77,6 +77,16 @@ def test_adjust_scheduler_off_cannot_take_effect_and_says_so() -> None:
         Accelerator(cpu=True, gradient_accumulation_plugin=plugin)
 
 
+def test_adjust_scheduler_off_is_accepted_when_every_step_syncs() -> None:
+    """A window of one micro-batch never skips a step, so there is nothing to adjust.
+    transformers' Trainer accumulates by itself and always passes ``num_steps=1`` with the
+    user's ``gradient_accumulation_kwargs`` (transformers' tests/trainer/
+    test_trainer_accelerator.py::test_accelerate_config_from_dataclass_grad_accum)."""
+    plugin = GradientAccumulationPlugin(num_steps=1, adjust_scheduler=False)
+    acc = Accelerator(cpu=True, gradient_accumulation_plugin=plugin)
+    assert acc.gradient_accumulation_steps == 1
+
+
 def test_accumulation_given_twice_is_an_error() -> None:
     with pytest.raises(ConfigError, match="given twice"):
         Accelerator(

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from overdrive import Accelerator, AcceleratorState, GradientState
+from overdrive import Accelerator, AcceleratorState, GradientAccumulationPlugin, GradientState
 from overdrive.errors import ConfigError, OverdriveError
 from tests.helpers.env import forget_launcher
 
@@ -155,6 +155,16 @@ def test_gradient_state_knows_the_active_dataloader() -> None:
         ends.append(gs.end_of_dataloader)
     assert ends == [False, False, True] and gs.dataloader_references == [None]
     GradientState._reset_state()
+
+
+def test_plugin_kwargs_hold_what_differs_from_the_plugin_defaults() -> None:
+    """As the described system's ``GradientAccumulationPlugin.to_kwargs()``: ``num_steps`` always,
+    ``sync_each_batch`` only when asked for (transformers' tests/trainer/
+    test_trainer_accelerator.py::test_accelerator_config_empty)."""
+    assert Accelerator(cpu=True).gradient_state.plugin_kwargs == {"num_steps": 1}
+    plugin = GradientAccumulationPlugin(num_steps=1, sync_each_batch=True)
+    kwargs = Accelerator(cpu=True, gradient_accumulation_plugin=plugin).gradient_state.plugin_kwargs
+    assert kwargs == {"num_steps": 1, "sync_each_batch": True}
 
 
 def test_accelerator_pickles() -> None:

@@ -128,3 +128,17 @@ def test_batches_go_to_the_device_or_stay() -> None:
 def test_no_batching_is_refused_with_a_fix() -> None:
     with pytest.raises(Exception, match="batch_size"):
         _prep(DataLoader(TensorDataset(torch.arange(4)), batch_size=None))
+
+
+def test_sampler_is_the_loaders_own_without_a_seedable_one() -> None:
+    """As a plain DataLoader (and the described system's prepared one): an iterable dataset's
+    loader has torch's ``_InfiniteConstantSampler``; a seedable sampler, when prepare made one,
+    is the loader's sampler (transformers' tests/trainer/test_trainer_data.py::
+    TrainerDynamicShapesAndIterableTest::test_training_iterable_dataset)."""
+    from torch.utils.data.dataloader import _InfiniteConstantSampler
+
+    assert isinstance(_prep(DataLoader(Stream(4), batch_size=2)).sampler, _InfiniteConstantSampler)
+    data = TensorDataset(torch.arange(4))
+    seeded = _prep(DataLoader(data, batch_size=2, shuffle=True), use_seedable_sampler=True)
+    assert type(seeded.sampler).__name__ == "SeedableRandomSampler"
+    assert seeded.seed is not None

@@ -22,11 +22,12 @@ class GradientStateCompat:
 
     @property
     def plugin_kwargs(self) -> dict[str, Any]:
-        """The accumulation settings as the described system's GradientAccumulationPlugin keywords."""
-        return {
-            "num_steps": self.num_steps,  # type: ignore[attr-defined]
-            "sync_each_batch": self.sync_each_batch,  # type: ignore[attr-defined]
-        }
+        """The accumulation settings as the described system's ``GradientAccumulationPlugin``
+        keywords: like its ``to_kwargs()``, only what differs from the plugin's defaults."""
+        kwargs: dict[str, Any] = {"num_steps": self.num_steps}  # type: ignore[attr-defined]
+        if self.sync_each_batch:  # type: ignore[attr-defined]
+            kwargs["sync_each_batch"] = True
+        return kwargs
 
     @property
     def end_of_dataloader(self) -> bool:

@@ -131,7 +131,7 @@ class PreparedDataLoader(_LoaderBase):
         self.even_batches = even
         self.dispatch_batches = mode == "dispatch"
         self._per_rank = per_rank
-        self.sampler = sampler
+        self._seedable = sampler  # the seedable sampler prepare made, if any
         self._batch_sampler = batch_sampler
         self.device = device
         self.non_blocking = non_blocking
@@ -198,8 +198,16 @@ class PreparedDataLoader(_LoaderBase):
         return self._sharded if self.mode == "shard" else self._batch_sampler
 
     @property
+    def sampler(self) -> Any:
+        """The seedable sampler, else the sampler of the loader this process reads (an
+        iterable dataset's is torch's ``_InfiniteConstantSampler``), as a DataLoader has."""
+        if self._seedable is not None:
+            return self._seedable
+        return (self.base_dataloader if self._inner is None else self._inner).sampler
+
+    @property
     def seed(self) -> int | None:
-        return None if self.sampler is None else self.sampler.seed
+        return None if self._seedable is None else self._seedable.seed
 
     def _full_len(self) -> int:
         if self.mode == "iterable" or self._batch_sampler is None:
@@ -285,8 +293,8 @@ class PreparedDataLoader(_LoaderBase):
                 fix="resume with the same number of processes and batch size, or resume from "
                 "a checkpoint taken at the end of an epoch",
             )
-        if self.sampler is not None and state.get("seed") is not None:
-            self.sampler.seed = int(state["seed"])
+        if self._seedable is not None and state.get("seed") is not None:
+            self._seedable.seed = int(state["seed"])
         generator = self.base_dataloader.generator
         if generator is not None and state.get("generator") is not None:
             generator.set_state(torch.tensor(state["generator"], dtype=torch.uint8))
@@ -352,7 +360,7 @@ class PreparedDataLoader(_LoaderBase):
         told: list[Any] = []
         batch_sampler = self._batch_sampler
         candidates = (
-            self.sampler,
+            self._seedable,
             batch_sampler,
             getattr(batch_sampler, "sampler", None),
             self.dataset,
