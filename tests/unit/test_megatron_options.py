@@ -17,6 +17,7 @@ from overdrive import MegatronLMPlugin
 from overdrive.accelerator import Accelerator
 from overdrive.errors import ConfigError
 from overdrive.parallel.activation_checkpointing import repeated_layers
+from overdrive.strategies.rules import LoopRules
 from tests.helpers.env import forget_launcher
 from tests.helpers.llama import small_llama
 
@@ -72,7 +73,7 @@ def test_gradient_clipping_clips_by_the_global_norm_before_each_step() -> None:
 
 def test_options_stay_off_outside_megatron_lm() -> None:
     acc = Accelerator(cpu=True)
-    assert acc.strategy.megatron is None
+    assert acc.strategy.rules == LoopRules()
 
 
 def test_repeated_layers_of_each_kind_of_model() -> None:

@@ -78,9 +78,16 @@ def describe(parts: list[Part]) -> list[dict[str, Any]]:
 
 
 def has_prepared(accelerator: CheckpointHost) -> bool:
+    """Whether anything was prepared or registered for checkpointing."""
+    prepared = accelerator.prepared
     return any(
-        getattr(accelerator, name, None)
-        for name in ("_models", "_optimizers", "_schedulers", "_dataloaders", "_custom_objects")
+        (
+            prepared.models,
+            prepared.optimizers,
+            prepared.schedulers,
+            prepared.dataloaders,
+            prepared.custom_objects,
+        )
     )
 
 

@@ -18,6 +18,9 @@ class DummyOptim:
     (and any keyword, e.g. ``betas``, ``eps``) fill the section's ``"auto"`` values.
     """
 
+    # Only DeepSpeed builds the real object; every other backend refuses it at prepare.
+    stands_in_for = ("DEEPSPEED", "an optimizer defined in a DeepSpeed config")
+
     def __init__(
         self, params: Iterable[Any], lr: float = 1e-3, weight_decay: float = 0.0, **kwargs: Any
     ) -> None:
@@ -53,6 +56,8 @@ class DummyScheduler(SchedulerArguments):
     ``total_num_steps`` and ``warmup_num_steps`` (and any keyword) fill the section's
     ``"auto"`` values; ``warmup_max_lr`` defaults to the optimizer's learning rate.
     """
+
+    stands_in_for = ("DEEPSPEED", "a scheduler defined in a DeepSpeed config")
 
     def hyperparameters(self) -> dict[str, Any]:
         """Values for ``"auto"`` entries of the scheduler section's ``params``."""

@@ -1,33 +1,46 @@
 """What ``megatron_lm_config`` asks of every MEGATRON_LM strategy, whatever its degrees:
 recompute the repeated layers' activations in backward, and clip the gradients by their
-global norm before each optimizer step (as Megatron-LM's optimizer does)."""
+global norm before each optimizer step (as Megatron-LM's optimizer does). Both reach the
+strategy as its ``LoopRules``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
+
+from torch import nn
+
+from overdrive.parallel.activation_checkpointing import (
+    apply_activation_checkpointing,
+    repeated_layers,
+)
+from overdrive.strategies.rules import NO_RULES, LoopRules
 
 RECOMPUTE_KEY = "megatron_lm_config.recompute_activations"
 CLIP_KEY = "megatron_lm_config.gradient_clipping"
 
 
-@dataclass(frozen=True)
-class MegatronOptions:
-    """``recompute_activations`` and ``gradient_clipping`` (a max norm, or None: off)."""
-
-    recompute_activations: bool = False
-    gradient_clipping: float | None = None
-    recompute_source: str = "default"
-
-
-def megatron_options(settings: Any) -> MegatronOptions | None:
-    """The options under ``distributed_type: MEGATRON_LM``; None under any other backend
+def megatron_rules(settings: Any) -> LoopRules:
+    """The rules under ``distributed_type: MEGATRON_LM``; none under any other backend
     (where ``megatron_lm_config`` is reported as unable to take effect)."""
     if settings["distributed_type"] != "MEGATRON_LM":
-        return None
+        return NO_RULES
     clip = settings[CLIP_KEY]
-    return MegatronOptions(
-        recompute_activations=bool(settings[RECOMPUTE_KEY]),
-        gradient_clipping=float(clip) if clip else None,  # 0 turns clipping off, as in Megatron
-        recompute_source=str(settings.source(RECOMPUTE_KEY)),
+    source = str(settings.source(RECOMPUTE_KEY))
+    return LoopRules(
+        before_wrap=_recompute(source) if settings[RECOMPUTE_KEY] else None,
+        clip_grad_norm=float(clip) if clip else None,  # 0 turns clipping off, as in Megatron
     )
+
+
+def _recompute(source: str) -> Callable[[nn.Module], None]:
+    """A step that makes each repeated layer of a model recompute its activations in
+    backward (once per model, however often it is prepared)."""
+
+    def apply(model: nn.Module) -> None:
+        if getattr(model, "_overdrive_recomputes", False):
+            return
+        apply_activation_checkpointing(repeated_layers(model, key=RECOMPUTE_KEY, source=source))
+        model._overdrive_recomputes = True  # type: ignore[assignment]
+
+    return apply

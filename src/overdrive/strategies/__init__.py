@@ -10,6 +10,7 @@ from overdrive.config import Settings
 from overdrive.kwargs_handlers import DistributedDataParallelKwargs
 from overdrive.strategies.base import Strategy
 from overdrive.strategies.ddp import DDPStrategy
+from overdrive.strategies.rules import LoopRules
 from overdrive.strategies.single import SingleDeviceStrategy
 
 __all__ = [
@@ -45,23 +46,30 @@ def select_strategy(
     ``state`` is the process state (``num_processes``, ``device``). A backend that is asked
     for but not built yet is an error naming the setting and where it came from.
     """
-    from overdrive.parallel.megatron_options import megatron_options
+    from overdrive.parallel.megatron_options import megatron_rules
 
     check_available(settings)
-    strategy = (
+    rules = megatron_rules(settings)
+    return (
         _pipeline_parallel(
-            state, settings, pp_loss_fn, pp_split_points, fsdp_wrap, tp_plan, sequence_parallel
+            state,
+            settings,
+            rules,
+            pp_loss_fn,
+            pp_split_points,
+            fsdp_wrap,
+            tp_plan,
+            sequence_parallel,
         )
-        or _tensor_parallel(state, settings, fsdp_wrap, tp_plan, sequence_parallel)
-        or _data_parallel(state, settings, ddp_kwargs, fsdp_wrap, deepspeed_plugin)
+        or _tensor_parallel(state, settings, rules, fsdp_wrap, tp_plan, sequence_parallel)
+        or _data_parallel(state, settings, rules, ddp_kwargs, fsdp_wrap, deepspeed_plugin)
     )
-    strategy.megatron = megatron_options(settings)
-    return strategy
 
 
 def _data_parallel(
     state: Any,
     settings: Settings,
+    rules: LoopRules,
     ddp_kwargs: DistributedDataParallelKwargs | None,
     fsdp_wrap: Callable[..., Any] | None,
     deepspeed_plugin: Any,
@@ -78,7 +86,8 @@ def _data_parallel(
         from overdrive.strategies.fsdp import FSDPStrategy
 
         layout = layout_from_settings(settings, state.num_processes)
-        return FSDPStrategy(state.device, layout, policy_from_settings(settings, fsdp_wrap))
+        policy = policy_from_settings(settings, fsdp_wrap)
+        return FSDPStrategy(state.device, layout, policy, rules=rules)
     if settings["distributed_type"] == "DEEPSPEED":
         from overdrive.ds.config import build
         from overdrive.strategies.deepspeed import DeepSpeedStrategy
@@ -100,10 +109,10 @@ def _data_parallel(
             from overdrive.strategies.fsdp import FSDPStrategy
             from overdrive.strategies.tensor_parallel import distributed_optimizer_policy
 
-            return FSDPStrategy(state.device, layout, distributed_optimizer_policy())
+            return FSDPStrategy(state.device, layout, distributed_optimizer_policy(), rules=rules)
     if state.num_processes > 1:
-        return DDPStrategy(state.device, ddp_kwargs, replicas)
-    return SingleDeviceStrategy(state.device, replicas)
+        return DDPStrategy(state.device, ddp_kwargs, replicas, rules=rules)
+    return SingleDeviceStrategy(state.device, replicas, rules=rules)
 
 
 def _sequence_setting(settings: Settings, in_code: bool) -> tuple[bool, str, str]:
@@ -156,6 +165,7 @@ def _tp_settings(
 def _tensor_parallel(
     state: Any,
     settings: Settings,
+    rules: LoopRules,
     fsdp_wrap: Callable[..., Any] | None,
     tp_plan: Any,
     sequence_parallel: bool = False,
@@ -182,12 +192,13 @@ def _tensor_parallel(
         policy = distributed_optimizer_policy()
     else:
         policy = replicate_policy()
-    return TensorParallelStrategy(state.device, layout, policy, tp)
+    return TensorParallelStrategy(state.device, layout, policy, tp, rules=rules)
 
 
 def _pipeline_parallel(
     state: Any,
     settings: Settings,
+    rules: LoopRules,
     loss_fn: Any,
     split_points: list[int] | None = None,
     fsdp_wrap: Callable[..., Any] | None = None,
@@ -239,4 +250,4 @@ def _pipeline_parallel(
         from overdrive.parallel.fsdp_policy import policy_from_settings
 
         fsdp = policy_from_settings(settings, fsdp_wrap)
-    return PipelineParallelStrategy(state.device, layout, pp, Chain(tp=tp, fsdp=fsdp))
+    return PipelineParallelStrategy(state.device, layout, pp, Chain(tp=tp, fsdp=fsdp), rules=rules)

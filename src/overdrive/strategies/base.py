@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from overdrive.strategies.rules import NO_RULES, LoopRules
+
 if TYPE_CHECKING:
     from overdrive.accumulation import GradientState
     from overdrive.loop_state import LoopState
-    from overdrive.parallel.megatron_options import MegatronOptions
     from overdrive.parallel.topology import Topology
     from overdrive.precision import Precision
 
@@ -41,10 +42,17 @@ class Strategy:
 
     name = "base"
 
-    def __init__(self, device: torch.device, topology: Topology | None = None) -> None:
+    def __init__(
+        self,
+        device: torch.device,
+        topology: Topology | None = None,
+        *,
+        rules: LoopRules = NO_RULES,
+    ) -> None:
         self.device = device
         # the layout and its mesh (None: every process its own data-parallel rank)
         self.topology = topology
+        self.rules = rules
 
     # The engine that runs mixed precision (and fp16 loss scaling) itself, by name; None: the
     # Accelerator's precision policy autocasts and scales.
@@ -68,10 +76,6 @@ class Strategy:
     # stage's): a state keyed by position cannot say which of its entries are this one's.
     optimizer_holds_a_part = False
 
-    # megatron_lm_config's recomputation and clipping (set under MEGATRON_LM, whatever the
-    # degrees: the same loop then behaves the same on any layout).
-    megatron: MegatronOptions | None = None
-
     # --- models and optimizers -------------------------------------------------------
     def prepare(
         self,
@@ -86,20 +90,10 @@ class Strategy:
         they find their optimizer prepared). A backend whose engine must see the model,
         optimizer, scheduler and dataloader together (DeepSpeed) overrides this.
         """
-        from overdrive.ds.dummies import DummyOptim, DummyScheduler
         from overdrive.scheduler import is_scheduler
 
         for obj in objects:
-            if isinstance(obj, (DummyOptim, DummyScheduler)):
-                from overdrive.errors import ConfigError
-
-                raise ConfigError(
-                    f"prepare() got {type(obj).__name__}, a stand-in for an optimizer or "
-                    f"scheduler defined in a DeepSpeed config, but the backend is {self.name}",
-                    key="distributed_type",
-                    fix="set distributed_type: DEEPSPEED with a deepspeed_config_file that "
-                    "defines it, or pass a real torch optimizer/scheduler",
-                )
+            _refuse_stand_in(obj, self.name)
         out = list(objects)
         for schedulers in (False, True):
             for i, obj in enumerate(objects):
@@ -112,22 +106,10 @@ class Strategy:
         return contextlib.nullcontext()
 
     def wrap_model(self, model: nn.Module, *, device_placement: bool) -> nn.Module:
-        """``setup_model``, after recomputation hooks when ``megatron`` asks for them."""
-        options = self.megatron
+        """``setup_model``, after ``rules.before_wrap`` on a model that trains."""
         trains = any(p.requires_grad for p in model.parameters())
-        if options and options.recompute_activations and trains:
-            from overdrive.parallel.activation_checkpointing import (
-                apply_activation_checkpointing,
-                repeated_layers,
-            )
-            from overdrive.parallel.megatron_options import RECOMPUTE_KEY
-
-            if not getattr(model, "_overdrive_recomputes", False):
-                source = options.recompute_source
-                apply_activation_checkpointing(
-                    repeated_layers(model, key=RECOMPUTE_KEY, source=source)
-                )
-                model._overdrive_recomputes = True  # type: ignore[assignment]
+        if self.rules.before_wrap is not None and trains:
+            self.rules.before_wrap(model)
         return self.setup_model(model, device_placement=device_placement)
 
     def setup_model(self, model: nn.Module, *, device_placement: bool) -> nn.Module:
@@ -187,7 +169,7 @@ class Strategy:
         self, optimizer: torch.optim.Optimizer, precision: Precision, closure: Any = None
     ) -> bool:
         """One optimizer step when a window closes; returns whether it really ran."""
-        clip = self.megatron.gradient_clipping if self.megatron else None
+        clip = self.rules.clip_grad_norm
         if clip is not None:
             precision.unscale_(optimizer)
             params = [p for group in optimizer.param_groups for p in group["params"]]
@@ -270,6 +252,23 @@ class Strategy:
     def teardown(self) -> None:
         """Release backend resources; the process group belongs to the process state."""
         return None
+
+
+def _refuse_stand_in(obj: Any, backend: str) -> None:
+    """Refuse a stand-in for an object another engine builds from its config (DeepSpeed's
+    ``DummyOptim``): it says which in ``stands_in_for`` (the backend, what it stands for)."""
+    stands_in_for = getattr(type(obj), "stands_in_for", None)
+    if stands_in_for is None:
+        return
+    from overdrive.errors import ConfigError
+
+    engine, what = stands_in_for
+    raise ConfigError(
+        f"prepare() got {type(obj).__name__}, a stand-in for {what}, but the backend is {backend}",
+        key="distributed_type",
+        fix=f"set distributed_type: {engine} with a config that defines it, or pass a real "
+        "torch optimizer/scheduler",
+    )
 
 
 def _raw(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:

@@ -12,6 +12,7 @@ from torch.nn.parallel import DistributedDataParallel
 from overdrive.kwargs_handlers import DistributedDataParallelKwargs
 from overdrive.parallel.topology import Topology
 from overdrive.strategies.base import Strategy
+from overdrive.strategies.rules import NO_RULES, LoopRules
 
 
 class DDPStrategy(Strategy):
@@ -28,8 +29,10 @@ class DDPStrategy(Strategy):
         device: torch.device,
         ddp_kwargs: DistributedDataParallelKwargs | None = None,
         topology: Topology | None = None,
+        *,
+        rules: LoopRules = NO_RULES,
     ) -> None:
-        super().__init__(device, topology)
+        super().__init__(device, topology, rules=rules)
         self.ddp_kwargs: dict[str, Any] = ddp_kwargs.ddp_kwargs() if ddp_kwargs else {}
         self._handler = ddp_kwargs
 

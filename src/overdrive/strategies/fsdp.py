@@ -31,6 +31,7 @@ from overdrive.parallel.topology import Topology
 from overdrive.parallel.tp import TPSettings
 from overdrive.parallel.wrap import policy_units
 from overdrive.strategies.base import Params, Strategy, _raw
+from overdrive.strategies.rules import NO_RULES, LoopRules
 
 
 class FSDPStrategy(Strategy):
@@ -46,8 +47,10 @@ class FSDPStrategy(Strategy):
         layout: ParallelLayout,
         policy: FSDPPolicy,
         tp: TPSettings | None = None,
+        *,
+        rules: LoopRules = NO_RULES,
     ) -> None:
-        super().__init__(device, Topology(layout, device.type))
+        super().__init__(device, Topology(layout, device.type), rules=rules)
         self.layout = layout
         self.policy = policy
         self.tp = tp  # tensor parallelism over the mesh's ``tp`` dimension, before FSDP

@@ -30,6 +30,7 @@ from overdrive.parallel.pipeline_loss import LossChannel
 from overdrive.parallel.rebind import named_params, rebind, replacement_map
 from overdrive.parallel.topology import Topology
 from overdrive.strategies.base import Params, PrepareOne, Strategy, TrainingLoop, _raw
+from overdrive.strategies.rules import NO_RULES, LoopRules
 
 MICRO_BATCHES_KEY = "megatron_lm_config.num_micro_batches"
 
@@ -109,8 +110,10 @@ class PipelineParallelStrategy(Strategy):
         layout: ParallelLayout,
         pp: PPSettings,
         chain: Chain | None = None,
+        *,
+        rules: LoopRules = NO_RULES,
     ) -> None:
-        super().__init__(device, Topology(layout, device.type))
+        super().__init__(device, Topology(layout, device.type), rules=rules)
         self.layout = layout
         self.pp = pp
         self.chain = chain or Chain()

@@ -18,6 +18,7 @@ from overdrive.parallel.fsdp_policy import FSDPPolicy
 from overdrive.parallel.layout import ParallelLayout
 from overdrive.parallel.tp import TPSettings
 from overdrive.strategies.fsdp import FSDPStrategy
+from overdrive.strategies.rules import NO_RULES, LoopRules
 
 
 def replicate_policy() -> FSDPPolicy:
@@ -57,6 +58,12 @@ class TensorParallelStrategy(FSDPStrategy):
     name = "tensor_parallel"
 
     def __init__(
-        self, device: torch.device, layout: ParallelLayout, policy: FSDPPolicy, tp: TPSettings
+        self,
+        device: torch.device,
+        layout: ParallelLayout,
+        policy: FSDPPolicy,
+        tp: TPSettings,
+        *,
+        rules: LoopRules = NO_RULES,
     ) -> None:
-        super().__init__(device, layout, policy, tp)
+        super().__init__(device, layout, policy, tp, rules=rules)
