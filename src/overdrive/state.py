@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import timedelta
 from functools import wraps
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -40,7 +40,14 @@ class PartialState:
 
     ``settings`` defaults to ``overdrive.config.load_settings()``; ``environ`` (default
     ``os.environ``) is only read to learn how the process was launched.
+
+    ``PartialState._shared_state`` answers the described system's question "has a state
+    been configured in this process?": empty until a ``PartialState`` is made and again after
+    ``_reset_state()``, else the latest one's device, backend and world (a record, not shared
+    state: each object keeps its own).
     """
+
+    _shared_state: ClassVar[dict[str, Any]] = {}
 
     def __init__(
         self,
@@ -76,6 +83,14 @@ class PartialState:
             from overdrive import ops
 
             ops.set_debug_default(True)
+        PartialState._shared_state = {
+            "_cpu": bool(self._settings["use_cpu"]),
+            "device": self._device,
+            "backend": self._backend,
+            "distributed_type": self._distributed_type,
+            "num_processes": self._env.world_size,
+            "process_index": self._env.rank,
+        }
 
     # ------------------------------------------------------------------ set-up
     def _check_requested_world(self) -> None:
@@ -391,10 +406,12 @@ class PartialState:
 
     @staticmethod
     def _reset_state(reset_partial_state: bool = False) -> None:
-        """The described system's test helper: views forget the current Accelerator."""
+        """The described system's test helper: views forget the current Accelerator, and
+        ``_shared_state`` says no state is configured."""
         from overdrive.compat.state_views import reset_state
 
         reset_state(reset_partial_state)
+        PartialState._shared_state = {}
 
     def destroy_process_group(self) -> None:
         """Destroy the default process group if this object created it."""

@@ -58,7 +58,10 @@ def reset_state(reset_partial_state: bool = False) -> None:
     _current = None
     AcceleratorState._shared_state = {}
     if reset_partial_state:
+        from overdrive.state import PartialState
+
         _partial = None
+        PartialState._shared_state = {}
 
 
 class AcceleratorState:
