@@ -1,11 +1,15 @@
 """Tensor- or pipeline-parallel step time: overdrive's prepared model vs the same plan by hand.
 
     .venv/bin/python bench/parallel/run.py [--nprocs 2] [--repeats 3] [--pipeline]
+    .venv/bin/python bench/parallel/run.py --nprocs 4 --composed --tp 2   # pipeline x tp
+    .venv/bin/python bench/parallel/run.py --nprocs 4 --composed --dp 2   # pipeline x dp
 
 Launches ``worker.py`` ``--repeats`` times on CPU processes, all of them one tp group (the
 plan: every block's up projection colwise, its down projection rowwise); with
 ``--pipeline``, ``pp_worker.py``: one pipeline stage per process, 1F1B over 4
-micro-batches. Reports median and p10 step times and their ratio (overdrive / by hand).
+micro-batches; with ``--composed``, ``composed_worker.py``: a pipeline over what ``--tp``
+and ``--dp`` leave of the processes, each stage split over ``tp`` or replicated ``dp``
+times. Reports median and p10 step times and their ratio (overdrive / by hand).
 """
 
 from __future__ import annotations
@@ -31,11 +35,17 @@ def main() -> None:
         help="the hand-written copy also runs fully_shard over a data-parallel mesh of size 1",
     )
     p.add_argument("--pipeline", action="store_true", help="pipeline stages instead of tp")
+    p.add_argument("--composed", action="store_true", help="pipeline x (--tp or --dp)")
+    p.add_argument("--tp", type=int, default=1, help="with --composed: tp degree per stage")
+    p.add_argument("--dp", type=int, default=1, help="with --composed: replicas per stage")
     args = p.parse_args()
     flags: list[str] = []  # the degrees and the plans are given in code
     script = "pp_worker.py" if args.pipeline else "worker.py"
+    script = "composed_worker.py" if args.composed else script
     worker = [str(HERE / script), "--rounds", str(args.rounds)]
     worker += ["--raw-also-shards"] if args.raw_also_shards else []
+    if args.composed:
+        worker += ["--tp", str(args.tp), "--dp", str(args.dp)]
     print(ratio_table(repeated_times(args.repeats, args.nprocs, flags, worker)))
 
 

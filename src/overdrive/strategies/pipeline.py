@@ -241,17 +241,18 @@ class PipelineParallelStrategy(Strategy):
         if with_loss and not stage.is_last:
             channel.expect()
         outputs = schedule.step(*args, **kwargs) if training else schedule.eval(*args, **kwargs)
+        loss = None
+        if with_loss and stage.is_last:
+            # the plain values of the schedule's losses (a first call also runs the loss
+            # once while it infers shapes: that one is not a micro-batch's); sent before the
+            # replicas average, so the other stages need not wait for that too
+            loss = torch.stack(self._micro_losses[-len(losses) :]).mean()
+            channel.send(loss)
         if training:
             if not self._in_window:
                 self._average_over_replicas(model)
             self._stepped = True
-        loss = None
-        if with_loss and stage.is_last:
-            # the plain values of the schedule's losses (a first call also runs the loss
-            # once while it infers shapes: that one is not a micro-batch's)
-            loss = torch.stack(self._micro_losses[-len(losses) :]).mean()
-            channel.send(loss)
-        elif with_loss:
+        if with_loss and not stage.is_last:
             loss = channel.receive()
         return PipelineOutput(loss=loss, logits=outputs if stage.is_last else None)
 

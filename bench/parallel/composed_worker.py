@@ -1,0 +1,121 @@
+"""Per-step time of a composed layout, pipeline x tensor or pipeline x data parallelism:
+prepared by overdrive (``megatron_lm_config``'s degrees) vs the same layout written by hand
+(``init_device_mesh``, ``parallelize_module``, ``PipelineStage`` and ``Schedule1F1B`` on the
+``pp`` group, the replicas of a stage averaging their gradients after the schedule).
+
+The pipeline degree is what the launched processes leave after ``--tp`` and ``--dp``. Both
+copies live in one launch and alternate in blocks of ``--steps`` timed steps, so a slow
+phase of a shared machine hits both. Prints the step times as ``RESULT {json}`` on the main
+process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: shared helpers
+
+from launched import alternate  # noqa: E402
+from pp_worker import mse  # noqa: E402
+from worker import PLAN, build  # noqa: E402
+
+from overdrive import (  # noqa: E402
+    Accelerator,
+    MegatronLMPlugin,
+    ParallelismConfig,
+)
+
+
+def by_hand(model: nn.Sequential, mesh: DeviceMesh, micro: int) -> tuple[nn.Module, Any]:
+    """This process's stage (an even slice of the blocks), split over ``tp``, and its 1F1B
+    schedule."""
+    pp_rank, pp = mesh["pp"].get_local_rank(), mesh["pp"].size()
+    per = len(model) // pp
+    stage_module = nn.Sequential(*list(model)[pp_rank * per : (pp_rank + 1) * per])
+    if mesh["tp"].size() > 1:
+        plan: dict[str, Any] = {}
+        for i in range(len(stage_module)):
+            plan[f"{i}.up"], plan[f"{i}.down"] = ColwiseParallel(), RowwiseParallel()
+        parallelize_module(stage_module, mesh["tp"], plan)
+    device = torch.device("cpu")
+    stage = PipelineStage(stage_module, pp_rank, pp, device, group=mesh["pp"].get_group())
+    return stage_module, Schedule1F1B(stage, micro, loss_fn=mse)
+
+
+def overdrive_accelerator(pp: int, tp: int, micro: int) -> Accelerator:
+    """The degrees as ``megatron_lm_config`` gives them (the data-parallel degree is what
+    the processes leave); the tensor-parallel plan as ``ParallelismConfig`` gives one."""
+    plugin = MegatronLMPlugin(
+        pp_degree=pp, tp_degree=tp, num_micro_batches=micro, pipeline_loss_fn=mse
+    )
+    config = ParallelismConfig(tp_size=tp, tp_plan=PLAN) if tp > 1 else None
+    return Accelerator(cpu=True, megatron_lm_plugin=plugin, parallelism_config=config)
+
+
+def average_over(replicas: DeviceMesh, model: nn.Module) -> None:
+    """What each replica of a stage does after the schedule: average its gradients."""
+    if replicas.size() == 1:
+        return
+    for p in model.parameters():
+        if p.grad is not None:
+            grad = getattr(p.grad, "_local_tensor", p.grad)
+            dist.all_reduce(grad, group=replicas.get_group())
+            grad.div_(replicas.size())
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--dp", type=int, default=1, help="replicas of each stage")
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--width", type=int, default=256)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--micro", type=int, default=4)
+    p.add_argument("--rounds", type=int, default=30)
+    p.add_argument("--steps", type=int, default=10)
+    args = p.parse_args()
+    pp = int(os.environ["WORLD_SIZE"]) // (args.tp * args.dp)
+    acc = overdrive_accelerator(pp, args.tp, args.micro)
+    ours = build(args.layers, args.width)
+    ours_opt = torch.optim.AdamW(ours.parameters(), lr=1e-4)
+    ours, ours_opt = acc.prepare(ours, ours_opt)
+    names = ("pp", "dp", "tp")
+    mesh = init_device_mesh("cpu", (pp, args.dp, args.tp), mesh_dim_names=names)
+    raw, schedule = by_hand(build(args.layers, args.width), mesh, args.micro)
+    raw_opt = torch.optim.AdamW(raw.parameters(), lr=1e-4)
+    first, last = mesh["pp"].get_local_rank() == 0, mesh["pp"].get_local_rank() == pp - 1
+    g = torch.Generator().manual_seed(1 + mesh["dp"].get_local_rank())
+    x, y = torch.randn(args.batch, args.width, generator=g), torch.randn(args.batch, args.width)
+
+    def step_ours() -> None:
+        acc.backward(ours(x, labels=y).loss)
+        ours_opt.step()
+        ours_opt.zero_grad()
+
+    def step_raw() -> None:
+        schedule.step(*((x,) if first else ()), target=y if last else None, losses=[])
+        average_over(mesh["dp"], raw)
+        raw_opt.step()
+        raw_opt.zero_grad()
+
+    impls = {"raw": step_raw, "overdrive": step_ours}
+    times = alternate(impls, rounds=args.rounds, steps=args.steps, barrier=acc.wait_for_everyone)
+    if acc.is_main_process:
+        print("RESULT " + json.dumps(times), flush=True)
+
+
+if __name__ == "__main__":
+    main()
