@@ -102,7 +102,14 @@ trainer: $(STAMP) $(COMPAT_SITE)/.installed-$(COMPAT_VERSION) .trainer-conforman
 # reach), adapted to a tiny model and generated data by tests/examples/adapt, run under it
 # and, renamed, under overdrive on 1 and 2 CPU processes; the final weights are compared
 # and the per-example table goes into docs/migrating.md. Minutes, so not part of `make test`.
-examples: $(STAMP) $(COMPAT_SITE)/.installed-$(COMPAT_VERSION)
+# What an example needs and overdrive does not (schedule_free.py's optimizer) goes to a
+# folder of its own, on the path of both runs.
+EXAMPLES_DEPS := schedulefree==1.4.1
+.examples/deps/.installed: | $(BIN)/python
+	$(PIP) install --quiet --no-deps --target .examples/deps $(EXAMPLES_DEPS)
+	touch $@
+
+examples: $(STAMP) $(COMPAT_SITE)/.installed-$(COMPAT_VERSION) .examples/deps/.installed
 	OVERDRIVE_EXAMPLES=1 $(BIN)/python -m pytest -q tests/examples
 	$(BIN)/python -m tests.examples.run --write-docs
 

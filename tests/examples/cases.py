@@ -66,8 +66,15 @@ CASES: tuple[Case, ...] = (
     _by("profiler", "--output_trace_dir", "{out}"),
     _by("ddp_comm_hook", "--ddp_comm_hook", "fp16"),
     _by("ddp_comm_hook", "--ddp_comm_hook", "power_sgd"),
-    _by("fsdp_with_peak_mem_tracking", "--output_dir", "{out}", launch=("--use_fsdp",)),
-    _by("gradient_accumulation_for_autoregressive_models", "--gradient_accumulation_steps", "2"),
+    _by(
+        "fsdp_with_peak_mem_tracking",
+        *("--model_name_or_path", "bert-base-cased", "--output_dir", "{out}"),
+        launch=("--use_fsdp",),
+    ),
+    _by(
+        "gradient_accumulation_for_autoregressive_models",
+        *("--gradient_accumulation_steps", "2", "--per_device_batch_size", "8"),
+    ),
     _by(
         "deepspeed_with_config_support",
         *("--dataset_name", "wikitext", "--dataset_config_name", "wikitext-2-raw-v1"),

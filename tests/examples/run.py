@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -28,7 +29,7 @@ from typing import Any
 
 from tests.compat.harness import free_port
 from tests.conformance.rename import rename
-from tests.examples.cases import Case, select
+from tests.examples.cases import CASES, Case, select
 from tests.examples.compare import compare, moved
 from tests.examples.fetch import CACHE, fetch
 from tests.examples.table import write_table
@@ -36,6 +37,7 @@ from tests.examples.table import write_table
 REPO = Path(__file__).resolve().parents[2]
 SITE = REPO / ".compat" / "site"
 ADAPT = Path(__file__).resolve().parent / "adapt"
+DEPS = CACHE / "deps"  # what an example needs and overdrive does not (schedulefree)
 ENGINES = ("accelerate", "overdrive")
 
 
@@ -66,7 +68,7 @@ def environment(engine: str, out: Path) -> dict[str, str]:
     }
     package = SITE if engine == "accelerate" else REPO / "src"
     env.update(
-        PYTHONPATH=os.pathsep.join([str(ADAPT), str(package)]),
+        PYTHONPATH=os.pathsep.join([str(ADAPT), str(DEPS), str(package)]),
         EXAMPLES_ADAPT="1",
         EXAMPLES_OUT=str(out),
         OMP_NUM_THREADS="1",
@@ -132,12 +134,20 @@ def run_one(
     return result
 
 
+_LAUNCHER_ERRORS = ("CalledProcessError", "ChildFailedError")
+_RANK_PREFIX = re.compile(r"^\[rank ?\d+\]:? ")
+
+
 def _last_error(log: str) -> str:
-    """The line that says why a run failed (the last exception line, else the last line)."""
+    """The line that says why a run failed: the last exception line of the example's own
+    traceback (not the launcher's report of a failed child), else the last line."""
     lines = [line.strip() for line in log.splitlines() if line.strip()]
     for line in reversed(lines):
-        text = line.split("] ", 1)[-1] if line.startswith("[rank") else line
-        if "Error" in text.split(":", 1)[0] or text.startswith(("error:", "Exception")):
+        text = _RANK_PREFIX.sub("", line)
+        head = text.split(":", 1)[0]
+        if any(name in head for name in _LAUNCHER_ERRORS):
+            continue
+        if "Error" in head or text.startswith(("error:", "Exception")):
             return text[:300]
     return lines[-1][:300] if lines else "no output"
 
@@ -175,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     port(fetch() / "examples", CACHE / "ported" / "examples")
     results_path = CACHE / "results.json"
     results = json.loads(results_path.read_text()) if results_path.is_file() else {}
+    known = {c.name for c in CASES}  # rows of cases since renamed or removed go
+    results = {k: v for k, v in results.items() if v["name"] in known}
     counts = [int(n) for n in args.processes.split(",")]
     for case in select(args.examples):
         for processes in (n for n in counts if n in case.processes):

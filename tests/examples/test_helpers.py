@@ -128,3 +128,7 @@ def test_last_error_prefers_the_exception_line() -> None:
     log = "[rank 1] Traceback\n[rank 1] ValueError: bad flag\nlauncher: rank 1 failed\n"
     assert _last_error(log) == "ValueError: bad flag"
     assert _last_error("just output\n") == "just output"
+    launcher = "ImportError: no lib\nsubprocess.CalledProcessError: Command '[...]' returned 1\n"
+    assert _last_error(launcher) == "ImportError: no lib"
+    torchrun = "[rank0]: ImportError: no lib\n=====\n"
+    assert _last_error(torchrun) == "ImportError: no lib"

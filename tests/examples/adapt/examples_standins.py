@@ -21,6 +21,7 @@ SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 EOS = "</s>"
 TRAIN_ROWS = 64
 VALIDATION_ROWS = 40
+TEXT_ROWS = 500  # gradient_accumulation_for_autoregressive_models selects its first 500
 MAX_LENGTH = 32
 
 _models: list[tuple[Any, dict[str, Any]]] = []
@@ -123,6 +124,8 @@ def patch_transformers(transformers: Any) -> None:
     transformers.AutoModelForCausalLM.from_pretrained = staticmethod(causal_lm)
     from_config = staticmethod(lambda config, *a, **k: causal_lm("", config=config))
     transformers.AutoModelForCausalLM.from_config = from_config
+    if not hasattr(transformers.utils, "send_example_telemetry"):  # gone in transformers 5
+        transformers.utils.send_example_telemetry = lambda *args, **kwargs: None
 
 
 def _local(tensor: Any) -> Any:

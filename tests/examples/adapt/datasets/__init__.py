@@ -74,6 +74,11 @@ class Dataset:
         """Rows are already plain values; nothing to change."""
 
 
+class IterableDataset:
+    """Named only: the described system checks ``isinstance(dataset, IterableDataset)`` once
+    ``datasets`` is importable (the stand-in's metadata says it is, for ``require_version``)."""
+
+
 class DatasetDict(dict[str, Dataset]):
     """Named splits; each method applies to every split."""
 
@@ -100,7 +105,7 @@ def load_dataset(path: str, name: str | None = None, split: str | None = None, *
         }
     elif "wikitext" in path:
         splits = {
-            "train": standins.text_columns(standins.TRAIN_ROWS, seed=3),
+            "train": standins.text_columns(standins.TEXT_ROWS, seed=3),
             "validation": standins.text_columns(standins.VALIDATION_ROWS, seed=4),
         }
     else:
