@@ -57,9 +57,10 @@ def port(source: Path, target: Path) -> None:
             shutil.copy2(path, out)
 
 
-def environment(engine: str, out: Path) -> dict[str, str]:
+def environment(engine: str, out: Path, backend: bool = False) -> dict[str, str]:
     """The environment of one run: no inherited launch or engine settings, one thread per
-    process, no GPU, no network, the adaptation layer first and then the engine's package."""
+    process, no GPU, no network, the adaptation layer first and then the engine's package.
+    ``backend``: the case names one in its launch flags (DeepSpeed, FSDP)."""
     drop = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "PYTHONPATH")
     env = {
         k: v
@@ -79,8 +80,10 @@ def environment(engine: str, out: Path) -> dict[str, str]:
         WANDB_MODE="disabled",
         PYTHONUNBUFFERED="1",
     )
-    if engine == "accelerate":
-        env["ACCELERATE_USE_CPU"] = "1"  # its launcher forms a gloo group on CPUs only so
+    if engine == "accelerate" and not backend:
+        # Its launcher forms a gloo group on CPUs only so; with a backend it would replace
+        # that backend by plain MULTI_CPU training (DeepSpeed finds the CPU by DS_ACCELERATOR).
+        env["ACCELERATE_USE_CPU"] = "1"
     return env
 
 
@@ -118,7 +121,7 @@ def run_one(
             done = subprocess.run(
                 cmd,
                 cwd=out,
-                env=environment(engine, out),
+                env=environment(engine, out, backend=bool(case.launch)),
                 capture_output=True,
                 text=True,
                 timeout=timeout,
@@ -176,14 +179,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--processes", default="1,2", help="comma-separated process counts")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
     parser.add_argument("--write-docs", action="store_true")
+    parser.add_argument(
+        "--table-only", action="store_true", help="run nothing: write the table from results"
+    )
     args = parser.parse_args(argv)
+    results_path = CACHE / "results.json"
+    if args.table_only:
+        write_table(json.loads(results_path.read_text()), REPO / "docs" / "migrating.md")
+        return 0
     if not (SITE / "accelerate").is_dir():
         raise SystemExit(
             f"error: the described system is not installed in {SITE}\n"
             "  fix: run `make examples` (it installs it there)"
         )
     port(fetch() / "examples", CACHE / "ported" / "examples")
-    results_path = CACHE / "results.json"
     results = json.loads(results_path.read_text()) if results_path.is_file() else {}
     known = {c.name for c in CASES}  # rows of cases since renamed or removed go
     results = {k: v for k, v in results.items() if v["name"] in known}

@@ -10,7 +10,7 @@ import torch
 
 from tests.examples.cases import CASES, select
 from tests.examples.compare import compare, moved
-from tests.examples.run import _last_error, command, port
+from tests.examples.run import _last_error, command, environment, port
 from tests.examples.table import END, START, table, write_table
 
 EXAMPLE = """\
@@ -132,3 +132,12 @@ def test_last_error_prefers_the_exception_line() -> None:
     assert _last_error(launcher) == "ImportError: no lib"
     torchrun = "[rank0]: ImportError: no lib\n=====\n"
     assert _last_error(torchrun) == "ImportError: no lib"
+
+
+def test_the_described_system_is_told_to_use_cpus_unless_a_backend_is_named(
+    tmp_path: Path,
+) -> None:
+    assert environment("accelerate", tmp_path)["ACCELERATE_USE_CPU"] == "1"
+    assert "ACCELERATE_USE_CPU" not in environment("accelerate", tmp_path, backend=True)
+    ours = environment("overdrive", tmp_path)
+    assert "ACCELERATE_USE_CPU" not in ours and ours["EXAMPLES_OUT"] == str(tmp_path)
