@@ -143,7 +143,7 @@ def test_one_process_is_told_its_schedule_runs_at_another_speed(full: Path, tmp_
     assert any((want[k] - got[k]).abs().max() > 1e-4 for k in want)  # a real difference
 
 
-@pytest.mark.parametrize("stage", [1, 2])
+@pytest.mark.parametrize("stage", [pytest.param(1, marks=pytest.mark.extended), 2])
 def test_save_state_with_two_parameter_groups_saves_the_second_groups_state(
     stage: int, tmp_path: Path
 ) -> None:
