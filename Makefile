@@ -10,7 +10,7 @@ DEMO_STAMP := $(VENV)/.installed-demo
 STAMP := $(VENV)/.installed-test
 
 .PHONY: demo test extended faults compat conformance trainer deepspeed parallel lint typecheck \
-	venv clean gpu gpu-smoke gpu-wheels
+	venv clean gpu gpu-smoke gpu-wheels examples
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -97,6 +97,22 @@ TRAINER_DEPS := datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 parameterized=
 trainer: $(STAMP) $(COMPAT_SITE)/.installed-$(COMPAT_VERSION) .trainer-conformance/deps/.installed
 	$(BIN)/python -m tests.trainer_conformance.run --write-docs
 
+# The described system's own examples (its repository's examples/, fetched into the ignored
+# .examples/src by tests/examples/fetch.py; EXAMPLES_REPO=<mirror> where GitHub is out of
+# reach), adapted to a tiny model and generated data by tests/examples/adapt, run under it
+# and, renamed, under overdrive on 1 and 2 CPU processes; the final weights are compared
+# and the per-example table goes into docs/migrating.md. Minutes, so not part of `make test`.
+# What an example needs and overdrive does not (schedule_free.py's optimizer) goes to a
+# folder of its own, on the path of both runs.
+EXAMPLES_DEPS := schedulefree==1.4.1
+.examples/deps/.installed: | $(BIN)/python
+	$(PIP) install --quiet --no-deps --target .examples/deps $(EXAMPLES_DEPS)
+	touch $@
+
+examples: $(STAMP) $(COMPAT_SITE)/.installed-$(COMPAT_VERSION) .examples/deps/.installed
+	OVERDRIVE_EXAMPLES=1 $(BIN)/python -m pytest -q tests/examples
+	$(BIN)/python -m tests.examples.run --write-docs
+
 # A real run with the default settings: 2 CPU processes (one gloo group) train on
 # scikit-learn's bundled digits and report held-out accuracy gathered across ranks.
 demo: $(DEMO_STAMP)
@@ -130,4 +146,4 @@ gpu-wheels:
 	$(BIN)/python bench/gpu/wheels.py --dest .whl
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache .mypy_cache .compat .conformance .trainer-conformance
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache .mypy_cache .compat .conformance .trainer-conformance .examples

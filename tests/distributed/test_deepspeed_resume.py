@@ -141,3 +141,25 @@ def test_one_process_is_told_its_schedule_runs_at_another_speed(full: Path, tmp_
     assert "now advances 1 time(s) per step where 2 processes" in plain.stderr
     want, got = _params(full / "full.safetensors"), _params(tmp_path / "resume.safetensors")
     assert any((want[k] - got[k]).abs().max() > 1e-4 for k in want)  # a real difference
+
+
+@pytest.mark.parametrize("stage", [pytest.param(1, marks=pytest.mark.extended), 2])
+def test_save_state_with_two_parameter_groups_saves_the_second_groups_state(
+    stage: int, tmp_path: Path
+) -> None:
+    """ZeRO 1/2 link parameters to their optimizer state after the first group's first step,
+    so the second group's (the biases without weight decay) must be linked again to be read:
+    save_state failed with "exp_avg not found in optimizer state fragment" (issue 20, the
+    described system's deepspeed_with_config_support example)."""
+    result = run_launch(
+        "ds_param_groups.py",
+        env=DS_ENV,
+        nprocs=1,
+        launch_args=["--use_deepspeed", "--zero_stage", str(stage)],
+        args=["--out", str(tmp_path / "ckpt")],
+    )
+    assert_ok(result)
+    (row,) = result_rows(result.stdout)
+    for bias in ("0.bias", "2.bias"):
+        assert row["state"][f"state/{bias}/exp_avg"] > 0
+        assert row["state"][f"state/{bias}/exp_avg_sq"] > 0

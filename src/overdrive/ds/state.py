@@ -172,12 +172,25 @@ def _step_of(value: Any) -> dict[str, Any]:
     return {"value": value, "tensor": False}
 
 
+def _relink(engine: Any) -> None:
+    """Map every parameter to its optimizer-state fragments again. ZeRO 1/2 map them once,
+    right after the first parameter group's first step, before the later groups have any
+    state: with two groups (decay and no decay) the second stays mapped to nothing, and
+    reading its ``exp_avg`` fails. Only where DeepSpeed has mapped them already."""
+    optimizer = engine.optimizer
+    link = getattr(optimizer, "_lazy_init_hp_params_optimizer_state", None)
+    if callable(link) and getattr(optimizer, "_hp_optimizer_states_linked", False):
+        optimizer._hp_optimizer_states_linked = False
+        link()
+
+
 def optimizer_state_dict(engine: Any, basic: torch.optim.Optimizer) -> dict[str, Any]:
     """Full fp32 masters, optimizer state per parameter name, step counts, hyper-parameters,
     the engine's counters and loss scale: everything an exact resume needs."""
     from deepspeed.utils import safe_get_full_fp32_param, safe_get_full_optimizer_state
 
     keys = _state_keys(engine, basic)
+    _relink(engine)
     masters: dict[str, torch.Tensor] = {}
     states: dict[str, dict[str, torch.Tensor]] = {}
     for name, p in trainable(engine.module):

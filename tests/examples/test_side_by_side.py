@@ -1,0 +1,36 @@
+"""A few of the described system's examples, run under it and (renamed) under overdrive on 2
+CPU processes, train to bitwise the same weights. Collected only under `make examples`
+(OVERDRIVE_EXAMPLES=1): it needs the compat site and the fetched examples, and takes a
+minute or two."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.examples.cases import select
+from tests.examples.fetch import CACHE, fetch
+from tests.examples.run import SITE, port, run_case
+
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ported() -> None:
+    if not (SITE / "accelerate").is_dir():
+        pytest.fail(f"the described system is not installed in {SITE}: run `make examples`")
+    port(fetch() / "examples", CACHE / "ported" / "examples")
+
+
+@pytest.mark.parametrize("name", ["nlp_example", "gradient_accumulation", "local_sgd"])
+def test_example_trains_to_the_same_weights_under_both(name: str) -> None:
+    row = run_case(select(name)[0], 2, timeout=600)
+    for engine in ("accelerate", "overdrive"):
+        assert row[engine]["ok"], f"{engine}: {row[engine].get('error')}"
+    assert row["moved"], "training left the weights where they started: nothing was compared"
+    assert row["bitwise"], f"final weights differ by up to {row['max_abs_diff']}"
+
+
+def test_resumed_checkpointing_example_equals_the_uninterrupted_run_under_overdrive() -> None:
+    row = run_case(select("checkpointing resume")[0], 2, timeout=600)
+    assert row["overdrive"]["ok"], row["overdrive"].get("error")
+    assert row["overdrive"]["resumed_vs_uninterrupted"] == 0.0
