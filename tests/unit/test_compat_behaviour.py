@@ -205,3 +205,21 @@ def test_megatron_dummy_scheduler_and_fsdp_state_dict_configs() -> None:
         FullyShardedDataParallelPlugin(
             state_dict_type="SHARDED_STATE_DICT", state_dict_config=FullStateDictConfig()
         )
+
+
+def test_fp16_is_available_on_a_cpu_because_it_trains_there() -> None:
+    """``is_fp16_available()`` agrees with what ``mixed_precision="fp16"`` does on a CPU: it
+    trains with float16 autocast and loss scaling, so the answer is yes there too."""
+    from overdrive import Accelerator
+    from overdrive.utils import is_fp16_available
+
+    assert is_fp16_available()
+    accelerator = Accelerator(cpu=True, mixed_precision="fp16")
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    inner: list[torch.dtype] = []
+    model[0].register_forward_hook(lambda module, args, out: inner.append(out.dtype))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    out = model(torch.randn(2, 4))
+    assert inner == [torch.float16]  # computed in fp16, handed back in fp32
+    assert out.dtype == torch.float32
