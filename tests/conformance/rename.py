@@ -10,6 +10,8 @@ A test that needs more than this to pass is listed in docs/migrating.md, never e
 from __future__ import annotations
 
 import re
+import shutil
+from pathlib import Path
 
 _IMPORT = re.compile(r"^(\s*(?:from|import)\s+)accelerate(?=[\s.,]|$)", re.MULTILINE)
 # "accelerate" or "accelerate.x.y" as a whole string literal's start: a module path or logger.
@@ -25,3 +27,19 @@ def rename(source: str) -> str:
     source = _IMPORT.sub(r"\1overdrive", source)
     source = _MODULE_STRING.sub("overdrive", source)
     return _COMMAND.sub("overdrive", source)
+
+
+def port_tree(source: Path, target: Path) -> None:
+    """``source`` copied to ``target`` (replaced) with every .py file renamed."""
+    if target.exists():
+        shutil.rmtree(target)
+    for path in source.rglob("*"):
+        out = target / path.relative_to(source)
+        if path.is_dir():
+            out.mkdir(parents=True, exist_ok=True)
+            continue
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if path.suffix == ".py":
+            out.write_text(rename(path.read_text()))
+        else:
+            shutil.copy2(path, out)

@@ -15,14 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from tests.conformance.fetch import fetch
-from tests.conformance.rename import rename
+from tests.conformance.rename import port_tree
 from tests.conformance.table import write_table
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,22 +46,6 @@ TRAINING = [
     "tracking",
     "utils",
 ]
-
-
-def port(source: Path, target: Path) -> None:
-    """``source`` (its tests folder) copied to ``target`` with every .py file renamed."""
-    if target.exists():
-        shutil.rmtree(target)
-    for path in source.rglob("*"):
-        out = target / path.relative_to(source)
-        if path.is_dir():
-            out.mkdir(parents=True, exist_ok=True)
-        elif path.suffix == ".py":
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(rename(path.read_text()))
-        else:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, out)
 
 
 def _env(engine: str) -> dict[str, str]:
@@ -150,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     original = fetch(CACHE) / "tests"
     ported = CACHE / "ported" / "tests"
-    port(original, ported)
+    port_tree(original, ported)
     for root in (original.parent, ported.parent):  # not this repository's pytest settings
         (root / "pytest.ini").write_text("[pytest]\n")
     results_path = CACHE / "results.json"

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tests.helpers.markers import write_between
+
 START = "<!-- conformance:start -->"
 END = "<!-- conformance:end -->"
 
@@ -37,11 +39,4 @@ def table(results: dict[str, dict[str, dict[str, str]]]) -> str:
 
 def write_table(results: dict[str, Any], doc: Path) -> None:
     """Replace the text between the markers in ``doc`` (appended with them when absent)."""
-    text = doc.read_text()
-    block = f"{START}\n{table(results)}\n{END}"
-    if START in text and END in text:
-        head, rest = text.split(START, 1)
-        text = head + block + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    doc.write_text(text)
+    write_between(doc, START, END, table(results))

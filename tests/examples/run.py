@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.compat.harness import free_port
-from tests.conformance.rename import rename
+from tests.conformance.rename import port_tree
 from tests.examples.cases import CASES, Case, select
 from tests.examples.compare import compare, moved
 from tests.examples.fetch import CACHE, fetch
@@ -39,22 +39,6 @@ SITE = REPO / ".compat" / "site"
 ADAPT = Path(__file__).resolve().parent / "adapt"
 DEPS = CACHE / "deps"  # what an example needs and overdrive does not (schedulefree)
 ENGINES = ("accelerate", "overdrive")
-
-
-def port(source: Path, target: Path) -> None:
-    """``source`` (an examples folder) copied to ``target`` with every .py file renamed."""
-    if target.exists():
-        shutil.rmtree(target)
-    for path in source.rglob("*"):
-        out = target / path.relative_to(source)
-        if path.is_dir():
-            out.mkdir(parents=True, exist_ok=True)
-            continue
-        out.parent.mkdir(parents=True, exist_ok=True)
-        if path.suffix == ".py":
-            out.write_text(rename(path.read_text()))
-        else:
-            shutil.copy2(path, out)
 
 
 def environment(engine: str, out: Path, backend: bool = False) -> dict[str, str]:
@@ -192,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             f"error: the described system is not installed in {SITE}\n"
             "  fix: run `make examples` (it installs it there)"
         )
-    port(fetch() / "examples", CACHE / "ported" / "examples")
+    port_tree(fetch() / "examples", CACHE / "ported" / "examples")
     results = json.loads(results_path.read_text()) if results_path.is_file() else {}
     known = {c.name for c in CASES}  # rows of cases since renamed or removed go
     results = {k: v for k, v in results.items() if v["name"] in known}

@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 import torch
 
+from tests.conformance.rename import port_tree
 from tests.examples.cases import CASES, select
 from tests.examples.compare import compare, moved
-from tests.examples.run import _last_error, command, environment, port
+from tests.examples.run import _last_error, command, environment
 from tests.examples.table import END, START, table, write_table
 
 EXAMPLE = """\
@@ -30,7 +31,7 @@ def test_port_renames_imports_and_module_strings_only(tmp_path: Path) -> None:
     (source / "by_feature").mkdir(parents=True)
     (source / "by_feature" / "local_sgd.py").write_text(EXAMPLE)
     (source / "ds.json").write_text('{"accelerate": 1}')
-    port(source, tmp_path / "out")
+    port_tree(source, tmp_path / "out")
     ported = (tmp_path / "out" / "by_feature" / "local_sgd.py").read_text()
     assert "from overdrive import Accelerator, DistributedType" in ported
     assert "from overdrive.utils import set_seed" in ported

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conformance.rename import port_tree
 from tests.examples.cases import select
 from tests.examples.fetch import CACHE, fetch
-from tests.examples.run import SITE, port, run_case
+from tests.examples.run import SITE, run_case
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
@@ -18,7 +19,7 @@ pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 def ported() -> None:
     if not (SITE / "accelerate").is_dir():
         pytest.fail(f"the described system is not installed in {SITE}: run `make examples`")
-    port(fetch() / "examples", CACHE / "ported" / "examples")
+    port_tree(fetch() / "examples", CACHE / "ported" / "examples")
 
 
 @pytest.mark.parametrize("name", ["nlp_example", "gradient_accumulation", "local_sgd"])
