@@ -10,7 +10,7 @@ from overdrive.config import Settings
 from overdrive.kwargs_handlers import DistributedDataParallelKwargs
 from overdrive.strategies.base import Strategy
 from overdrive.strategies.ddp import DDPStrategy
-from overdrive.strategies.rules import LoopRules
+from overdrive.strategies.rules import NO_RULES, LoopRules
 from overdrive.strategies.single import SingleDeviceStrategy
 
 __all__ = [
@@ -54,25 +54,26 @@ def select_strategy(
         _pipeline_parallel(
             state,
             settings,
-            rules,
             pp_loss_fn,
             pp_split_points,
             fsdp_wrap,
             tp_plan,
             sequence_parallel,
+            rules=rules,
         )
-        or _tensor_parallel(state, settings, rules, fsdp_wrap, tp_plan, sequence_parallel)
-        or _data_parallel(state, settings, rules, ddp_kwargs, fsdp_wrap, deepspeed_plugin)
+        or _tensor_parallel(state, settings, fsdp_wrap, tp_plan, sequence_parallel, rules=rules)
+        or _data_parallel(state, settings, ddp_kwargs, fsdp_wrap, deepspeed_plugin, rules=rules)
     )
 
 
 def _data_parallel(
     state: Any,
     settings: Settings,
-    rules: LoopRules,
     ddp_kwargs: DistributedDataParallelKwargs | None,
     fsdp_wrap: Callable[..., Any] | None,
     deepspeed_plugin: Any,
+    *,
+    rules: LoopRules = NO_RULES,
 ) -> Strategy:
     """FSDP or DeepSpeed when asked for, DDP on several processes, else one device."""
     from overdrive.parallel.layout import ParallelLayout, layout_from_settings
@@ -165,10 +166,11 @@ def _tp_settings(
 def _tensor_parallel(
     state: Any,
     settings: Settings,
-    rules: LoopRules,
     fsdp_wrap: Callable[..., Any] | None,
     tp_plan: Any,
     sequence_parallel: bool = False,
+    *,
+    rules: LoopRules = NO_RULES,
 ) -> Strategy | None:
     """The tensor-parallel strategy when a degree above 1 is set (FSDP2 over dp, or
     replication), else None."""
@@ -198,12 +200,13 @@ def _tensor_parallel(
 def _pipeline_parallel(
     state: Any,
     settings: Settings,
-    rules: LoopRules,
     loss_fn: Any,
     split_points: list[int] | None = None,
     fsdp_wrap: Callable[..., Any] | None = None,
     tp_plan: Any = None,
     sequence_parallel: bool = False,
+    *,
+    rules: LoopRules = NO_RULES,
 ) -> Strategy | None:
     """The pipeline strategy when a pipeline degree above 1 is set (``megatron_lm_config.
     pp_degree``, or ``parallelism_config.pp_size`` outside MEGATRON_LM), else None. Each
