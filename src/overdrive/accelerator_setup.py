@@ -192,9 +192,31 @@ def strategy_for(
         deepspeed_plugin=deepspeed_plugin,
         tp_plan=getattr(parallelism_config, "tp_plan", None),
         sequence_parallel=bool(getattr(parallelism_config, "sequence_parallel", False)),
-        pp_loss_fn=getattr(megatron_lm_plugin, "pipeline_loss_fn", None),
-        pp_split_points=getattr(megatron_lm_plugin, "pipeline_split_points", None),
+        **pipeline_from_code(parallelism_config, megatron_lm_plugin),
     )
+
+
+def pipeline_from_code(parallelism_config: Any, megatron_lm_plugin: Any) -> dict[str, Any]:
+    """The pipeline's loss and split points given in code, by ``ParallelismConfig(pp_loss_fn=,
+    pp_split_points=)`` or ``MegatronLMPlugin(pipeline_loss_fn=, pipeline_split_points=)``;
+    the same one given by both is refused (which would win is not obvious)."""
+    chosen: dict[str, Any] = {}
+    for name, ours, theirs in (
+        ("pp_loss_fn", "pp_loss_fn", "pipeline_loss_fn"),
+        ("pp_split_points", "pp_split_points", "pipeline_split_points"),
+    ):
+        in_config = getattr(parallelism_config, ours, None)
+        in_plugin = getattr(megatron_lm_plugin, theirs, None)
+        if in_config is not None and in_plugin is not None:
+            raise ConfigError(
+                f"the pipeline's {theirs.removeprefix('pipeline_')} is given twice, by "
+                f"ParallelismConfig({ours}=...) and by MegatronLMPlugin({theirs}=...), in code",
+                key=ours,
+                fix=f"keep one of them: ParallelismConfig({ours}=...) whatever the backend, or "
+                f"MegatronLMPlugin({theirs}=...) under MEGATRON_LM",
+            )
+        chosen[name] = in_config if in_config is not None else in_plugin
+    return chosen
 
 
 def callable_wrap_policy(plugin: Any) -> Any:

@@ -285,7 +285,11 @@ class ParallelismConfig(Plugin):
     transformers model's own plan is used. ``sequence_parallel`` (code only): run the norms
     between the split modules on slices of the sequence (as
     ``megatron_lm_config.sequence_parallelism`` does under MEGATRON_LM); a plan's own
-    ``"sequence_parallel"`` entries do the same for the modules they name. Sizes left unset
+    ``"sequence_parallel"`` entries do the same for the modules they name. ``pp_loss_fn``
+    and ``pp_split_points`` (code only, overdrive's): the pipeline's ``loss_fn(output,
+    target)`` for a model that is not a transformers causal LM, and the indices of the
+    layers that start stages 1, 2, ... (as ``MegatronLMPlugin``'s ``pipeline_*`` give them
+    under MEGATRON_LM, without choosing that backend). Sizes left unset
     read ``PARALLELISM_CONFIG_<NAME>`` from the environment. Context parallelism
     (``cp_size`` above 1) describes a mesh, but training with it is not available yet and is
     refused when an Accelerator is made with it.
@@ -298,6 +302,8 @@ class ParallelismConfig(Plugin):
     tp_plan: dict[str, str] | None = None
     sequence_parallel: bool = False
     pp_size: int | None = None
+    pp_loss_fn: Callable[[Any, Any], Any] | None = None
+    pp_split_points: list[int] | None = None
 
     KEYS = {
         "dp_replicate_size": "parallelism_config.parallelism_config_dp_replicate_size",

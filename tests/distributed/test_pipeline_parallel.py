@@ -145,6 +145,32 @@ def test_pp2_sequential_with_a_loss_and_split_points_given_in_code_trains_as_one
 
 
 @pytest.mark.distributed
+def test_pp2_sequential_from_parallelism_config_takes_its_loss_and_split_points_there() -> None:
+    """``ParallelismConfig(pp_size=2, pp_loss_fn=..., pp_split_points=...)``: a plain model's
+    pipeline without choosing MEGATRON_LM (whose distributed optimizer a pipeline refuses)."""
+    row = _run(2, "--case", "mlp", "--split", "4", "--parallelism", "pp_size=2", launch_args=())
+    assert row["stage_layers"] == [[0, 0, 4], [1, 4, 5]]
+    _assert_matches_one_process(row)
+
+
+@pytest.mark.distributed
+def test_a_sequential_without_a_loss_names_where_the_loss_goes() -> None:
+    """The refusal's fix names the setting of the pipeline's own origin: here
+    ``ParallelismConfig``, not ``MegatronLMPlugin`` (which would choose another backend)."""
+    result = run_launch(
+        SCRIPT,
+        nprocs=2,
+        args=["--case", "mlp", "--parallelism", "pp_size=2", "--no_loss_fn"],
+        launch_args=[],
+        timeout=420,
+    )
+    assert result.returncode != 0
+    assert "needs a loss function" in result.stderr, result.stderr[-2000:]
+    assert "ParallelismConfig(pp_loss_fn=lambda output, target: ...)" in result.stderr
+    assert "MegatronLMPlugin" not in result.stderr
+
+
+@pytest.mark.distributed
 @pytest.mark.slow
 @pytest.mark.four_processes
 def test_pp2_times_two_replicas_trains_as_one_process() -> None:

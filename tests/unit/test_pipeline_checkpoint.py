@@ -13,8 +13,11 @@ from overdrive.checkpoint import CheckpointError
 from overdrive.checkpoint.shards import LocalShard
 from overdrive.parallel.pipeline_checkpoint import (
     load_stage_optimizer,
+    load_whole_optimizer,
     stage_model_state,
     stage_optimizer_state,
+    whole_model_state,
+    whole_optimizer_state,
 )
 
 
@@ -89,3 +92,31 @@ def test_a_saved_state_that_groups_parameters_otherwise_is_refused_by_name() -> 
     missing = dict(saved, state={k: v for k, v in saved["state"].items() if "1.bias" not in k})
     with pytest.raises(CheckpointError, match="no entry for parameter 'model.layers.1.bias'"):
         load_stage_optimizer(fresh, fresh_names, missing)
+
+
+def test_the_whole_model_and_optimizer_states_are_plain_tensors_by_name_and_load_back() -> None:
+    """The unsharded form (``save_model``, FULL_STATE_DICT files): plain CPU tensors under
+    the unsplit names; the optimizer's groups by position with their hyper-parameters."""
+    module, opt, names = _stage()
+    module(torch.randn(5, 3)).sum().backward()
+    opt.step()
+    weights = whole_model_state(module, {"1.weight": "lm_head.weight"}, None)
+    assert list(weights) == ["lm_head.weight"]
+    assert not isinstance(weights["lm_head.weight"], LocalShard)
+    assert torch.equal(weights["lm_head.weight"], module[1].weight.detach())
+
+    whole = whole_optimizer_state(opt, names, None)
+    assert sorted(whole["state"]) == sorted(names.values())
+    assert [g["lr"] for g in whole["param_groups"]] == [0.1, 0.5]
+    whole["param_groups"][0]["lr"] = 0.05
+    _, fresh, fresh_names = _stage()
+    load_whole_optimizer(fresh, fresh_names, whole)
+    assert [g["lr"] for g in fresh.param_groups] == [0.05, 0.5]
+    mine = [p for g in opt.param_groups for p in g["params"]]
+    theirs = [p for g in fresh.param_groups for p in g["params"]]
+    for p, q in zip(mine, theirs, strict=True):
+        torch.testing.assert_close(fresh.state[q]["exp_avg"], opt.state[p]["exp_avg"])
+
+    whole["param_groups"] = whole["param_groups"][:1]
+    with pytest.raises(CheckpointError, match="1 parameter groups, this one 2"):
+        load_whole_optimizer(fresh, fresh_names, whole)

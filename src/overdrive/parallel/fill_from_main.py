@@ -1,5 +1,6 @@
 """Fill a split or sharded model that some processes built empty (on the meta device) with
-the main process's weights, one tensor at a time: a chain step (``parallel/chain.py``)."""
+the main process's weights, one tensor at a time: a chain step (``parallel/chain.py``); or
+give every process the main process's weights when all of them built the model."""
 
 from __future__ import annotations
 
@@ -43,3 +44,18 @@ def fill_from_main(model: nn.Module, full_state: dict[str, Any], device: torch.d
                 local.copy_(full)
             del full
     broadcast_buffers(model, device)
+
+
+def broadcast_from_main(model: nn.Module, device: torch.device) -> None:
+    """Give every process the main process's parameters and buffers, one tensor at a time
+    through ``device`` (FSDP2 and pipeline stages have no ``sync_module_states``). Collective."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return
+    with torch.no_grad():
+        for tensor in [*model.parameters(), *model.buffers()]:
+            on_device = tensor.data.to(device)  # nccl sends device tensors only
+            dist.broadcast(on_device, src=0)
+            if on_device is not tensor.data:
+                tensor.data.copy_(on_device)

@@ -189,3 +189,86 @@ def _saved_group(
             f"optimizer put in different groups\n{_FIX}"
         )
     return matches[0]
+
+
+# --- whole (not sharded): every stage's tensors gathered onto the main process ---------
+def _cpu(value: Any) -> Any:
+    """A whole tensor on the CPU (a DTensor's gathered over its mesh: collective)."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    full = getattr(value, "full_tensor", None)
+    return (full() if callable(full) else value).detach().cpu()
+
+
+def _is_main() -> bool:
+    import torch.distributed as dist
+
+    return not dist.is_initialized() or dist.get_rank() == 0
+
+
+def whole_model_state(
+    module: torch.nn.Module, names: Mapping[str, str], group: Any
+) -> dict[str, torch.Tensor]:
+    """The whole model's weights, by the unsplit model's names, on the main process (an
+    empty dict elsewhere); collective over the pipeline ``group``."""
+    own = {
+        names[name]: _cpu(t)
+        for name, t in module.state_dict(keep_vars=True).items()
+        if name in names
+    }
+    full: dict[str, torch.Tensor] = {}
+    for part in _gather(own, group):
+        full.update(part)
+    return full if _is_main() else {}
+
+
+def whole_optimizer_state(
+    optimizer: torch.optim.Optimizer, names: Mapping[int, str], group: Any
+) -> dict[str, Any]:
+    """Every stage's optimizer state by parameter name, its groups listing every stage's
+    parameters, on the main process (an empty dict elsewhere); collective over ``group``."""
+    saved = optimizer.state_dict()
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    state = {
+        names[id(params[i])]: {k: _cpu(v) for k, v in entries.items()}
+        for i, entries in saved["state"].items()
+    }
+    groups = [
+        {**{k: v for k, v in g.items() if k != "params"}, "params": [names[id(p)] for p in live]}
+        for g, live in zip(
+            saved["param_groups"], (g["params"] for g in optimizer.param_groups), strict=True
+        )
+    ]
+    parts = _gather((state, groups), group)
+    if not _is_main():
+        return {}
+    full_state: dict[str, Any] = {}
+    full_groups: list[dict[str, Any]] = [dict(g, params=[]) for g in groups]
+    for part_state, part_groups in parts:
+        full_state.update(part_state)
+        for merged, part in zip(full_groups, part_groups, strict=True):
+            merged["params"] += part["params"]
+    return {"state": full_state, "param_groups": full_groups}
+
+
+def load_whole_optimizer(
+    optimizer: torch.optim.Optimizer, names: Mapping[int, str], state: Mapping[str, Any]
+) -> None:
+    """Load this stage's entries of a whole optimizer state (by parameter name; the groups
+    by position, their hyper-parameters from the saved ones)."""
+    saved_groups = state["param_groups"]
+    if len(saved_groups) != len(optimizer.param_groups):
+        raise CheckpointError(
+            f"the saved optimizer has {len(saved_groups)} parameter groups, this one "
+            f"{len(optimizer.param_groups)}\n{_FIX}"
+        )
+    index: dict[str, int] = {}
+    groups = []
+    for saved, live in zip(saved_groups, optimizer.param_groups, strict=True):
+        ids = []
+        for p in live["params"]:
+            index[names[id(p)]] = len(index)
+            ids.append(index[names[id(p)]])
+        groups.append({**{k: v for k, v in saved.items() if k != "params"}, "params": ids})
+    entries = {index[name]: s for name, s in state["state"].items() if name in index}
+    optimizer.load_state_dict({"state": entries, "param_groups": groups})

@@ -212,17 +212,27 @@ def _pipeline_parallel(
     pp_degree``, or ``parallelism_config.pp_size`` outside MEGATRON_LM), else None. Each
     stage runs the parallelize chain: tensor parallelism when a tp degree is set, then FSDP2
     under distributed_type FSDP (else the stage's replicas average their gradients)."""
-    from overdrive.parallel.layout import layout_from_settings, pp_micro_batches, pp_setting
+    from overdrive.parallel.layout import (
+        layout_from_settings,
+        pp_key,
+        pp_micro_batches,
+        pp_setting,
+    )
 
     degree = pp_setting(settings)
+    megatron = settings["distributed_type"] == "MEGATRON_LM"
+    in_code = (
+        "MegatronLMPlugin(pipeline_loss_fn=..., pipeline_split_points=...)"
+        if megatron
+        else "ParallelismConfig(pp_loss_fn=..., pp_split_points=...)"
+    )
     if degree <= 1:
         if loss_fn is not None or split_points is not None:
             import warnings
 
             warnings.warn(
-                "MegatronLMPlugin(pipeline_loss_fn=..., pipeline_split_points=...) cannot "
-                "take effect: there is no "
-                "pipeline (megatron_lm_config.pp_degree is 1)",
+                f"a pipeline loss or split points given in code ({in_code}) cannot take "
+                f"effect: there is no pipeline ({pp_key(settings)} is 1)",
                 UserWarning,
                 stacklevel=4,
             )
@@ -237,6 +247,7 @@ def _pipeline_parallel(
         schedule=str(settings["megatron_lm_config.pipeline_schedule"]),
         loss_fn=loss_fn,
         split_points=split_points,
+        loss_fn_in_code=in_code.split(",")[0] + ")",
     )
     tp = _tp_settings(settings, tp_plan, sequence_parallel)
     if tp is not None and tp.sequence_parallel:

@@ -20,7 +20,7 @@ from torch import nn
 from overdrive.errors import OverdriveError
 from overdrive.parallel.activation_checkpointing import apply_activation_checkpointing
 from overdrive.parallel.chain import Chain, parallelize
-from overdrive.parallel.fill_from_main import fill_from_main
+from overdrive.parallel.fill_from_main import broadcast_from_main, fill_from_main
 from overdrive.parallel.fsdp_policy import FSDPPolicy
 from overdrive.parallel.grad_norm import clip_grad_norm
 from overdrive.parallel.layout import ParallelLayout
@@ -124,7 +124,7 @@ class FSDPStrategy(Strategy):
         fill_later = bool(empty) and p.version == 2  # once sharded (or split, then sharded)
         if p.sync_module_states and not fill_later:
             # Done here for both versions: FSDP1's own sync refuses CPU (rehearsal) modules.
-            _broadcast_from_rank0(model, self.device)
+            broadcast_from_main(model, self.device)
         return model, fill_later
 
     def _fsdp1_filler(self, root: nn.Module) -> Any:
@@ -355,20 +355,6 @@ def _full(tensor: torch.Tensor) -> torch.Tensor:
     """A DTensor result (FSDP2's norm) as the plain tensor every process agrees on."""
     full_tensor = getattr(tensor, "full_tensor", None)
     return full_tensor() if callable(full_tensor) else tensor
-
-
-def _broadcast_from_rank0(model: nn.Module, device: torch.device) -> None:
-    """Give every process rank 0's parameters and buffers (FSDP2 has no sync_module_states)."""
-    import torch.distributed as dist
-
-    if not dist.is_initialized() or dist.get_world_size() == 1:
-        return
-    with torch.no_grad():
-        for tensor in [*model.parameters(), *model.buffers()]:
-            on_device = tensor.data.to(device)  # nccl sends device tensors only
-            dist.broadcast(on_device, src=0)
-            if on_device is not tensor.data:
-                tensor.data.copy_(on_device)
 
 
 def _all_tensors(module: nn.Module, recurse: bool = True) -> Iterator[tuple[str, torch.Tensor]]:

@@ -23,9 +23,10 @@ from torch import nn
 
 from overdrive.errors import ConfigError, OverdriveError
 from overdrive.parallel.chain import Chain, parallelize
+from overdrive.parallel.fill_from_main import broadcast_from_main
 from overdrive.parallel.grad_norm import total_norm
 from overdrive.parallel.layout import ParallelLayout
-from overdrive.parallel.pipeline import PP_KEY, Stage, split_model
+from overdrive.parallel.pipeline import Stage, split_model
 from overdrive.parallel.pipeline_loss import LossChannel
 from overdrive.parallel.rebind import named_params, rebind, replacement_map
 from overdrive.parallel.topology import Topology
@@ -44,6 +45,7 @@ class PPSettings:
     schedule: str  # "1F1B" or "GPipe"
     loss_fn: Callable[[Any, Any], torch.Tensor] | None = None
     split_points: Sequence[int] | None = None
+    loss_fn_in_code: str = "ParallelismConfig(pp_loss_fn=...)"  # where the fix points
 
 
 @dataclass
@@ -157,11 +159,9 @@ class PipelineParallelStrategy(Strategy):
             return model
         if not any(p.requires_grad for p in model.parameters()):
             return super().setup_model(model, device_placement=device_placement)
-        from overdrive.strategies.fsdp import _broadcast_from_rank0
-
         # Every stage starts from rank 0's weights (one tensor at a time through the device),
         # and only the stage moves to the device: the whole model never sits there.
-        _broadcast_from_rank0(model, self.device)
+        broadcast_from_main(model, self.device)
         before = {id(p) for p in model.parameters()}
         stage = split_model(model, self.stage_index, self.pp.degree, self.pp.split_points)
         if stage.is_last and stage.loss_fn is None and self.pp.loss_fn is None:
@@ -169,9 +169,9 @@ class PipelineParallelStrategy(Strategy):
                 f"the last pipeline stage of a {type(model).__name__} needs a loss function: "
                 "a transformers causal LM computes its own from labels=, other models take "
                 "one in code",
-                key=PP_KEY,
-                fix="pass MegatronLMPlugin(pipeline_loss_fn=lambda output, target: ...) to "
-                "the Accelerator",
+                key=self.pp.loss_fn_in_code.split("(")[1].split("=")[0],
+                fix=f"pass {self.pp.loss_fn_in_code.replace('...', 'lambda output, target: ...')} "
+                "to the Accelerator",
             )
         if device_placement:
             stage.module.to(self.device)
@@ -342,7 +342,7 @@ class PipelineParallelStrategy(Strategy):
             "under pipeline parallelism the prepared model's call runs the backward passes; "
             "accelerator.backward() takes the .loss that call returned (once per call)\n"
             "  fix: loss = model(inputs, labels=...).loss; accelerator.backward(loss); a loss "
-            "of your own goes in MegatronLMPlugin(pipeline_loss_fn=...)"
+            f"of your own goes in {self.pp.loss_fn_in_code}"
         )
 
     # --- clipping ------------------------------------------------------------------------
@@ -383,26 +383,14 @@ class PipelineParallelStrategy(Strategy):
         the unsplit model), an empty dict elsewhere. Sharded: this stage's tensors as boxes
         (written by its first data-parallel replica), the others' as placeholders. Both are
         collective over the pipeline."""
-        import torch.distributed as dist
-
-        from overdrive.parallel.pipeline_checkpoint import stage_model_state
+        from overdrive.parallel.pipeline_checkpoint import stage_model_state, whole_model_state
 
         if not isinstance(model, PipelinedModel):  # not split: every process holds it whole
             return super()._model_state(model, sharded)
+        stage = model.stage
         if sharded:
-            stage = model.stage
             return stage_model_state(stage.module, stage.names, self.pp_group, write=self._writes())
-        mine = {
-            model.stage.names[name]: _cpu(t)
-            for name, t in model.stage.module.state_dict(keep_vars=True).items()
-            if name in model.stage.names
-        }
-        parts: list[Any] = [None] * self.pp.degree
-        dist.all_gather_object(parts, mine, group=self.pp_group)
-        full: dict[str, torch.Tensor] = {}
-        for part in parts:
-            full.update(part)
-        return full if dist.get_rank() == 0 else {}
+        return whole_model_state(stage.module, stage.names, self.pp_group)
 
     def _load_model_state(
         self, model: nn.Module, state_dict: dict[str, Any], sharded: bool, strict: bool
@@ -429,66 +417,32 @@ class PipelineParallelStrategy(Strategy):
         """Keyed by the unsplit model's parameter names, as FSDP's sharded state is. Whole:
         every stage's entries on the main process, an empty dict elsewhere. Sharded: this
         stage's tensors as boxes, the others' as placeholders. Collective over the pipeline."""
-        import torch.distributed as dist
-
-        from overdrive.parallel.pipeline_checkpoint import stage_optimizer_state
+        from overdrive.parallel.pipeline_checkpoint import (
+            stage_optimizer_state,
+            whole_optimizer_state,
+        )
 
         raw = _raw(optimizer)
         fqn = self._param_names()
         if sharded:
             return stage_optimizer_state(raw, fqn, self.pp_group, write=self._writes())
-        mine = raw.state_dict()
-        params = [p for g in raw.param_groups for p in g["params"]]
-        state = {
-            fqn[id(params[i])]: {k: _cpu(v) for k, v in entries.items()}
-            for i, entries in mine["state"].items()
-        }
-        groups = [
-            {
-                **{k: v for k, v in g.items() if k != "params"},
-                "params": [fqn[id(p)] for p in live["params"]],
-            }
-            for g, live in zip(mine["param_groups"], raw.param_groups, strict=True)
-        ]
-        parts: list[Any] = [None] * self.pp.degree
-        dist.all_gather_object(parts, (state, groups), group=self.pp_group)
-        if dist.get_rank() != 0:
-            return {}
-        full_state: dict[str, Any] = {}
-        full_groups: list[dict[str, Any]] = [dict(g, params=[]) for g in groups]
-        for part_state, part_groups in parts:
-            full_state.update(part_state)
-            for merged, group in zip(full_groups, part_groups, strict=True):
-                merged["params"] += group["params"]
-        return {"state": full_state, "param_groups": full_groups}
+        return whole_optimizer_state(raw, fqn, self.pp_group)
 
     def _load_optimizer_state(
         self, optimizer: torch.optim.Optimizer, state: dict[str, Any], sharded: bool
     ) -> None:
         """Load this stage's entries of the optimizer's state (by parameter name)."""
-        from overdrive.parallel.pipeline_checkpoint import load_stage_optimizer
+        from overdrive.parallel.pipeline_checkpoint import (
+            load_stage_optimizer,
+            load_whole_optimizer,
+        )
 
         raw = _raw(optimizer)
         fqn = self._param_names()
         if sharded:
             load_stage_optimizer(raw, fqn, state)
-            return
-        saved_groups = state["param_groups"]
-        if len(saved_groups) != len(raw.param_groups):
-            raise OverdriveError(
-                f"the saved optimizer has {len(saved_groups)} parameter groups, this one "
-                f"{len(raw.param_groups)}\n  fix: build the optimizer as the saving run did"
-            )
-        index: dict[str, int] = {}
-        groups = []
-        for saved, live in zip(saved_groups, raw.param_groups, strict=True):
-            ids = []
-            for p in live["params"]:
-                index[fqn[id(p)]] = len(index)
-                ids.append(index[fqn[id(p)]])
-            groups.append({**{k: v for k, v in saved.items() if k != "params"}, "params": ids})
-        entries = {index[name]: s for name, s in state["state"].items() if name in index}
-        raw.load_state_dict({"state": entries, "param_groups": groups})
+        else:
+            load_whole_optimizer(raw, fqn, state)
 
     # Pipeline checkpoints are always sharded (whatever fsdp_state_dict_type says): each
     # stage writes its own part, keyed as FSDP's sharded state dicts are.
@@ -529,14 +483,6 @@ def _keep_autocast(model: nn.Module, stage_module: nn.Module) -> None:
     wrapped = model.__dict__.get("forward")
     if isinstance(wrapped, AutocastForward):
         stage_module.forward = AutocastForward(stage_module.forward, wrapped._args)
-
-
-def _cpu(value: Any) -> Any:
-    """A whole tensor on the CPU (a DTensor's gathered over its mesh: collective)."""
-    if not isinstance(value, torch.Tensor):
-        return value
-    full = getattr(value, "full_tensor", None)
-    return (full() if callable(full) else value).detach().cpu()
 
 
 def _like(full: torch.Tensor, live: torch.Tensor) -> torch.Tensor:

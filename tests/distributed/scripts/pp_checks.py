@@ -108,6 +108,7 @@ def main() -> None:
     parser.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
     parser.add_argument("--scale_error", type=float, default=1.0)
     parser.add_argument("--parallelism", default="", help="ParallelismConfig sizes, k=v,...")
+    parser.add_argument("--no_loss_fn", action="store_true", help="give no loss in code")
     parser.add_argument(
         "--backend_clips",
         action="store_true",
@@ -119,16 +120,14 @@ def main() -> None:
         inject_scale_error(args.scale_error)
     split = [int(x) for x in args.split.split(",")] if args.split else None
     layout: dict = {}
+    loss_fn = mse if args.case == "mlp" and not args.no_loss_fn else None
     if args.parallelism:  # e.g. pp_size=2,dp_shard_size=2: the layout in code, FSDP2 stages
-        sizes = dict(kv.split("=") for kv in args.parallelism.split(","))
-        config = ParallelismConfig(**{k: int(v) for k, v in sizes.items()})
+        sizes = {k: int(v) for k, v in (kv.split("=") for kv in args.parallelism.split(","))}
+        config = ParallelismConfig(**sizes, pp_loss_fn=loss_fn, pp_split_points=split)
         layout = {"parallelism_config": config}
     else:
-        layout = {
-            "megatron_lm_plugin": MegatronLMPlugin(
-                pipeline_loss_fn=mse if args.case == "mlp" else None, pipeline_split_points=split
-            )
-        }
+        plugin = MegatronLMPlugin(pipeline_loss_fn=loss_fn, pipeline_split_points=split)
+        layout = {"megatron_lm_plugin": plugin}
     acc = Accelerator(
         cpu=True,
         mixed_precision=args.mixed_precision,
