@@ -3,6 +3,8 @@
     .venv/bin/python bench/parallel/run.py [--nprocs 2] [--repeats 3] [--pipeline]
     .venv/bin/python bench/parallel/run.py --nprocs 4 --composed --tp 2   # pipeline x tp
     .venv/bin/python bench/parallel/run.py --nprocs 4 --composed --dp 2   # pipeline x dp
+    .venv/bin/python bench/parallel/run.py --nprocs 4 --composed --shard 2   # pipeline x FSDP2
+    .venv/bin/python bench/parallel/run.py --nprocs 8 --composed --tp 2 --shard 2   # 2x2x2
 
 Launches ``worker.py`` ``--repeats`` times on CPU processes, all of them one tp group (the
 plan: every block's up projection colwise, its down projection rowwise); with
@@ -38,6 +40,7 @@ def main() -> None:
     p.add_argument("--composed", action="store_true", help="pipeline x (--tp or --dp)")
     p.add_argument("--tp", type=int, default=1, help="with --composed: tp degree per stage")
     p.add_argument("--dp", type=int, default=1, help="with --composed: replicas per stage")
+    p.add_argument("--shard", type=int, default=1, help="with --composed: FSDP2 shards per stage")
     args = p.parse_args()
     flags: list[str] = []  # the degrees and the plans are given in code
     script = "pp_worker.py" if args.pipeline else "worker.py"
@@ -45,7 +48,7 @@ def main() -> None:
     worker = [str(HERE / script), "--rounds", str(args.rounds)]
     worker += ["--raw-also-shards"] if args.raw_also_shards else []
     if args.composed:
-        worker += ["--tp", str(args.tp), "--dp", str(args.dp)]
+        worker += ["--tp", str(args.tp), "--dp", str(args.dp), "--shard", str(args.shard)]
     print(ratio_table(repeated_times(args.repeats, args.nprocs, flags, worker)))
 
 
