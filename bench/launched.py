@@ -64,6 +64,17 @@ def alternate(
     return times
 
 
+def report_alternating(
+    acc: Any, impls: dict[str, Callable[[], None]], *, rounds: int, steps: int
+) -> None:
+    """In a launched worker: time ``impls`` with ``alternate`` (lined up by ``acc``'s barrier)
+    and print the step times as ``RESULT {json}`` on the main process, for
+    ``launch_result`` to read."""
+    times = alternate(impls, rounds=rounds, steps=steps, barrier=acc.wait_for_everyone)
+    if acc.is_main_process:
+        print("RESULT " + json.dumps(times), flush=True)
+
+
 def ratio_table(times: dict[str, list[float]], base: str = "raw") -> str:
     """Median and p10 step times of each implementation, with their ratio to ``base``."""
     base_med = statistics.median(times[base])

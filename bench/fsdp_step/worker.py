@@ -8,7 +8,6 @@ times of each block as ``RESULT {json}`` on the main process.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from torch.distributed.fsdp import fully_shard
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: shared helpers
 
-from launched import alternate  # noqa: E402
+from launched import report_alternating  # noqa: E402
 
 from overdrive import Accelerator  # noqa: E402
 
@@ -66,9 +65,7 @@ def main() -> None:
         raw_opt.zero_grad()
 
     impls = {"raw": step_raw, "overdrive": step_ours}
-    times = alternate(impls, rounds=args.rounds, steps=args.steps, barrier=acc.wait_for_everyone)
-    if acc.is_main_process:
-        print("RESULT " + json.dumps(times), flush=True)
+    report_alternating(acc, impls, rounds=args.rounds, steps=args.steps)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ process.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -33,7 +32,7 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: shared helpers
 
-from launched import alternate  # noqa: E402
+from launched import report_alternating  # noqa: E402
 from pp_worker import mse  # noqa: E402
 from worker import PLAN, build  # noqa: E402
 
@@ -143,9 +142,7 @@ def main() -> None:
         raw_opt.zero_grad()
 
     impls = {"raw": step_raw, "overdrive": step_ours}
-    times = alternate(impls, rounds=args.rounds, steps=args.steps, barrier=acc.wait_for_everyone)
-    if acc.is_main_process:
-        print("RESULT " + json.dumps(times), flush=True)
+    report_alternating(acc, impls, rounds=args.rounds, steps=args.steps)
 
 
 if __name__ == "__main__":

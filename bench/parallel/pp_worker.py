@@ -12,7 +12,6 @@ step times of each block as ``RESULT {json}`` on the main process.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -25,7 +24,7 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: shared helpers
 
-from launched import alternate  # noqa: E402
+from launched import report_alternating  # noqa: E402
 from worker import build  # noqa: E402
 
 from overdrive import Accelerator, MegatronLMPlugin  # noqa: E402
@@ -76,9 +75,7 @@ def main() -> None:
         raw_opt.zero_grad()
 
     impls = {"raw": step_raw, "overdrive": step_ours}
-    times = alternate(impls, rounds=args.rounds, steps=args.steps, barrier=acc.wait_for_everyone)
-    if acc.is_main_process:
-        print("RESULT " + json.dumps(times), flush=True)
+    report_alternating(acc, impls, rounds=args.rounds, steps=args.steps)
 
 
 if __name__ == "__main__":

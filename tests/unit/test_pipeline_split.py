@@ -74,6 +74,21 @@ def test_refusals_at_prepare_name_the_degree() -> None:
         split_model(_llama(tied=True), 0, 2)
 
 
+def test_refusals_name_the_degree_setting_the_pipeline_came_from() -> None:
+    """A pipeline from ``ParallelismConfig(pp_size=...)`` is refused naming that setting, not
+    ``megatron_lm_config.pp_degree``."""
+    key = "parallelism_config.parallelism_config_pp_size"
+    with pytest.raises(ConfigError) as info:
+        split_model(nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)), 0, 3, key=key)
+    assert info.value.key == key and f"set {key} to at most 2" in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        split_model(_llama(tied=True), 0, 2, key=key)
+    assert info.value.key == key and "megatron" not in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        split_model(nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)), 0, 2, [5], key=key)
+    assert info.value.key == key
+
+
 def _pp(**extra: object):
     micro = {"megatron_lm_config.num_micro_batches": 2}
     return _settings(

@@ -21,18 +21,18 @@ import torch
 from torch import nn
 
 from overdrive.errors import ConfigError
-
-PP_KEY = "megatron_lm_config.pp_degree"
+from overdrive.parallel.layout import PP_KEY
 
 
 def stage_bounds(
-    num_layers: int, stages: int, split_points: Sequence[int] | None = None
+    num_layers: int, stages: int, split_points: Sequence[int] | None = None, *, key: str = PP_KEY
 ) -> list[tuple[int, int]]:
     """``[start, end)`` of the layers each stage runs.
 
     Without ``split_points`` the layers are spread evenly, earlier stages taking one more
     when ``stages`` does not divide ``num_layers``; ``split_points`` are the indices of the
-    layers that start stages 1..stages-1 (strictly increasing, inside the layers).
+    layers that start stages 1..stages-1 (strictly increasing, inside the layers). ``key``
+    is the setting of the pipeline degree, named by the refusals.
     """
     if split_points is not None:
         points = list(split_points)
@@ -41,7 +41,7 @@ def stage_bounds(
             raise ConfigError(
                 f"pipeline split points {points} do not split {num_layers} layers into "
                 f"{stages} stages",
-                key=PP_KEY,
+                key=key,
                 fix=f"give {stages - 1} strictly increasing layer indices between 1 and "
                 f"{num_layers - 1}",
             )
@@ -76,9 +76,16 @@ class Stage:
 
 
 def split_model(
-    model: nn.Module, index: int, num_stages: int, split_points: Sequence[int] | None = None
+    model: nn.Module,
+    index: int,
+    num_stages: int,
+    split_points: Sequence[int] | None = None,
+    *,
+    key: str = PP_KEY,
 ) -> Stage:
-    """Keep stage ``index`` of ``num_stages`` in ``model`` (modified in place)."""
+    """Keep stage ``index`` of ``num_stages`` in ``model`` (modified in place); ``key`` is
+    the setting of the pipeline degree (``megatron_lm_config.pp_degree`` or
+    ``parallelism_config.parallelism_config_pp_size``), named by the refusals."""
     before = {id(t): name for name, t in _named_tensors(model)}
     layers = _repeated_layers(model)
     if layers is None:
@@ -86,18 +93,18 @@ def split_model(
             f"pipeline parallelism cannot split a {type(model).__name__}: it splits a "
             "transformers causal LM with model.layers (Llama, Mistral, Qwen2, ...) or an "
             "nn.Sequential",
-            key=PP_KEY,
+            key=key,
             fix="wrap the model's stages in an nn.Sequential, or remove "
-            f"{PP_KEY} to train without a pipeline",
+            f"{key} to train without a pipeline",
         )
     if num_stages > len(layers):
         raise ConfigError(
             f"pipeline-parallel degree {num_stages} is larger than the {len(layers)} "
             f"repeated layers of {type(model).__name__}: every stage needs at least one",
-            key=PP_KEY,
-            fix=f"set {PP_KEY} to at most {len(layers)}",
+            key=key,
+            fix=f"set {key} to at most {len(layers)}",
         )
-    bounds = stage_bounds(len(layers), num_stages, split_points)
+    bounds = stage_bounds(len(layers), num_stages, split_points, key=key)
     start, end = bounds[index]
     first, last = index == 0, index == num_stages - 1
     if isinstance(model, nn.Sequential):
@@ -105,7 +112,7 @@ def split_model(
         module: nn.Module = nn.Sequential(OrderedDict(kept))
         loss_fn = None
     else:
-        module = _split_causal_lm(model, start, end, first=first, last=last)
+        module = _split_causal_lm(model, start, end, first=first, last=last, key=key)
         loss_fn = _causal_lm_loss(model) if last else None
     names = {name: before[id(t)] for name, t in _named_tensors(module) if id(t) in before}
     return Stage(module, index, num_stages, (start, end), names, loss_fn)
@@ -129,7 +136,7 @@ def _repeated_layers(model: nn.Module) -> Sequence[nn.Module] | None:
 
 
 def _split_causal_lm(
-    model: nn.Module, start: int, end: int, *, first: bool, last: bool
+    model: nn.Module, start: int, end: int, *, first: bool, last: bool, key: str
 ) -> nn.Module:
     inner: Any = model.model
     config = getattr(model, "config", None)
@@ -139,8 +146,8 @@ def _split_causal_lm(
             "(tie_word_embeddings: true), but under pipeline parallelism the embedding "
             "lives on the first stage and the head on the last; tied weights across stages "
             "are not available yet",
-            key=PP_KEY,
-            fix="build the model with tie_word_embeddings=False, or remove " + PP_KEY,
+            key=key,
+            fix="build the model with tie_word_embeddings=False, or remove " + key,
         )
     inner.layers = nn.ModuleList(list(inner.layers)[start:end])
     if not first:

@@ -248,6 +248,7 @@ def _pipeline_parallel(
         loss_fn=loss_fn,
         split_points=split_points,
         loss_fn_in_code=in_code.split(",")[0] + ")",
+        key=pp_key(settings),
     )
     tp = _tp_settings(settings, tp_plan, sequence_parallel)
     if tp is not None and tp.sequence_parallel:

@@ -46,6 +46,7 @@ class PPSettings:
     loss_fn: Callable[[Any, Any], torch.Tensor] | None = None
     split_points: Sequence[int] | None = None
     loss_fn_in_code: str = "ParallelismConfig(pp_loss_fn=...)"  # where the fix points
+    key: str = "parallelism_config.parallelism_config_pp_size"  # the degree's setting
 
 
 @dataclass
@@ -163,7 +164,8 @@ class PipelineParallelStrategy(Strategy):
         # and only the stage moves to the device: the whole model never sits there.
         broadcast_from_main(model, self.device)
         before = {id(p) for p in model.parameters()}
-        stage = split_model(model, self.stage_index, self.pp.degree, self.pp.split_points)
+        pp = self.pp
+        stage = split_model(model, self.stage_index, pp.degree, pp.split_points, key=pp.key)
         if stage.is_last and stage.loss_fn is None and self.pp.loss_fn is None:
             raise ConfigError(
                 f"the last pipeline stage of a {type(model).__name__} needs a loss function: "
