@@ -220,12 +220,14 @@ def _pipeline_parallel(
     )
 
     degree = pp_setting(settings)
-    megatron = settings["distributed_type"] == "MEGATRON_LM"
-    in_code = (
-        "MegatronLMPlugin(pipeline_loss_fn=..., pipeline_split_points=...)"
-        if megatron
-        else "ParallelismConfig(pp_loss_fn=..., pp_split_points=...)"
+    # where a pipeline's loss and split points are given in code: the plugin that chose
+    # MEGATRON_LM, else ParallelismConfig (which chooses no backend)
+    owner, prefix = (
+        ("MegatronLMPlugin", "pipeline")
+        if settings["distributed_type"] == "MEGATRON_LM"
+        else ("ParallelismConfig", "pp")
     )
+    in_code = f"{owner}({prefix}_loss_fn=..., {prefix}_split_points=...)"
     if degree <= 1:
         if loss_fn is not None or split_points is not None:
             import warnings
@@ -247,7 +249,7 @@ def _pipeline_parallel(
         schedule=str(settings["megatron_lm_config.pipeline_schedule"]),
         loss_fn=loss_fn,
         split_points=split_points,
-        loss_fn_in_code=in_code.split(",")[0] + ")",
+        loss_fn_in_code=f"{owner}({prefix}_loss_fn=...)",
         key=pp_key(settings),
     )
     tp = _tp_settings(settings, tp_plan, sequence_parallel)

@@ -48,6 +48,11 @@ class PPSettings:
     loss_fn_in_code: str = "ParallelismConfig(pp_loss_fn=...)"  # where the fix points
     key: str = "parallelism_config.parallelism_config_pp_size"  # the degree's setting
 
+    @property
+    def loss_fn_key(self) -> str:
+        """The keyword that gives the loss in code: ``pp_loss_fn`` or ``pipeline_loss_fn``."""
+        return self.loss_fn_in_code.partition("(")[2].partition("=")[0]
+
 
 @dataclass
 class PipelineOutput:
@@ -166,13 +171,13 @@ class PipelineParallelStrategy(Strategy):
         before = {id(p) for p in model.parameters()}
         pp = self.pp
         stage = split_model(model, self.stage_index, pp.degree, pp.split_points, key=pp.key)
-        if stage.is_last and stage.loss_fn is None and self.pp.loss_fn is None:
+        if stage.is_last and stage.loss_fn is None and pp.loss_fn is None:
             raise ConfigError(
                 f"the last pipeline stage of a {type(model).__name__} needs a loss function: "
                 "a transformers causal LM computes its own from labels=, other models take "
                 "one in code",
-                key=self.pp.loss_fn_in_code.split("(")[1].split("=")[0],
-                fix=f"pass {self.pp.loss_fn_in_code.replace('...', 'lambda output, target: ...')} "
+                key=pp.loss_fn_key,
+                fix=f"pass {pp.loss_fn_in_code.replace('...', 'lambda output, target: ...')} "
                 "to the Accelerator",
             )
         if device_placement:
