@@ -201,9 +201,9 @@ def pipeline_from_code(parallelism_config: Any, megatron_lm_plugin: Any) -> dict
     pp_split_points=)`` or ``MegatronLMPlugin(pipeline_loss_fn=, pipeline_split_points=)``;
     the same one given by both is refused (which would win is not obvious)."""
     chosen: dict[str, Any] = {}
-    for name, ours, theirs in (
-        ("pp_loss_fn", "pp_loss_fn", "pipeline_loss_fn"),
-        ("pp_split_points", "pp_split_points", "pipeline_split_points"),
+    for ours, theirs in (
+        ("pp_loss_fn", "pipeline_loss_fn"),
+        ("pp_split_points", "pipeline_split_points"),
     ):
         in_config = getattr(parallelism_config, ours, None)
         in_plugin = getattr(megatron_lm_plugin, theirs, None)
@@ -215,7 +215,7 @@ def pipeline_from_code(parallelism_config: Any, megatron_lm_plugin: Any) -> dict
                 fix=f"keep one of them: ParallelismConfig({ours}=...) whatever the backend, or "
                 f"MegatronLMPlugin({theirs}=...) under MEGATRON_LM",
             )
-        chosen[name] = in_config if in_config is not None else in_plugin
+        chosen[ours] = in_config if in_config is not None else in_plugin
     return chosen
 
 

@@ -249,8 +249,9 @@ def _pipeline_parallel(
         schedule=str(settings["megatron_lm_config.pipeline_schedule"]),
         loss_fn=loss_fn,
         split_points=split_points,
-        loss_fn_in_code=f"{owner}({prefix}_loss_fn=...)",
         key=pp_key(settings),
+        loss_fn_owner=owner,
+        loss_fn_key=f"{prefix}_loss_fn",
     )
     tp = _tp_settings(settings, tp_plan, sequence_parallel)
     if tp is not None and tp.sequence_parallel:

@@ -45,13 +45,15 @@ class PPSettings:
     schedule: str  # "1F1B" or "GPipe"
     loss_fn: Callable[[Any, Any], torch.Tensor] | None = None
     split_points: Sequence[int] | None = None
-    loss_fn_in_code: str = "ParallelismConfig(pp_loss_fn=...)"  # where the fix points
     key: str = "parallelism_config.parallelism_config_pp_size"  # the degree's setting
+    # where the loss is given in code: ParallelismConfig(pp_loss_fn=...), or under MEGATRON_LM
+    # MegatronLMPlugin(pipeline_loss_fn=...)
+    loss_fn_owner: str = "ParallelismConfig"
+    loss_fn_key: str = "pp_loss_fn"
 
-    @property
-    def loss_fn_key(self) -> str:
-        """The keyword that gives the loss in code: ``pp_loss_fn`` or ``pipeline_loss_fn``."""
-        return self.loss_fn_in_code.partition("(")[2].partition("=")[0]
+    def loss_fn_in_code(self, value: str = "...") -> str:
+        """How the loss is given in code, e.g. ``ParallelismConfig(pp_loss_fn=...)``."""
+        return f"{self.loss_fn_owner}({self.loss_fn_key}={value})"
 
 
 @dataclass
@@ -177,8 +179,7 @@ class PipelineParallelStrategy(Strategy):
                 "a transformers causal LM computes its own from labels=, other models take "
                 "one in code",
                 key=pp.loss_fn_key,
-                fix=f"pass {pp.loss_fn_in_code.replace('...', 'lambda output, target: ...')} "
-                "to the Accelerator",
+                fix=f"pass {pp.loss_fn_in_code('lambda output, target: ...')} to the Accelerator",
             )
         if device_placement:
             stage.module.to(self.device)
@@ -349,7 +350,7 @@ class PipelineParallelStrategy(Strategy):
             "under pipeline parallelism the prepared model's call runs the backward passes; "
             "accelerator.backward() takes the .loss that call returned (once per call)\n"
             "  fix: loss = model(inputs, labels=...).loss; accelerator.backward(loss); a loss "
-            f"of your own goes in {self.pp.loss_fn_in_code}"
+            f"of your own goes in {self.pp.loss_fn_in_code()}"
         )
 
     # --- clipping ------------------------------------------------------------------------
