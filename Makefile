@@ -9,7 +9,7 @@ PIP := $(BIN)/python -m pip
 DEMO_STAMP := $(VENV)/.installed-demo
 STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test extended faults compat conformance trainer deepspeed parallel lint typecheck \
+.PHONY: demo test extended faults compat compat-site conformance trainer deepspeed parallel lint typecheck \
 	venv clean gpu gpu-smoke gpu-wheels examples
 
 $(BIN)/python:
@@ -40,7 +40,7 @@ typecheck: $(STAMP)
 # minutes, and the seeds' DeepSpeed examples that need it; most 4- and 8-process layouts; the
 # repeats of a suite under its other variants): a faster case of each stays, and the whole
 # stays under 30 minutes on 2 cores. `make extended` runs exactly what is left out here.
-test: $(STAMP) lint typecheck
+test: $(STAMP) compat-site lint typecheck
 	$(BIN)/python -m pytest -q tests -m "not extended"
 
 # The cases `make test` leaves out (see `extended` in pyproject.toml).
@@ -67,6 +67,9 @@ COMPAT_VERSION := 1.15.0
 $(COMPAT_SITE)/.installed-$(COMPAT_VERSION): | $(BIN)/python
 	$(PIP) install --quiet --no-deps --target $(COMPAT_SITE) accelerate==$(COMPAT_VERSION)
 	touch $@
+
+# The surface check in `make test` (tests/surface) reads the pinned package's public names here.
+compat-site: $(COMPAT_SITE)/.installed-$(COMPAT_VERSION)
 
 compat: $(STAMP) $(COMPAT_SITE)/.installed-$(COMPAT_VERSION)
 	OVERDRIVE_COMPAT=1 OVERDRIVE_COMPAT_SITE=$(COMPAT_SITE) $(BIN)/python -m pytest -q tests/compat
