@@ -1,17 +1,21 @@
-"""The launch command line and memory probe the described system's tests build on."""
+"""The launch command line and the rendezvous port the described system's tests build on."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+import re
 from typing import Any
 
-import torch
+from overdrive.test_utils.devices import device_count
+
+_BASE_PORT = 29500
 
 
 def get_launch_command(**kwargs: Any) -> list[str]:
     """``["overdrive", "launch", "--key=value", ...]`` (the described system's command under
     its rename: this package installs no ``accelerate`` command); a True flag is ``--key``;
-    None is left out."""
+    False and None are left out (Hugging Face Accelerate writes ``--key=False``, which a
+    store-true flag refuses)."""
     command = ["overdrive", "launch"]
     for key, value in kwargs.items():
         if isinstance(value, bool):
@@ -22,14 +26,16 @@ def get_launch_command(**kwargs: Any) -> list[str]:
     return command
 
 
-_DEVICES = torch.cuda.device_count() if torch.cuda.is_available() else 1
-DEFAULT_LAUNCH_COMMAND = get_launch_command(num_processes=_DEVICES, monitor_interval=0.1)
+DEFAULT_LAUNCH_COMMAND = get_launch_command(num_processes=device_count, monitor_interval=0.1)
 
 
-def _memory_probe() -> Callable[[], int]:
-    if torch.cuda.is_available():
-        return torch.cuda.memory_allocated
-    return lambda: 0
+def pytest_xdist_worker_id() -> int:
+    """This pytest-xdist worker's number (``gw3`` -> 3), or 0 outside ``pytest -n N``."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(re.sub(r"^gw", "", worker))
 
 
-memory_allocated_func: Callable[[], int] = _memory_probe()
+def get_torch_dist_unique_port() -> int:
+    """A ``--main_process_port`` for a test's launch: 29500 plus the pytest-xdist worker's
+    number, so concurrent workers do not race for one port."""
+    return _BASE_PORT + pytest_xdist_worker_id()

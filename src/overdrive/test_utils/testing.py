@@ -1,45 +1,89 @@
-"""Assertions and test markers that the described system's test scripts import."""
+"""Assertions, markers and helpers that the described system's test scripts import
+(``accelerate.test_utils.testing``)."""
 
 from __future__ import annotations
 
 import contextlib
-import unittest
+import io
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
 from overdrive.test_utils.cases import AccelerateTestCase, MockingTestCase, TempDirTestCase
+from overdrive.test_utils.devices import (
+    device_count,
+    get_backend,
+    memory_allocated_func,
+    require_cpu,
+    require_cuda,
+    require_cuda_or_hpu,
+    require_cuda_or_xpu,
+    require_fp8,
+    require_fp16,
+    require_mlu,
+    require_mps,
+    require_multi_device,
+    require_multi_gpu,
+    require_multi_gpu_or_xpu,
+    require_multi_xpu,
+    require_musa,
+    require_neuron,
+    require_non_cpu,
+    require_non_hpu,
+    require_non_torch_xla,
+    require_non_xpu,
+    require_npu,
+    require_sdaa,
+    require_single_device,
+    require_single_gpu,
+    require_single_xpu,
+    require_tpu,
+    require_xpu,
+    torch_device,
+)
 from overdrive.test_utils.launching import (
     DEFAULT_LAUNCH_COMMAND,
     get_launch_command,
-    memory_allocated_func,
+    get_torch_dist_unique_port,
+    pytest_xdist_worker_id,
 )
 from overdrive.test_utils.requires import (
+    parse_flag_from_env,
     require_aim,
+    require_bnb,
     require_clearml,
     require_comet_ml,
-    require_cuda_or_xpu,
     require_datasets,
+    require_deepspeed,
     require_dvclive,
-    require_fp8,
+    require_fsdp2,
+    require_huggingface_suite,
+    require_import_timer,
     require_matplotlib,
     require_mlflow,
-    require_non_hpu,
-    require_non_torch_xla,
     require_pandas,
+    require_peft,
+    require_pippy,
+    require_schedulefree,
     require_swanlab,
     require_tensorboard,
     require_timm,
     require_torch_min_version,
+    require_torchao,
     require_torchdata_stateful_dataloader,
-    require_tpu,
+    require_torchvision,
+    require_tp,
+    require_trackers,
     require_trackio,
     require_transformer_engine,
+    require_transformer_engine_mxfp8,
     require_transformers,
     require_triton,
     require_wandb,
     run_first,
+    skip,
+    slow,
 )
 from overdrive.test_utils.subprocesses import (
     RunOutput,
@@ -48,63 +92,93 @@ from overdrive.test_utils.subprocesses import (
     path_in_accelerate_package,
     run_command,
 )
-from overdrive.utils import imports
+from overdrive.utils import imports  # noqa: F401  (kept: tests patch checks via testing.imports)
 
 __all__ = [
-    "require_fp8",
+    # the device the tests run on, launching
+    "DEFAULT_LAUNCH_COMMAND",
+    "device_count",
+    "get_backend",
+    "get_launch_command",
+    "get_torch_dist_unique_port",
+    "memory_allocated_func",
+    "pytest_xdist_worker_id",
+    "torch_device",
+    # hardware markers
+    "require_cpu",
+    "require_cuda",
+    "require_cuda_or_hpu",
     "require_cuda_or_xpu",
+    "require_fp16",
+    "require_fp8",
+    "require_mlu",
+    "require_mps",
+    "require_multi_device",
+    "require_multi_gpu",
+    "require_multi_gpu_or_xpu",
+    "require_multi_xpu",
+    "require_musa",
+    "require_neuron",
+    "require_non_cpu",
     "require_non_hpu",
-    "require_torch_min_version",
+    "require_non_torch_xla",
+    "require_non_xpu",
+    "require_npu",
+    "require_sdaa",
+    "require_single_device",
+    "require_single_gpu",
+    "require_single_xpu",
     "require_tpu",
-    "require_transformer_engine",
-    "require_triton",
-    "capture_call_output",
-    "require_datasets",
-    "require_timm",
-    "require_transformers",
-    "require_torchdata_stateful_dataloader",
+    "require_xpu",
+    # library, version and environment markers
+    "parse_flag_from_env",
     "require_aim",
+    "require_bnb",
     "require_clearml",
     "require_comet_ml",
+    "require_datasets",
+    "require_deepspeed",
     "require_dvclive",
+    "require_fsdp2",
+    "require_huggingface_suite",
+    "require_import_timer",
     "require_matplotlib",
     "require_mlflow",
-    "require_non_torch_xla",
     "require_pandas",
+    "require_peft",
+    "require_pippy",
+    "require_schedulefree",
     "require_swanlab",
     "require_tensorboard",
+    "require_timm",
+    "require_torch_min_version",
+    "require_torchao",
+    "require_torchdata_stateful_dataloader",
+    "require_torchvision",
+    "require_tp",
+    "require_trackers",
     "require_trackio",
+    "require_transformer_engine",
+    "require_transformer_engine_mxfp8",
+    "require_transformers",
+    "require_triton",
     "require_wandb",
     "run_first",
+    "skip",
+    "slow",
+    # test cases, subprocesses, assertions
+    "AccelerateTestCase",
+    "MockingTestCase",
+    "TempDirTestCase",
     "RunOutput",
     "SubprocessCallException",
     "execute_subprocess_async",
     "path_in_accelerate_package",
     "run_command",
-    "DEFAULT_LAUNCH_COMMAND",
-    "AccelerateTestCase",
-    "MockingTestCase",
-    "TempDirTestCase",
     "are_the_same_tensors",
     "assert_exception",
-    "device_count",
-    "get_launch_command",
-    "memory_allocated_func",
-    "require_bnb",
-    "require_cpu",
-    "require_cuda",
-    "require_fp16",
-    "require_huggingface_suite",
-    "require_multi_device",
-    "require_multi_gpu",
-    "require_non_cpu",
-    "skip",
-    "slow",
-    "torch_device",
+    "capture_call_output",
 ]
-
-torch_device = "cuda" if torch.cuda.is_available() else "cpu"
-device_count = torch.cuda.device_count() if torch.cuda.is_available() else 1
 
 
 def are_the_same_tensors(tensor: torch.Tensor) -> bool:
@@ -135,54 +209,8 @@ def assert_exception(
     raise AssertionError(f"expected {exception_class.__name__}, but nothing was raised")
 
 
-def _skip_unless(condition: bool, reason: str) -> Callable[[Any], Any]:
-    return unittest.skipUnless(condition, reason)
-
-
-def require_cuda(test: Any) -> Any:
-    return _skip_unless(torch.cuda.is_available(), "test requires a CUDA GPU")(test)
-
-
-def require_cpu(test: Any) -> Any:
-    return _skip_unless(torch_device == "cpu", "test requires only a CPU")(test)
-
-
-def require_non_cpu(test: Any) -> Any:
-    return _skip_unless(torch_device != "cpu", "test requires a GPU")(test)
-
-
-def require_multi_device(test: Any) -> Any:
-    return _skip_unless(device_count > 1, "test requires several GPUs")(test)
-
-
-require_multi_gpu = require_multi_device
-
-
-def require_bnb(test: Any) -> Any:
-    return _skip_unless(imports.is_bnb_available(), "test requires bitsandbytes")(test)
-
-
-def require_huggingface_suite(test: Any) -> Any:
-    ok = imports.is_transformers_available() and imports.is_datasets_available()
-    return _skip_unless(ok, "test requires transformers and datasets")(test)
-
-
-def require_fp16(test: Any) -> Any:
-    return _skip_unless(imports.is_fp16_available(), "test requires fp16 support")(test)
-
-
-def slow(test: Any) -> Any:
-    return test
-
-
-def skip(test: Any) -> Any:
-    return unittest.skip("skipped")(test)
-
-
 def capture_call_output(func: Callable[..., Any], *args: Any, **kwargs: Any) -> str:
     """What ``func(*args, **kwargs)`` prints to stdout."""
-    import io
-
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
         func(*args, **kwargs)

@@ -1,4 +1,5 @@
-"""A tiny regression problem for tests: y = a*x + b + noise, learned by two parameters."""
+"""A tiny regression problem for tests (y = a*x + b + noise, learned by two parameters), and
+the mocked MRPC dataloaders the described system's examples use under test."""
 
 from __future__ import annotations
 
@@ -6,6 +7,18 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from overdrive.test_utils.mocked import (
+    mocked_dataloaders,
+    mocked_dataloaders_for_autoregressive_models,
+)
+
+__all__ = [
+    "RegressionDataset",
+    "RegressionModel",
+    "mocked_dataloaders",
+    "mocked_dataloaders_for_autoregressive_models",
+]
 
 
 class RegressionDataset:
@@ -26,7 +39,8 @@ class RegressionDataset:
 
 
 class RegressionModel(torch.nn.Module):
-    """``x * a + b`` with ``a`` and ``b`` scalar parameters."""
+    """``x * a + b`` with ``a`` and ``b`` scalar parameters (``double_output`` is accepted and
+    unused, as in Hugging Face Accelerate)."""
 
     def __init__(self, a: float = 0, b: float = 0, double_output: bool = False) -> None:
         super().__init__()
