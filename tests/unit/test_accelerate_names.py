@@ -352,7 +352,7 @@ def test_pad_across_processes_returns_a_nested_tensor_with_a_warning() -> None:
     assert any(issubclass(w.category, CannotPadNestedTensorWarning) for w in caught)
 
 
-def test_cpu_offload_with_hook_moves_the_previous_model_back() -> None:
+def test_cpu_offload_with_hook_leaves_a_model_already_on_its_device() -> None:
     import torch
 
     from overdrive.big_modeling import cpu_offload_with_hook
@@ -368,30 +368,36 @@ def test_cpu_offload_with_hook_moves_the_previous_model_back() -> None:
     first, second = Tracked(2, 2), Tracked(2, 3)
     first, hook1 = cpu_offload_with_hook(first, "cpu")
     second, _ = cpu_offload_with_hook(second, "cpu", prev_module_hook=hook1)
+    assert moves == ["2->cpu", "3->cpu"]  # each goes to the CPU when hooked
     moves.clear()
     out = second(first(torch.ones(1, 2)))
     assert out.shape == (1, 3)
-    assert moves == ["2->cpu", "2->cpu", "3->cpu"]  # first on; first back (offloaded); second on
+    assert moves == []  # both already on their execution device: nothing moves
+    hook1.offload()
+    assert moves == ["2->cpu"]
     hook1.remove()
     assert "_hf_hook" not in first.__dict__
     remove_hook_from_module(second)
 
 
-def test_attach_align_device_hook_goes_on_modules_with_weights_and_refuses_offload() -> None:
-    import pytest
+def test_attach_align_device_hook_goes_on_modules_with_weights_and_offloads() -> None:
     import torch
 
     from overdrive.hooks import attach_align_device_hook, remove_hook_from_module
     from overdrive.utils import has_offloaded_params
 
     model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
+    expected = model(torch.ones(1, 2))
     attach_align_device_hook(model, execution_device=torch.device("cpu"))
     assert "_hf_hook" in model[0].__dict__ and "_hf_hook" not in model[1].__dict__
     assert not has_offloaded_params(model[0])
-    assert model(torch.ones(1, 2)).shape == (1, 2)
+    assert torch.equal(model(torch.ones(1, 2)), expected)
     remove_hook_from_module(model, recurse=True)
-    with pytest.raises(NotImplementedError, match="offload"):
-        attach_align_device_hook(model, offload=True)
+    attach_align_device_hook(model, execution_device=torch.device("cpu"), offload=True)
+    assert has_offloaded_params(model[0]) and model[0].weight.device.type == "meta"
+    assert torch.equal(model(torch.ones(1, 2)), expected)
+    remove_hook_from_module(model, recurse=True)
+    assert model[0].weight.device.type == "cpu"  # detaching puts the weights back
 
 
 def test_get_model_tp_size_reads_the_model_then_its_config() -> None:

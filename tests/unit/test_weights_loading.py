@@ -32,17 +32,18 @@ def test_save_model_output_loads_back(tmp_path: Path, safe: bool, shard: int | N
         assert torch.equal(a, b)
 
 
-def test_strict_loading_names_the_missing_weights_and_maps_stay_on_one_device(
+def test_strict_loading_names_the_unknown_weights_and_disk_needs_a_folder(
     tmp_path: Path,
 ) -> None:
     Accelerator(cpu=True).save_model(nn.Linear(4, 8), tmp_path)
     with pytest.raises(ConfigError, match="the model does not have"):
         load_checkpoint_in_model(_model(0), tmp_path, strict=True)
-    with pytest.raises(ConfigError, match="device_map"):
-        load_checkpoint_in_model(nn.Linear(4, 8), tmp_path, device_map={"": "cpu", "x": "disk"})
+    with pytest.raises(ConfigError, match="offload_folder"):
+        load_checkpoint_in_model(nn.Linear(4, 8), tmp_path, device_map={"": "disk"})
     from overdrive import load_checkpoint_and_dispatch
 
     model = load_checkpoint_and_dispatch(nn.Linear(4, 8), tmp_path, device_map="auto")
     assert model.weight.device.type == "cpu"
-    got = get_state_dict_from_offload(model, "weight", {}, device_to_put_offload="cpu")
-    assert torch.equal(got["weight"], model.weight)
+    wanted = {"x.weight": None, "x.bias": None}
+    got = get_state_dict_from_offload(model, "x.weight", wanted, device_to_put_offload="cpu")
+    assert torch.equal(got["x.weight"], model.weight) and torch.equal(got["x.bias"], model.bias)

@@ -23,17 +23,41 @@ def target_name(fullname: str) -> str | None:
     return None
 
 
+class AliasPackage(ModuleType):
+    """``accelerate`` itself: every attribute is overdrive's, except the version, which is the
+    Hugging Face Accelerate release overdrive answers for (libraries compare it to decide
+    which of their code paths to take; ``overdrive.__version__`` stays overdrive's own)."""
+
+    def __init__(self, target: ModuleType) -> None:
+        super().__init__(ALIAS, target.__doc__)
+        from overdrive.alias.metadata import COMPAT_VERSION
+
+        self.__dict__["_target"] = target
+        self.__version__ = COMPAT_VERSION
+        self.__path__ = list(getattr(target, "__path__", []))
+        self.__file__ = target.__file__
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.__dict__["_target"], name)
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(dir(self.__dict__["_target"])) | {"__version__"})
+
+
 class AliasLoader(importlib.abc.Loader):
-    """Hands back the already imported overdrive module, so both names share one module object."""
+    """Hands back the already imported overdrive module, so both names share one module object
+    (the top-level package: an :class:`AliasPackage` in front of it)."""
 
     def __init__(self, target: ModuleType) -> None:
         self.target = target
         self.target_spec = target.__spec__
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        return self.target
+        return AliasPackage(self.target) if spec.name == ALIAS else self.target
 
     def exec_module(self, module: ModuleType) -> None:
+        if isinstance(module, AliasPackage):
+            return  # its own module object: the alias spec stays on it
         # importlib stamped the alias spec onto the shared module; overdrive's own spec must win
         # so reloads, pickling and ``__name__`` keep pointing at the real module.
         module.__spec__ = self.target_spec

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from overdrive.bigmodel.align import has_offloaded_params
+from overdrive.bigmodel.offloaded_state import get_state_dict_offloaded_model
 from overdrive.checkpoint.errors import CheckpointError
 from overdrive.checkpoint.serialization import writing
 from overdrive.checkpoint.tensor_file import write_safetensors
@@ -158,10 +160,14 @@ def save_model(
             f"save_model: {directory} exists and is not a directory\n  fix: choose another path"
         )
     strategy = getattr(accelerator, "strategy", None)
-    if strategy is not None:
+    unwrapped = accelerator.unwrap_model(model)
+    if any(has_offloaded_params(m) for m in unwrapped.modules()):
+        # Offloaded weights sit on the meta device between forwards: read each module's back.
+        state = get_state_dict_offloaded_model(unwrapped)
+    elif strategy is not None:
         state = strategy.state_dict(model)
     else:
-        state = accelerator.unwrap_model(model).state_dict()
+        state = unwrapped.state_dict()
     if accelerator.state.is_main_process:
         write_model_files(state, directory, max_shard_size, safe_serialization)
     accelerator.state.wait_for_everyone()

@@ -1,0 +1,175 @@
+"""The offload folder: weights kept on disk, one file each, read back memory-mapped when a
+forward needs them, with an ``index.json`` of their dtypes and shapes.
+
+Each weight goes to ``<folder>/<name>.dat`` (the file name Hugging Face Accelerate's index
+expects) as a safetensors file: a self-describing header and the raw bytes, never a pickle.
+Folders Hugging Face Accelerate wrote (a bare NumPy memory map per ``.dat`` file) are read
+too, told apart by their size, and entries naming a ``safetensors_file`` (what transformers
+writes) are read from that file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+PathLike = str | os.PathLike[str]
+INDEX = "index.json"
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).split(".")[1]
+
+
+def offload_weight(
+    weight: torch.Tensor,
+    weight_name: str,
+    offload_folder: PathLike,
+    index: dict[str, Any] | None = None,
+) -> dict[str, Any] | None:
+    """Write ``weight`` to ``<offload_folder>/<weight_name>.dat``; record its dtype and shape
+    in ``index`` (when given) and return it."""
+    from safetensors.torch import save_file
+
+    tensor = weight.detach().to("cpu").contiguous()
+    save_file({weight_name: tensor}, str(Path(offload_folder) / f"{weight_name}.dat"))
+    if index is not None:
+        index[weight_name] = {"dtype": _dtype_name(tensor.dtype), "shape": list(tensor.shape)}
+    return index
+
+
+def _raw_dtype(name: str) -> torch.dtype:
+    # Hugging Face Accelerate writes bfloat16 as int16 bits and float8 as int8 bits: read with
+    # the dtype the index names, the same bytes are the original values.
+    return getattr(torch, name)
+
+
+def _read_raw(path: Path, info: dict[str, Any]) -> torch.Tensor:
+    dtype = _raw_dtype(info["dtype"])
+    shape = tuple(info["shape"])
+    count = max(1, int(torch.Size(shape).numel()))
+    flat = torch.from_file(str(path), shared=False, size=count, dtype=dtype)
+    return flat[0].clone() if shape == () else flat.view(shape)
+
+
+def _raw_size(info: dict[str, Any]) -> int:
+    dtype = _raw_dtype(info["dtype"])
+    count = max(1, int(torch.Size(tuple(info["shape"])).numel()))
+    return count * torch.empty((), dtype=dtype).element_size()
+
+
+def load_offloaded_weight(weight_file: PathLike, weight_info: dict[str, Any]) -> torch.Tensor:
+    """The tensor an ``offload_weight`` file holds (``weight_info`` is its index entry)."""
+    path = Path(weight_file)
+    if path.stat().st_size == _raw_size(weight_info):
+        return _read_raw(path, weight_info)
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as handle:
+        return handle.get_tensor(next(iter(handle.keys())))
+
+
+def save_offload_index(index: dict[str, Any] | None, offload_folder: PathLike) -> None:
+    """Merge ``index`` into ``<offload_folder>/index.json`` (nothing to do when empty)."""
+    if not index:
+        return
+    path = Path(offload_folder) / INDEX
+    merged = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    merged.update(index)
+    path.write_text(json.dumps(merged, indent=2), encoding="utf-8")
+
+
+def offload_state_dict(save_dir: PathLike, state_dict: Mapping[str, torch.Tensor]) -> None:
+    """Write every tensor of ``state_dict`` to the offload folder ``save_dir``."""
+    os.makedirs(save_dir, exist_ok=True)
+    index: dict[str, Any] = {}
+    for name, tensor in state_dict.items():
+        offload_weight(tensor, name, save_dir, index)
+    save_offload_index(index, save_dir)
+
+
+class PrefixedDataset(Mapping[str, Any]):
+    """The entries of ``dataset`` whose keys start with ``prefix``, looked up without it."""
+
+    def __init__(self, dataset: Mapping[str, Any], prefix: str) -> None:
+        self.dataset = dataset
+        self.prefix = prefix
+
+    def __getitem__(self, key: str) -> Any:
+        return self.dataset[f"{self.prefix}{key}"]
+
+    def __iter__(self) -> Iterator[str]:
+        cut = len(self.prefix)
+        return (k[cut:] for k in self.dataset if k.startswith(self.prefix))
+
+    def __len__(self) -> int:
+        return sum(1 for k in self.dataset if k.startswith(self.prefix))
+
+
+class OffloadedWeightsLoader(Mapping[str, torch.Tensor]):
+    """Weights by name from a state dict in memory, else from an offload folder or index
+    (read when asked for, onto ``device`` for ``safetensors_file`` entries)."""
+
+    def __init__(
+        self,
+        state_dict: dict[str, torch.Tensor] | None = None,
+        save_folder: PathLike | None = None,
+        index: Mapping[str, Any] | None = None,
+        device: Any = None,
+    ) -> None:
+        if state_dict is None and save_folder is None and index is None:
+            raise ValueError(
+                "Need either a `state_dict`, a `save_folder` or an `index` containing "
+                "offloaded weights."
+            )
+        self.state_dict = {} if state_dict is None else state_dict
+        self.save_folder = save_folder
+        if index is None and save_folder is not None:
+            index = json.loads((Path(save_folder) / INDEX).read_text())
+        self.index: Mapping[str, Any] = {} if index is None else index
+        self.all_keys = [*self.state_dict, *(k for k in self.index if k not in self.state_dict)]
+        self.device = device
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        if key in self.state_dict:
+            return self.state_dict[key]
+        info = self.index[key]
+        if info.get("safetensors_file") is not None:
+            return self._from_safetensors(key, info)
+        if self.save_folder is None:
+            raise KeyError(f"{key}: its index entry names no file and there is no save_folder")
+        return load_offloaded_weight(Path(self.save_folder) / f"{key}.dat", info)
+
+    def _from_safetensors(self, key: str, info: dict[str, Any]) -> torch.Tensor:
+        from safetensors import safe_open
+
+        device = "cpu" if self.device is None else self.device
+        with safe_open(info["safetensors_file"], framework="pt", device="cpu") as handle:
+            tensor = handle.get_tensor(info.get("weight_name", key))
+        if "dtype" in info:
+            tensor = tensor.to(getattr(torch, info["dtype"]))
+        return tensor.to(device)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.all_keys)
+
+    def __len__(self) -> int:
+        return len(self.all_keys)
+
+
+def extract_submodules_state_dict(
+    state_dict: Mapping[str, Any], submodule_names: list[str]
+) -> dict[str, Any]:
+    """The entries of ``state_dict`` under any of ``submodule_names`` (a name or its
+    ``name.`` prefix: ``h.1`` does not take ``h.10``)."""
+    found: dict[str, Any] = {}
+    for module in submodule_names:
+        found.update(
+            {k: v for k, v in state_dict.items() if k == module or k.startswith(module + ".")}
+        )
+    return found
