@@ -24,12 +24,16 @@ def save_fsdp_model(
     output_dir: str | Path,
     model_index: int = 0,
     adapter_only: bool = False,
+    use_dcp: bool = True,
 ) -> Path:
     """Write ``model``'s weights under ``output_dir``; returns the folder or file written.
 
     Call it on every process (the sharded form is written by all of them). Whether it is
     sharded follows the prepared model's FSDP ``state_dict_type``. ``adapter_only`` is
     ignored for a model without PEFT adapters (transformers' Trainer always passes it).
+    ``use_dcp`` is accepted and changes nothing: Hugging Face Accelerate chooses with it
+    between ``torch.distributed.checkpoint`` and per-rank ``torch.save`` files, and
+    overdrive's sharded form is already per-process safetensors written without collectives.
     """
     if adapter_only and getattr(accelerator.unwrap_model(model), "peft_config", None):
         raise OverdriveError(

@@ -28,14 +28,16 @@ def load_fsdp_model(
     input_dir: str | Path,
     model_index: int = 0,
     adapter_only: bool = False,
-) -> None:
-    """Restore ``model`` from what ``save_fsdp_model`` wrote into ``input_dir``; call it on
-    every process. Either form loads under either state-dict type and any process count."""
+    use_dcp: bool = True,
+) -> Any:
+    """Restore ``model`` from what ``save_fsdp_model`` wrote into ``input_dir`` (or that folder
+    itself); call it on every process. Either form loads under either state-dict type and any
+    process count. ``use_dcp`` changes nothing (one format, see ``save_fsdp_model``)."""
     from overdrive.checkpoint.merge import SHARDED_STEM
     from overdrive.checkpoint.unread import load_unread, read_like, unread_safetensors
 
     what = f"load_fsdp_model: model {model_index}"
-    folder = Path(input_dir) / f"pytorch_model_fsdp_{model_index}"
+    folder = _named_folder(Path(input_dir), f"pytorch_model_fsdp_{model_index}")
     if folder.is_dir():
         tree: Any = load_unread(folder, SHARDED_STEM, what=what, sharded=True)
     else:
@@ -47,15 +49,21 @@ def load_fsdp_model(
     _check_names(tree, names, what)
     try:
         if slices:
-            strategy.load_state_dict(model, read_like(dict(tree), template), sharded=True)
+            result = strategy.load_state_dict(model, read_like(dict(tree), template), sharded=True)
         else:
-            strategy.load_state_dict(model, read_like(dict(tree), None), strict=True)
+            result = strategy.load_state_dict(model, read_like(dict(tree), None), strict=True)
     except (RuntimeError, ValueError, KeyError, TypeError) as exc:
         raise CheckpointError(
             f"{what} does not fit the saved weights in {input_dir}: {exc}\n"
             "  fix: build the model exactly as in the run that saved them"
         ) from exc
     accelerator.wait_for_everyone()
+    return result
+
+
+def _named_folder(given: Path, name: str) -> Path:
+    """``given/name``, or ``given`` itself when it is that folder already."""
+    return given if given.name == name and given.is_dir() else given / name
 
 
 def _check_names(tree: Any, expected: list[str], what: str) -> None:
@@ -77,9 +85,11 @@ def save_fsdp_optimizer(
     model: Any,
     output_dir: str | Path,
     optimizer_index: int = 0,
+    use_dcp: bool = True,
 ) -> Path:
     """Write ``optimizer``'s state under ``output_dir``; call it on every process. Returns the
-    folder (sharded) or the JSON file (full) written."""
+    folder (sharded) or the JSON file (full) written. ``use_dcp`` changes nothing (one
+    pickle-free format, see ``save_fsdp_model``)."""
     from overdrive.checkpoint.parts import raw_optimizer
 
     strategy, output = accelerator.strategy, Path(output_dir)
@@ -113,10 +123,11 @@ def load_fsdp_optimizer(
     input_dir: str | Path,
     optimizer_index: int = 0,
     adapter_only: bool = False,
+    use_dcp: bool = True,
 ) -> None:
-    """Restore ``optimizer`` from what ``save_fsdp_optimizer`` wrote into ``input_dir``; call it
-    on every process, after the model is prepared. Moments and step come back per parameter,
-    resharded to this run's layout."""
+    """Restore ``optimizer`` from what ``save_fsdp_optimizer`` wrote into ``input_dir`` (or that
+    folder itself); call it on every process, after the model is prepared. Moments and step
+    come back per parameter, resharded to this run's layout. ``use_dcp`` changes nothing."""
     from overdrive.checkpoint.load import keyed_for_strategy
     from overdrive.checkpoint.merge import SHARDED_STEM
     from overdrive.checkpoint.parts import Part, raw_optimizer
@@ -124,7 +135,7 @@ def load_fsdp_optimizer(
 
     raw = raw_optimizer(optimizer)
     what = f"load_fsdp_optimizer: optimizer {optimizer_index}"
-    folder = Path(input_dir) / f"optimizer_{optimizer_index}"
+    folder = _named_folder(Path(input_dir), f"optimizer_{optimizer_index}")
     if folder.is_dir():
         tree = load_unread(folder, SHARDED_STEM, what=what, sharded=True)
     else:
