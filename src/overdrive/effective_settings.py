@@ -20,7 +20,7 @@ import sys
 from typing import Any
 
 from overdrive.config import HANDOVER_VARIABLE, Settings, schema
-from overdrive.config.inert import inert_sections
+from overdrive.config.inert import inert_sections, no_effect_notes
 from overdrive.config.provenance import Source
 from overdrive.config.settings import display_value
 
@@ -88,5 +88,6 @@ def report(accelerator: Any) -> None:
     if text is not None:
         _emit(logging.INFO, text)
     launched = HANDOVER_VARIABLE in os.environ  # the launcher already warned about the rest
-    for note in inert_sections(settings, from_code_only=launched):
+    notes = inert_sections(settings, from_code_only=launched)
+    for note in [*notes, *no_effect_notes(settings, from_code_only=launched)]:
         _emit(logging.WARNING, note)

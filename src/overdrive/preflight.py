@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from overdrive.backends import check_available
 from overdrive.config import Settings
-from overdrive.config.inert import inert_sections
+from overdrive.config.inert import inert_sections, no_effect_notes
 from overdrive.launch.plan import LaunchPlan, build_plan
 from overdrive.parallel.layout import layout_from_settings
 
@@ -111,6 +111,6 @@ def plan_launch(
     _check_compile(settings)
     _check_fsdp(settings)
     _check_deepspeed(settings, warn)
-    for note in inert_sections(settings):
+    for note in [*inert_sections(settings), *no_effect_notes(settings)]:
         warn(note)
     return plan

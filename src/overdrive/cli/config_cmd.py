@@ -15,7 +15,7 @@ from overdrive.cli.flags import add_flag
 from overdrive.config import load_settings, resolve
 from overdrive.config.schema import MIXED_PRECISIONS
 from overdrive.config.settings import Settings, display_value
-from overdrive.config.sources import default_config_path, parse_config_text
+from overdrive.config.sources import config_in_use, default_config_path, parse_config_text
 from overdrive.errors import ConfigError
 
 
@@ -151,7 +151,7 @@ def _show(args: argparse.Namespace) -> int:
         }
         print(json.dumps(payload, indent=2))
         return 0
-    file_used = _target(args)
+    file_used = Path(args.config_file) if args.config_file else config_in_use(os.environ)
     print(f"config file: {file_used}{'' if file_used.is_file() else ' (not found, not used)'}")
     print("precedence: code > launch flag > environment > config file > default\n")
     print(render_table(settings, changed_only=args.changed))

@@ -66,9 +66,9 @@ def _torch_lines() -> list[str]:
 
 
 def _config_lines(config_file: str | None) -> list[str]:
-    from overdrive.config.sources import default_config_path
+    from overdrive.config.sources import config_in_use
 
-    path = Path(config_file) if config_file else default_config_path(os.environ)
+    path = Path(config_file) if config_file else config_in_use(os.environ)
     how = "given" if config_file else "default"
     if not path.is_file():
         if config_file:  # `launch --config_file` with this path would stop with an error

@@ -61,3 +61,24 @@ def inert_sections(settings: Settings, *, from_code_only: bool = False) -> list[
             f"  fix: set distributed_type to {backend} to use it, or remove the {section} section"
         )
     return notes
+
+
+def no_effect_notes(settings: Settings, *, from_code_only: bool = False) -> list[str]:
+    """One line per setting Hugging Face Accelerate's files may hold that is set here (not at
+    its default) but cannot take effect under overdrive, with its source and the reason."""
+    from overdrive.config import schema
+
+    notes: list[str] = []
+    for item in schema.iter_settings():
+        if item.no_effect is None or not settings.is_set(item.key):
+            continue
+        source = settings.source(item.key)
+        if from_code_only and source.kind != "code":
+            continue
+        if settings[item.key] == item.default:
+            continue
+        notes.append(
+            f"`{item.key}` = {settings[item.key]!r} ({source}) cannot take effect: it is for "
+            f"{item.no_effect}"
+        )
+    return notes

@@ -326,3 +326,73 @@ class Table(Kind):
 
     def samples(self) -> list[Any]:
         return [{"enabled": True}, {"enabled": False}, {"enabled": True, "loss_scale": 0}]
+
+
+@dataclass(frozen=True)
+class Strings(Kind):
+    """A list of strings, possibly empty (a YAML list, or one string as a list of one)."""
+
+    def coerce(self, raw: Any) -> list[str]:
+        if raw is None:
+            return []
+        if isinstance(raw, str):
+            return [raw]
+        if isinstance(raw, list | tuple) and all(isinstance(i, str) for i in raw):
+            return list(raw)
+        raise ValueError(f"expected a list of strings, got {brief(raw)}")
+
+    def describe(self) -> str:
+        return "a list of strings"
+
+    def samples(self) -> list[Any]:
+        return [[], ["A=1"], ["A=1", "B=2"]]
+
+
+SHARDING_STRATEGIES = (
+    "FULL_SHARD",
+    "SHARD_GRAD_OP",
+    "NO_SHARD",
+    "HYBRID_SHARD",
+    "HYBRID_SHARD_ZERO2",
+)
+
+
+@dataclass(frozen=True)
+class ReshardOrStrategy(Kind):
+    """``fsdp_reshard_after_forward``: a boolean (FSDP2), or, as Hugging Face Accelerate's
+    wizard writes it for FSDP1, a sharding strategy's name or number (kept as the name; a
+    rule turns it into the strategy and the boolean it implies)."""
+
+    def coerce(self, raw: Any) -> bool | str:
+        try:
+            return Bool().coerce(raw)
+        except ValueError:
+            pass
+        try:
+            return Choice(SHARDING_STRATEGIES, numbered=True).coerce(raw)
+        except ValueError:
+            raise ValueError(
+                f"expected true/false or a sharding strategy ({', '.join(SHARDING_STRATEGIES)}), "
+                f"got {brief(raw)}"
+            ) from None
+
+    def describe(self) -> str:
+        return "true/false, or (FSDP1) a sharding strategy: " + ", ".join(SHARDING_STRATEGIES)
+
+    def samples(self) -> list[Any]:
+        return [True, False]  # a strategy's name is another spelling: a rule resolves it
+
+
+@dataclass(frozen=True)
+class AsWritten(Kind):
+    """Any value, kept as written: for settings overdrive only reports (they cannot take
+    effect here), whose shape is the other system's business."""
+
+    def coerce(self, raw: Any) -> Any:
+        return list(raw) if isinstance(raw, tuple) else raw
+
+    def describe(self) -> str:
+        return "any value"
+
+    def samples(self) -> list[Any]:
+        return [[False, False, False], "x", 1]

@@ -58,7 +58,7 @@ def load_settings(
             flags=layers["flag"],
             code=[*layers["code"], *code_values],
         )
-    path = config_file if config_file is not None else sources.default_config_path(env)
+    path = config_file if config_file is not None else sources.config_in_use(env)
     return resolve(
         file=sources.read_file(path, explicit=config_file is not None),
         env=sources.read_env(env),

@@ -23,6 +23,11 @@ class Source:
     def __str__(self) -> str:
         return self.kind if not self.detail else f"{self.kind} {self.detail}"
 
+    @property
+    def location(self) -> str:
+        """The detail without a rule's note in parentheses (``cfg.yaml:3``)."""
+        return self.detail.split(" (", 1)[0]
+
     def to_json(self) -> dict[str, str]:
         return {"kind": self.kind, "detail": self.detail}
 

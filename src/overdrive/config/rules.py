@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from overdrive.config.kinds import brief_repr
-from overdrive.config.provenance import Resolved
+from overdrive.config.provenance import PRECEDENCE, Resolved, Source
 from overdrive.errors import ConfigError
 
 Values = dict[str, Resolved]
@@ -24,6 +24,11 @@ BACKEND_TYPES = frozenset(BACKEND_SWITCHES.values())
 
 def _explicit(values: Values, key: str) -> bool:
     return values[key].source.kind != "default"
+
+
+def _outranks(values: Values, first: str, second: str) -> bool:
+    """Whether ``first`` came from a source at least as strong as ``second``'s."""
+    return PRECEDENCE[values[first].source.kind] >= PRECEDENCE[values[second].source.kind]
 
 
 def _describe(values: Values, key: str) -> str:
@@ -98,12 +103,27 @@ def _machines(values: Values) -> None:
 def _device(values: Values) -> None:
     dtype = values["distributed_type"].value
     if values["use_cpu"].value and dtype == "MULTI_GPU":
-        raise ConfigError(
-            f"{_describe(values, 'use_cpu')} contradicts {_describe(values, 'distributed_type')}",
-            key="use_cpu",
-            fix="use distributed_type MULTI_CPU for several CPU processes, or drop use_cpu",
+        # A GPU config rehearsed on CPU processes (gloo), the same layout: say so where the
+        # backend's source is shown.
+        where, cpu = values["distributed_type"].source, values["use_cpu"].source
+        note = f"MULTI_GPU rehearsed on CPU processes with gloo: use_cpu from {cpu}"
+        values["distributed_type"] = Resolved(
+            "MULTI_CPU", Source(where.kind, f"{where.detail} ({note})")
         )
+        dtype = "MULTI_CPU"
     processes = values["num_processes"].value
+    if (
+        dtype == "NO"
+        and processes is not None
+        and processes > 1
+        and _outranks(values, "distributed_type", "num_processes")
+    ):
+        # A file that says NO and a process count (TRL ships one): Hugging Face Accelerate
+        # starts one process; so does overdrive, and the provenance says why.
+        count, where = values["num_processes"], values["distributed_type"].source
+        note = f"distributed_type NO runs one process; num_processes = {count.value} ({count.source}) cannot take effect"
+        values["num_processes"] = Resolved(1, Source(where.kind, f"{where.detail} ({note})"))
+        return
     if dtype == "NO" and processes is not None and processes > 1:
         raise ConfigError(
             f"{_describe(values, 'distributed_type')} means one process, but "
@@ -164,9 +184,39 @@ def _engine_precision(values: Values) -> None:
         )
 
 
+RESHARDS = {
+    "FULL_SHARD": True,
+    "SHARD_GRAD_OP": False,
+    "NO_SHARD": False,
+    "HYBRID_SHARD": True,
+    "HYBRID_SHARD_ZERO2": False,
+}
+
+
+def _fsdp_strategy_as_reshard(values: Values) -> None:
+    """``fsdp_reshard_after_forward: FULL_SHARD`` (Hugging Face Accelerate's wizard, FSDP1)
+    names the sharding strategy; the setting itself becomes the boolean that implies."""
+    strategy_key = "fsdp_config.fsdp_sharding_strategy"
+    reshard_key = "fsdp_config.fsdp_reshard_after_forward"
+    named = values[reshard_key].value
+    if not isinstance(named, str):
+        return
+    if _explicit(values, strategy_key) and values[strategy_key].value != named:
+        raise ConfigError(
+            f"{_describe(values, reshard_key)} and {_describe(values, strategy_key)} name two "
+            "sharding strategies",
+            key=reshard_key,
+            fix="name the sharding strategy in one of them only",
+        )
+    source = values[reshard_key].source
+    values[strategy_key] = Resolved(named, source)
+    values[reshard_key] = Resolved(RESHARDS[named], source)
+
+
 def _fsdp(values: Values) -> None:
     strategy_key = "fsdp_config.fsdp_sharding_strategy"
     reshard_key = "fsdp_config.fsdp_reshard_after_forward"
+    _fsdp_strategy_as_reshard(values)
     if values["fsdp_config.fsdp_version"].value != 2:
         return
     implied = {"FULL_SHARD": True, "SHARD_GRAD_OP": False}.get(values[strategy_key].value)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 from overdrive.config.kinds import Choice, GpuIds, Int, Str, TrackerWords
+from overdrive.config.schema_accelerate import ACCELERATE_ONLY_SETTINGS
 from overdrive.config.schema_backends import BACKEND_SETTINGS
 from overdrive.config.setting import ON_OFF, Setting, setting
 
@@ -19,6 +20,8 @@ SECTIONS = (
     "megatron_lm_config",
     "parallelism_config",
     "dynamo_config",
+    "mpirun_config",
+    "fp8_config",
 )
 
 DISTRIBUTED_TYPES: tuple[str, ...] = (
@@ -299,6 +302,7 @@ SETTINGS: tuple[Setting, ...] = (
         env=("ACCELERATE_LOG_WITH",),
     ),
     *BACKEND_SETTINGS,
+    *ACCELERATE_ONLY_SETTINGS,
 )
 
 

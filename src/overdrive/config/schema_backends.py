@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from overdrive.config.kinds import Choice, Float, Int, Names, Str, Table
+from overdrive.config.kinds import Choice, Float, Int, Names, ReshardOrStrategy, Str, Table
 from overdrive.config.setting import ON_OFF, Setting, setting
 
 BACKEND_SETTINGS: tuple[Setting, ...] = (
@@ -106,9 +106,9 @@ BACKEND_SETTINGS: tuple[Setting, ...] = (
     ),
     setting(
         "fsdp_config.fsdp_reshard_after_forward",
-        ON_OFF,
+        ReshardOrStrategy(),
         True,
-        "FSDP2: free gathered parameters after forward",
+        "free gathered parameters after forward (FSDP1: also a sharding strategy's name)",
         env=("ACCELERATE_FSDP_RESHARD_AFTER_FORWARD",),
         aliases=("fsdp_config.reshard_after_forward",),
         flag=True,

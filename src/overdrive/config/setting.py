@@ -19,6 +19,10 @@ class Setting:
     env: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()
     flag: bool = False  # settable by an `overdrive launch` flag
+    # Why a value other than the default cannot take effect under overdrive (keys Hugging
+    # Face Accelerate's wizard writes for what overdrive does not do): the file loads, and
+    # the setting is named as inert where settings are reported.
+    no_effect: str | None = None
 
     @property
     def section(self) -> str | None:

@@ -34,6 +34,25 @@ def default_config_path(environ: Mapping[str, str]) -> Path:
     return Path(cache).expanduser() / "overdrive" / DEFAULT_CONFIG_NAME
 
 
+def accelerate_default_config_path(environ: Mapping[str, str]) -> Path:
+    """Where Hugging Face Accelerate's ``accelerate config`` writes its default file:
+    ``$HF_HOME/accelerate/default_config.yaml`` (``HF_HOME`` defaulting to
+    ``$XDG_CACHE_HOME/huggingface``)."""
+    cache = environ.get("XDG_CACHE_HOME") or str(Path(environ.get("HOME", "~")) / ".cache")
+    hf_home = environ.get("HF_HOME") or str(Path(cache) / "huggingface")
+    return Path(hf_home).expanduser() / "accelerate" / DEFAULT_CONFIG_NAME
+
+
+def config_in_use(environ: Mapping[str, str]) -> Path:
+    """The default config file a run reads: overdrive's own, else the one a user wrote with
+    Hugging Face Accelerate's ``accelerate config``, else overdrive's path (absent)."""
+    own = default_config_path(environ)
+    if own.is_file():
+        return own
+    theirs = accelerate_default_config_path(environ)
+    return theirs if theirs.is_file() else own
+
+
 def _looks_like_json(path: Path, text: str) -> bool:
     suffix = path.suffix.lower()
     if suffix == ".json":

@@ -34,13 +34,14 @@ def settings_origin(settings: Settings) -> str:
     for key in settings:
         source = settings.source(key)
         if source.kind == "file":
-            path = source.detail.rsplit(":", 1)[0] if ":" in source.detail else source.detail
+            where = source.location
+            path = where.rsplit(":", 1)[0] if ":" in where else where
             if path not in files:
                 files.append(path)
-        elif source.kind == "env" and source.detail not in envs:
-            envs.append(source.detail)
-        elif source.kind == "flag" and source.detail not in flags:
-            flags.append(source.detail)
+        elif source.kind == "env" and source.location not in envs:
+            envs.append(source.location)
+        elif source.kind == "flag" and source.location not in flags:
+            flags.append(source.location)
         elif source.kind == "code" and source.detail not in code:
             code.append(source.detail)
     parts = [f"file {f}" for f in files]

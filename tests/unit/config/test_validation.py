@@ -128,13 +128,26 @@ def test_fsdp2_strategy_and_reshard_must_agree(tmp_path: Path) -> None:
     assert "disagree under fsdp_version 2" in _error(tmp_path, data)
 
 
-def test_use_cpu_contradicts_multi_gpu(tmp_path: Path) -> None:
-    message = _error(tmp_path, {"distributed_type": "MULTI_GPU"}, code={"use_cpu": True})
-    assert "contradicts" in message and "code Accelerator(use_cpu=...)" in message
+def test_use_cpu_rehearses_a_multi_gpu_file_on_cpu_processes(tmp_path: Path) -> None:
+    path = write_yaml(tmp_path / "cfg.yaml", {"distributed_type": "MULTI_GPU", "num_processes": 2})
+    settings = resolve_layers(file=path, code={"use_cpu": True})
+    assert settings["distributed_type"] == "MULTI_CPU" and settings["num_processes"] == 2
+    where = str(settings.source("distributed_type"))
+    assert where.startswith(f"file {path}:1") and "rehearsed on CPU processes" in where
+    assert "code Accelerator(use_cpu=...)" in where
 
 
 def test_distributed_type_no_means_one_process(tmp_path: Path) -> None:
-    assert "means one process" in _error(tmp_path, {"distributed_type": "NO", "num_processes": 2})
+    # A file that says both (TRL ships one): one process, as Hugging Face Accelerate starts,
+    # and the provenance says the count cannot take effect.
+    path = write_yaml(tmp_path / "cfg.yaml", {"distributed_type": "NO", "num_processes": 8})
+    settings = resolve_layers(file=path)
+    assert settings["num_processes"] == 1
+    assert "num_processes = 8" in str(settings.source("num_processes"))
+    assert "cannot take effect" in str(settings.source("num_processes"))
+    # Asked for on the command line over the file's NO: refused with the fix.
+    message = _error(tmp_path, {"distributed_type": "NO"}, flags={"num_processes": 2})
+    assert "means one process" in message
 
 
 def test_gpu_ids_must_cover_the_processes(tmp_path: Path) -> None:
