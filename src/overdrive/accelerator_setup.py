@@ -24,6 +24,7 @@ _HANDLER_TYPES = (
     GradScalerKwargs,
     AutocastKwargs,
     InitProcessGroupKwargs,
+    FP8RecipeKwargs,  # AORecipeKwargs and the compat FP8RecipeKwargs are recipes too
 )
 
 

@@ -59,6 +59,19 @@ class DummyScheduler(SchedulerArguments):
 
     stands_in_for = ("DEEPSPEED", "a scheduler defined in a DeepSpeed config")
 
+    def __init__(
+        self,
+        optimizer: Any,
+        total_num_steps: int | None = None,
+        warmup_num_steps: int = 0,
+        lr_scheduler_callable: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(optimizer, total_num_steps, warmup_num_steps, **kwargs)
+        # Builds the scheduler from the optimizer DeepSpeed steps, for a DeepSpeed JSON with
+        # an optimizer but no scheduler section (transformers' Trainer passes one).
+        self.lr_scheduler_callable = lr_scheduler_callable
+
     def hyperparameters(self) -> dict[str, Any]:
         """Values for ``"auto"`` entries of the scheduler section's ``params``."""
         values: dict[str, Any] = {"warmup_num_steps": self.warmup_num_steps, "warmup_min_lr": 0}

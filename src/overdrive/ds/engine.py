@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from overdrive.ds.config import DeepSpeedConfig
-from overdrive.ds.dummies import DummyOptim
+from overdrive.ds.dummies import DummyOptim, DummyScheduler
 from overdrive.errors import ConfigError
 
 LOGGER = "overdrive.deepspeed"
@@ -158,10 +158,21 @@ def fit_optimizer(optimizer: Any, cfg: DeepSpeedConfig, config: dict[str, Any]) 
 
 
 def initialize(
-    deepspeed: Any, model: torch.nn.Module, optimizer: Any, config: dict[str, Any]
+    deepspeed: Any,
+    model: torch.nn.Module,
+    optimizer: Any,
+    config: dict[str, Any],
+    scheduler: Any = None,
 ) -> Any:
-    """One ``deepspeed.initialize`` call; returns the engine (which holds everything)."""
+    """One ``deepspeed.initialize`` call; returns the engine (which holds everything).
+
+    A ``DummyScheduler`` with ``lr_scheduler_callable`` hands DeepSpeed that callable, which
+    builds the scheduler around the optimizer the engine steps.
+    """
     kwargs: dict[str, Any] = {"model": model, "config": config, "dist_init_required": False}
+    build_scheduler = getattr(scheduler, "lr_scheduler_callable", None)
+    if isinstance(scheduler, DummyScheduler) and build_scheduler is not None:
+        kwargs["lr_scheduler"] = build_scheduler
     if isinstance(optimizer, DummyOptim):
         kwargs["model_parameters"] = optimizer.params
     elif optimizer is not None:

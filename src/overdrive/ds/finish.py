@@ -81,6 +81,17 @@ def _section(
     """The optimizer or scheduler section against the object passed to prepare()."""
     has_section = isinstance(out.get(name), dict)
     is_dummy = isinstance(given, dummy)
+    if is_dummy and getattr(given, "lr_scheduler_callable", None) is not None:
+        if has_section:
+            raise ConfigError(
+                f"{cfg.origin} defines the {name} ({out[name].get('type')}), and the "
+                f"{dummy.__name__} passed to prepare() has lr_scheduler_callable; DeepSpeed "
+                "would build the callable's scheduler and ignore the section",
+                key=name,
+                fix=f"remove the {name} section, or pass {dummy.__name__} without "
+                "lr_scheduler_callable",
+            )
+        return  # DeepSpeed builds the scheduler from the callable
     if has_section and given is not None and not is_dummy:
         raise ConfigError(
             f"{cfg.origin} defines the {name} ({out[name].get('type')}), and prepare() also got "

@@ -46,6 +46,10 @@ class FP8RecipeKwargs:
                 fix="pass either recipe=... or config=Float8LinearConfig(...)",
             )
 
+    def filter_for(self, model: torch.nn.Module) -> Callable[[torch.nn.Module, str], bool]:
+        """The layer filter for converting ``model`` (a subclass may look at the model)."""
+        return self.module_filter_fn or dims_multiple_of_16
+
 
 def dims_multiple_of_16(module: torch.nn.Module, fqn: str) -> bool:
     """The default filter: linears whose shapes float8 matmuls accept."""
@@ -111,7 +115,7 @@ class FP8Precision(AutocastPrecision):
             module = convert_to_float8_training(
                 module,
                 config=self.float8_config(),
-                module_filter_fn=self.recipe.module_filter_fn or dims_multiple_of_16,
+                module_filter_fn=self.recipe.filter_for(module),
             )
             module._overdrive_fp8 = True  # type: ignore[assignment]
         return super().convert_module(module)

@@ -149,7 +149,7 @@ class DeepSpeedStrategy(Strategy):
         deepspeed = self.deepspeed
         fitted = fit_optimizer(optimizer, self.config, config)
         self._replaced = optimizer if fitted is not optimizer else None
-        self.engine = initialize(deepspeed, model, fitted, config)
+        self.engine = initialize(deepspeed, model, fitted, config, scheduler)
         self.basic_optimizer = self.engine.basic_optimizer
         out[models[0]] = prepare_one(self.engine, False)
         if optimizers:

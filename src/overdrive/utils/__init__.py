@@ -35,13 +35,13 @@ _LAZY = {
     # nested data
     "recursively_apply": "overdrive.utils.nesting",
     "honor_type": "overdrive.utils.nesting",
-    "is_torch_tensor": "overdrive.utils.nesting",
+    "is_torch_tensor": "overdrive.utils.operations",
     "listify": "overdrive.utils.nesting",
     "concatenate": "overdrive.utils.nesting",
     "find_device": "overdrive.utils.nesting",
     "CannotPadNestedTensorWarning": "overdrive.utils.nesting",
-    "pad_input_tensors": "overdrive.utils.nesting",
-    "convert_to_fp32": "overdrive.utils.nesting",
+    "pad_input_tensors": "overdrive.utils.operations",
+    "convert_to_fp32": "overdrive.utils.operations",
     "convert_outputs_to_fp32": "overdrive.utils.nesting",
     "ConvertOutputsToFp32": "overdrive.utils.nesting",
     "save": "overdrive.utils.saving",
@@ -62,7 +62,7 @@ _LAZY = {
     "DummyScheduler": "overdrive.ds.dummies",
     "MegatronLMDummyScheduler": "overdrive.compat.megatron_dummies",
     # models
-    "init_empty_weights": "overdrive.compat.big_modeling",
+    "init_empty_weights": "overdrive.big_modeling",
     "merge_fsdp_weights": "overdrive.compat.fsdp_files",
     "save_fsdp_model": "overdrive.compat.fsdp_files",
     # launching
@@ -71,6 +71,17 @@ _LAZY = {
     "load_fsdp_model": "overdrive.compat.fsdp_state_files",
     "save_fsdp_optimizer": "overdrive.compat.fsdp_state_files",
     "load_fsdp_optimizer": "overdrive.compat.fsdp_state_files",
+    # FSDP helpers (accelerate.utils.fsdp_utils)
+    "disable_fsdp_ram_efficient_loading": "overdrive.utils.fsdp_utils",
+    "enable_fsdp_ram_efficient_loading": "overdrive.utils.fsdp_utils",
+    "ensure_weights_retied": "overdrive.utils.fsdp_utils",
+    "fsdp2_apply_ac": "overdrive.utils.fsdp_utils",
+    "fsdp2_canonicalize_names": "overdrive.utils.fsdp_utils",
+    "fsdp2_load_full_state_dict": "overdrive.utils.fsdp_utils",
+    "fsdp2_prepare_model": "overdrive.utils.fsdp_utils",
+    "fsdp2_switch_optimizer_parameters": "overdrive.utils.fsdp_utils",
+    "get_fsdp2_grad_scaler": "overdrive.utils.fsdp_utils",
+    "compile_regions_fsdp2": "overdrive.parallel.regional_compile",
     # device maps and unwrapping (transformers imports these)
     "get_max_memory": "overdrive.utils.modeling",
     "get_balanced_memory": "overdrive.utils.modeling",
@@ -84,15 +95,136 @@ _LAZY = {
     "DeepSpeedSchedulerWrapper": "overdrive.utils.deepspeed",
     "DeepSpeedOptimizerWrapper": "overdrive.utils.deepspeed",
     "TorchDynamoPlugin": "overdrive.compat.dynamo",
-    "FP8RecipeKwargs": "overdrive.precision.fp8",
-    "load_checkpoint_in_model": "overdrive.compat.weights_loading",
-    "load_checkpoint_and_dispatch": "overdrive.compat.weights_loading",
+    "FP8RecipeKwargs": "overdrive.compat.fp8_recipes",
+    "load_checkpoint_and_dispatch": "overdrive.big_modeling",
+    # big-model inference: sizes, device maps, ties, loading (overdrive.bigmodel)
+    "align_module_device": "overdrive.utils.modeling",
+    "calculate_maximum_sizes": "overdrive.utils.modeling",
+    "check_tied_parameters_in_config": "overdrive.utils.modeling",
+    "check_tied_parameters_on_same_device": "overdrive.utils.modeling",
+    "compute_module_sizes": "overdrive.utils.modeling",
+    "convert_file_size_to_int": "overdrive.utils.modeling",
+    "dtype_byte_size": "overdrive.utils.modeling",
+    "find_tied_parameters": "overdrive.utils.modeling",
+    "get_max_layer_size": "overdrive.utils.modeling",
+    "id_tensor_storage": "overdrive.utils.modeling",
+    "is_peft_model": "overdrive.utils.modeling",
+    "load_offloaded_weights": "overdrive.utils.modeling",
+    "load_state_dict": "overdrive.utils.modeling",
+    "named_module_tensors": "overdrive.utils.modeling",
+    "retie_parameters": "overdrive.utils.modeling",
+    "set_module_tensor_to_device": "overdrive.utils.modeling",
+    "get_grad_scaler": "overdrive.utils.modeling",
+    "get_mixed_precision_context_manager": "overdrive.utils.modeling",
+    "load_checkpoint_in_model": "overdrive.utils.modeling",
+    # the offload folder
+    "OffloadedWeightsLoader": "overdrive.utils.offload",
+    "PrefixedDataset": "overdrive.utils.offload",
+    "extract_submodules_state_dict": "overdrive.utils.offload",
+    "load_offloaded_weight": "overdrive.utils.offload",
+    "offload_state_dict": "overdrive.utils.offload",
+    "offload_weight": "overdrive.utils.offload",
+    "save_offload_index": "overdrive.utils.offload",
     # progress bars
     "tqdm": "overdrive.utils.tqdm",
+    # fp8 recipe handlers (torchao; TransformerEngine / MS-AMP ones validate, then are refused)
+    "AORecipeKwargs": "overdrive.compat.fp8_recipes",
+    "MSAMPRecipeKwargs": "overdrive.compat.fp8_recipes",
+    "TERecipeKwargs": "overdrive.compat.fp8_recipes",
+    # tensors and collectives (accelerate.utils.operations)
+    "GatheredParameters": "overdrive.utils.operations",
+    "find_batch_size": "overdrive.utils.operations",
+    "get_data_structure": "overdrive.utils.operations",
+    "ignorant_find_batch_size": "overdrive.utils.operations",
+    "initialize_tensors": "overdrive.utils.operations",
+    "is_tensor_information": "overdrive.utils.operations",
+    "slice_tensors": "overdrive.utils.operations",
+    # file names and version floors (accelerate.utils.constants)
+    **{
+        name: "overdrive.utils.constants"
+        for name in (
+            "MITA_PROFILING_AVAILABLE_PYTORCH_VERSION",
+            "MODEL_NAME",
+            "OPTIMIZER_NAME",
+            "PROFILE_PATTERN_NAME",
+            "RNG_STATE_NAME",
+            "SAFE_MODEL_NAME",
+            "SAFE_WEIGHTS_INDEX_NAME",
+            "SAFE_WEIGHTS_NAME",
+            "SAFE_WEIGHTS_PATTERN_NAME",
+            "SAMPLER_NAME",
+            "SCALER_NAME",
+            "SCHEDULER_NAME",
+            "TORCH_DISTRIBUTED_OPERATION_TYPES",
+            "TORCH_LAUNCH_PARAMS",
+            "WEIGHTS_INDEX_NAME",
+            "WEIGHTS_NAME",
+            "WEIGHTS_PATTERN_NAME",
+            "XPU_PROFILING_AVAILABLE_PYTORCH_VERSION",
+        )
+    },
+    # environment variables and the host (accelerate.utils.environment)
+    **{
+        name: "overdrive.utils.environment"
+        for name in (
+            "are_libraries_initialized",
+            "check_cuda_fp8_capability",
+            "check_cuda_p2p_ib_support",
+            "get_cpu_distributed_information",
+            "get_current_device_type",
+            "get_gpu_info",
+            "get_int_from_env",
+            "parse_choice_from_env",
+            "parse_flag_from_env",
+            "set_numa_affinity",
+            "str_to_bool",
+        )
+    },
+    # accelerate.utils.other
+    **{
+        name: "overdrive.utils.other"
+        for name in (
+            "clean_state_dict_for_safetensors",
+            "compile_regions",
+            "compile_regions_deepspeed",
+            "convert_bytes",
+            "get_module_children_bottom_up",
+            "get_pretty_name",
+            "has_compiled_regions",
+            "is_compiled_module",
+            "is_port_in_use",
+            "load",
+            "merge_dicts",
+            "model_has_dtensor",
+            "recursive_getattr",
+            "wait_for_everyone",
+        )
+    },
+    "compare_versions": "overdrive.utils.versions",
+    "is_torch_version": "overdrive.utils.versions",
+    "synchronize_rng_state": "overdrive.utils.random",
+    "PrepareForLaunch": "overdrive.utils.launch",
+    "prepare_deepspeed_cmd_env": "overdrive.utils.launch",
+    "prepare_multi_gpu_env": "overdrive.utils.launch",
+    "prepare_simple_launcher_cmd_env": "overdrive.utils.launch",
+    "DeepSpeedEngineWrapper": "overdrive.utils.deepspeed",
+    "get_active_deepspeed_plugin": "overdrive.utils.deepspeed",
+    "map_pytorch_optim_to_deepspeed": "overdrive.utils.deepspeed",
+    # torchao fp8 and bitsandbytes quantization
+    "convert_model_to_fp8_ao": "overdrive.utils.ao",
+    "filter_first_and_last_linear_layers": "overdrive.utils.ao",
+    "has_ao_layers": "overdrive.utils.ao",
+    "has_4bit_bnb_layers": "overdrive.utils.bnb",
+    "load_and_quantize_model": "overdrive.utils.bnb",
 }
+
+# Submodules Hugging Face Accelerate's package exposes as attributes.
+_SUBMODULES = ("bnb",)
 
 
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'overdrive.utils' has no attribute {name!r}")

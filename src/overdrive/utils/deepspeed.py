@@ -8,15 +8,37 @@ from collections.abc import Iterator
 from typing import Any
 
 from overdrive.ds.dummies import DummyOptim, DummyScheduler
+from overdrive.ds.helpers import DeepSpeedEngineWrapper, map_pytorch_optim_to_deepspeed
 from overdrive.errors import ConfigError
 
 __all__ = [
+    "DeepSpeedEngineWrapper",
     "DeepSpeedOptimizerWrapper",
     "DeepSpeedSchedulerWrapper",
     "DummyOptim",
     "DummyScheduler",
     "HfDeepSpeedConfig",
+    "get_active_deepspeed_plugin",
+    "map_pytorch_optim_to_deepspeed",
 ]
+
+
+def get_active_deepspeed_plugin(state: Any) -> Any:
+    """The DeepSpeed plugin ``state`` (an ``AcceleratorState``/``PartialState``) runs with: the
+    selected one of several, or the only one. ValueError when the state is not DeepSpeed."""
+    if state.distributed_type != "DEEPSPEED":
+        raise ValueError(
+            "Couldn't retrieve the active `DeepSpeedPlugin` as none were enabled. Please make "
+            "sure that either `Accelerator` is configured for `deepspeed` or make sure that the "
+            "desired `DeepSpeedPlugin` has been enabled "
+            "(`AcceleratorState().select_deepspeed_plugin(name)`) before calling this function."
+        )
+    plugins = getattr(state, "deepspeed_plugins", None)
+    if plugins is None:
+        return getattr(state, "deepspeed_plugin", None)
+    if not isinstance(plugins, dict):
+        return plugins
+    return next(plugin for plugin in plugins.values() if getattr(plugin, "selected", False))
 
 
 class HfDeepSpeedConfig:

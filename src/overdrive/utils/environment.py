@@ -1,13 +1,163 @@
-"""Environment helpers the described system's users import from ``accelerate.utils``."""
+"""``accelerate.utils.environment``: reading flags and ranks from environment variables,
+temporary environments, and what the GPUs of this machine are (without initialising CUDA).
+
+Torch-free to import (``import overdrive.utils`` loads this module).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+logger = logging.getLogger(__name__)
+
+_TRUE = ("y", "yes", "t", "true", "on", "1")
+_FALSE = ("n", "no", "f", "false", "off", "0")
+
+
+def str_to_bool(value: str, to_bool: bool = False) -> int | bool:
+    """1 for ``y/yes/t/true/on/1``, 0 for ``n/no/f/false/off/0`` (any case); True/False
+    instead with ``to_bool``. Anything else raises ValueError."""
+    text = value.lower()
+    if text in _TRUE:
+        return True if to_bool else 1
+    if text in _FALSE:
+        return False if to_bool else 0
+    raise ValueError(f"invalid truth value {value}")
+
+
+def get_int_from_env(env_keys: Iterable[str], default: int) -> int:
+    """The first of ``env_keys`` set to a non-negative integer, else ``default``."""
+    for key in env_keys:
+        value = int(os.environ.get(key, -1))
+        if value >= 0:
+            return value
+    return default
+
+
+def parse_flag_from_env(key: str, default: bool = False) -> bool:
+    """Whether variable ``key`` holds a true value (``default`` when unset)."""
+    return str_to_bool(os.environ.get(key, str(default))) == 1
+
+
+def parse_choice_from_env(key: str, default: str = "no") -> str:
+    """Variable ``key`` as it is, or ``default`` when unset."""
+    return os.environ.get(key, str(default))
+
+
+def are_libraries_initialized(*library_names: str) -> list[str]:
+    """Those of ``library_names`` already imported in this process."""
+    return [name for name in library_names if name in sys.modules]
+
+
+def get_current_device_type() -> tuple[str, str]:
+    """``(device type, distributed type)`` of this machine's accelerator, found without
+    initialising any device: ``("cuda", "MULTI_GPU")`` unless another kind is installed and
+    present (MLU, SDAA, MUSA, NPU, HPU, XPU, Neuron, checked in Hugging Face Accelerate's
+    order), which overdrive can then name but not run on."""
+    from overdrive.utils import imports
+
+    for kind in ("mlu", "sdaa", "musa", "npu", "hpu", "xpu", "neuron"):
+        if getattr(imports, f"is_{kind}_available")():
+            return kind, f"MULTI_{kind.upper()}"
+    return "cuda", "MULTI_GPU"
+
+
+def get_gpu_info() -> tuple[list[str], int]:
+    """``(names, count)`` of the NVIDIA GPUs, from ``nvidia-smi`` (CUDA stays uninitialised)."""
+    from overdrive.launch.host_gpus import gpu_names_and_count
+
+    return gpu_names_and_count()
+
+
+def get_driver_version() -> str:
+    """The NVIDIA driver version of the first GPU, from ``nvidia-smi``."""
+    from overdrive.launch.host_gpus import driver_version
+
+    return driver_version()
+
+
+def check_cuda_p2p_ib_support() -> bool:
+    """False when several RTX 40xx GPUs run a driver older than 550.40.07 (their P2P and
+    InfiniBand traffic hangs); True otherwise, or when ``nvidia-smi`` cannot tell."""
+    from overdrive.launch.host_gpus import p2p_ib_supported
+
+    return p2p_ib_supported()
+
+
+@functools.cache
+def check_cuda_fp8_capability() -> bool:
+    """Whether the first GPU has compute capability 8.9 or newer (fp8 matmuls); asks
+    ``nvidia-smi`` first and falls back to torch, which initialises CUDA."""
+    from overdrive.launch.host_gpus import fp8_capable
+
+    return fp8_capable()
+
+
+@dataclass
+class CPUInformation:
+    """Where this process sits in a CPU job: global and local rank and world size."""
+
+    rank: int = field(default=0, metadata={"help": "The rank of the current process."})
+    world_size: int = field(default=1, metadata={"help": "The number of processes in the job."})
+    local_rank: int = field(default=0, metadata={"help": "The rank of the process on its node."})
+    local_world_size: int = field(
+        default=1, metadata={"help": "The number of processes on this node."}
+    )
+
+
+def get_cpu_distributed_information() -> CPUInformation:
+    """Rank and world sizes as torchrun, MPICH/Intel MPI, Open MPI or MVAPICH set them."""
+    return CPUInformation(
+        rank=get_int_from_env(
+            ["RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK"], 0
+        ),
+        world_size=get_int_from_env(
+            ["WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"], 1
+        ),
+        local_rank=get_int_from_env(
+            [
+                "LOCAL_RANK",
+                "MPI_LOCALRANKID",
+                "OMPI_COMM_WORLD_LOCAL_RANK",
+                "MV2_COMM_WORLD_LOCAL_RANK",
+            ],
+            0,
+        ),
+        local_world_size=get_int_from_env(
+            [
+                "LOCAL_WORLD_SIZE",
+                "MPI_LOCALNRANKS",
+                "OMPI_COMM_WORLD_LOCAL_SIZE",
+                "MV2_COMM_WORLD_LOCAL_SIZE",
+            ],
+            1,
+        ),
+    )
+
+
+def override_numa_affinity(local_process_index: int, verbose: bool | None = None) -> None:
+    """Pin this process to the CPU cores nearest GPU ``local_process_index`` (needs
+    nvidia-ml-py, or amdsmi on ROCm; nothing happens without CUDA). ``verbose`` defaults to
+    ``ACCELERATE_DEBUG_MODE``."""
+    from overdrive.launch.host_gpus import pin_to_gpu_numa_node
+
+    if verbose is None:
+        verbose = parse_flag_from_env("ACCELERATE_DEBUG_MODE", False)
+    pin_to_gpu_numa_node(local_process_index, verbose)
+
+
+@functools.cache
+def set_numa_affinity(local_process_index: int, verbose: bool | None = None) -> None:
+    """``override_numa_affinity`` once per process and index (later calls do nothing)."""
+    override_numa_affinity(local_process_index=local_process_index, verbose=verbose)
 
 
 @contextlib.contextmanager
@@ -94,15 +244,13 @@ _FORBIDDEN_ENV_CHARS = (";", "\n", "<", ">", " ")
 def convert_dict_to_env_variables(current_env: dict[str, str]) -> list[str]:
     """``["KEY=value\\n", ...]`` for the items that are safe to write to an env file: both
     non-empty and free of ``; < >``, spaces and newlines (others are left out with a warning)."""
-    import logging
-
     lines = []
     for key, value in current_env.items():
         text = key + value
         if key and value and not any(char in text for char in _FORBIDDEN_ENV_CHARS):
             lines.append(f"{key}={value}\n")
         else:
-            logging.getLogger(__name__).warning(
+            logger.warning(
                 "Skipping %s=%s: it holds forbidden characters or misses a value", key, value
             )
     return lines

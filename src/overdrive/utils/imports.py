@@ -1,13 +1,22 @@
-"""``is_*_available`` checks that the described system's scripts call to pick code paths.
+"""``accelerate.utils.imports``: the ``is_*_available`` checks scripts call to pick code paths.
 
-Each answers for this machine and this version of overdrive: a device overdrive cannot
-run (XPU, NPU, HPU, TPU, ...) reports False even where its library is installed.
+Each answers for this machine and this version of overdrive: a device overdrive cannot run
+(XPU, NPU, MLU, SDAA, MUSA, HPU, TPU, Neuron) reports False even where its library is
+installed. Importing this module does not import torch; the checks that need it import it
+when called.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import importlib.util
+import os
+from collections.abc import Callable
 from functools import cache
+from typing import Any, TypeVar
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 @cache
@@ -15,17 +24,64 @@ def _installed(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
 
 
+def _version_at_least(distribution: str, floor: str) -> bool:
+    """The installed ``distribution``'s version is ``floor`` or newer."""
+    from overdrive.utils.versions import compare_versions
+
+    try:
+        return compare_versions(distribution, ">=", floor)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
+def _flag(name: str, default: bool) -> bool:
+    from overdrive.utils.environment import parse_flag_from_env
+
+    return parse_flag_from_env(name, default)
+
+
+# Hugging Face Accelerate's switch to run plain torch where torch_xla is installed; overdrive
+# never uses torch_xla, so it only records what the variable says.
+USE_TORCH_XLA = os.environ.get("USE_TORCH_XLA", "True").lower() in (
+    "y",
+    "yes",
+    "t",
+    "true",
+    "on",
+    "1",
+)
+
+
+def is_torch_distributed_available() -> bool:
+    """torch was built with ``torch.distributed``."""
+    import torch
+
+    return bool(torch.distributed.is_available())
+
+
 def is_cuda_available() -> bool:
+    """A CUDA GPU is usable; asked through NVML so CUDA itself stays uninitialised."""
     import torch
 
-    return torch.cuda.is_available()
+    from overdrive.utils.environment import patch_environment
+
+    with patch_environment(PYTORCH_NVML_BASED_CUDA_CHECK="1"):
+        return torch.cuda.is_available()
 
 
-def is_mps_available() -> bool:
+def is_mps_available(min_version: str = "1.12") -> bool:
+    """Apple's MPS backend is built and usable, with torch ``min_version`` or newer."""
     import torch
+
+    from overdrive.utils.versions import is_torch_version
 
     mps = getattr(torch.backends, "mps", None)
-    return bool(mps is not None and mps.is_available())
+    return bool(
+        is_torch_version(">=", min_version)
+        and mps is not None
+        and mps.is_available()
+        and mps.is_built()
+    )
 
 
 def is_bf16_available(ignore_tpu: bool = False) -> bool:
@@ -44,7 +100,8 @@ def is_fp16_available() -> bool:
 
 
 def is_fp8_available() -> bool:
-    return is_cuda_available() and _installed("torchao")
+    """fp8 training can run: overdrive's fp8 is torchao's, on CUDA."""
+    return is_cuda_available() and is_torchao_available()
 
 
 def _never(*_: object, **__: object) -> bool:
@@ -61,6 +118,59 @@ is_hpu_available = _never
 is_torch_xla_available = _never
 is_neuron_available = _never
 is_rocm_available = _never
+is_habana_gaudi1 = _never  # an HPU generation
+
+
+def is_xccl_available() -> bool:
+    """torch (2.7 or newer) was built with Intel's XCCL collectives."""
+    from overdrive.utils.versions import is_torch_version
+
+    if not is_torch_version(">=", "2.7.0"):
+        return False
+    import torch.distributed.distributed_c10d as c10d
+
+    check = getattr(c10d, "is_xccl_available", None)
+    return bool(check()) if check is not None else False
+
+
+def is_pippy_available() -> bool:
+    """torch's pipeline parallelism (``torch.distributed.pipelining``, torch 2.4+) exists."""
+    from overdrive.utils.versions import is_torch_version
+
+    return is_torch_version(">=", "2.4.0")
+
+
+def is_weights_only_available() -> bool:
+    """``torch.load(weights_only=True)`` takes an allow-list of globals (torch 2.4+)."""
+    from overdrive.utils.versions import is_torch_version
+
+    return is_torch_version(">=", "2.4.0")
+
+
+def is_numpy_available(min_version: str = "1.25.0") -> bool:
+    """numpy ``min_version`` or newer is installed."""
+    return _version_at_least("numpy", min_version)
+
+
+def is_import_timer_available() -> bool:
+    return _installed("import_timer")
+
+
+def is_pynvml_available() -> bool:
+    """NVML's Python bindings (the ``pynvml`` or ``nvidia-ml-py`` distribution)."""
+    return _installed("pynvml")
+
+
+def is_amdsmi_available() -> bool:
+    return _installed("amdsmi")
+
+
+def is_msamp_available() -> bool:
+    return _installed("msamp")
+
+
+def is_lomo_available() -> bool:
+    return _installed("lomo_optim")
 
 
 def is_triton_available() -> bool:
@@ -71,12 +181,29 @@ def is_transformer_engine_available() -> bool:
     return _installed("transformer_engine")
 
 
+def is_transformer_engine_mxfp8_available() -> bool:
+    """TransformerEngine is installed and this GPU runs its MXFP8 block scaling."""
+    if not is_transformer_engine_available():
+        return False
+    from transformer_engine.pytorch.fp8 import check_mxfp8_support
+
+    return bool(check_mxfp8_support()[0])
+
+
 def is_datasets_available() -> bool:
     return _installed("datasets")
 
 
+def is_peft_available() -> bool:
+    return _installed("peft")
+
+
 def is_timm_available() -> bool:
     return _installed("timm")
+
+
+def is_torchvision_available() -> bool:
+    return _installed("torchvision")
 
 
 def is_transformers_available() -> bool:
@@ -89,6 +216,23 @@ def is_schedulefree_available() -> bool:
 
 def is_pytest_available() -> bool:
     return _installed("pytest")
+
+
+def is_tqdm_available() -> bool:
+    return _installed("tqdm")
+
+
+def is_boto3_available() -> bool:
+    return _installed("boto3")
+
+
+def is_sagemaker_available() -> bool:
+    return _installed("sagemaker")
+
+
+def is_rich_available() -> bool:
+    """rich is installed and ``ACCELERATE_ENABLE_RICH`` asks for its tracebacks."""
+    return _installed("rich") and _flag("ACCELERATE_ENABLE_RICH", False)
 
 
 def is_tensorboard_available() -> bool:
@@ -108,11 +252,51 @@ def is_deepspeed_available() -> bool:
 
 
 def is_torchao_available() -> bool:
-    return _installed("torchao")
+    """torchao 0.6.1 or newer is installed."""
+    return _installed("torchao") and _version_at_least("torchao", "0.6.1")
 
 
-def is_bnb_available() -> bool:
-    return _installed("bitsandbytes")
+def is_bnb_available(min_version: str | None = None) -> bool:
+    """bitsandbytes is installed (at ``min_version`` or newer when given)."""
+    if not _installed("bitsandbytes"):
+        return False
+    return min_version is None or _version_at_least("bitsandbytes", min_version)
+
+
+def is_4bit_bnb_available() -> bool:
+    """bitsandbytes 0.39.0 or newer (its 4-bit layers)."""
+    return is_bnb_available("0.39.0")
+
+
+def is_8bit_bnb_available() -> bool:
+    """bitsandbytes 0.37.2 or newer (its 8-bit layers)."""
+    return is_bnb_available("0.37.2")
+
+
+def is_bitsandbytes_multi_backend_available() -> bool:
+    """bitsandbytes is installed with its multi-backend (non-CUDA) support."""
+    if not is_bnb_available():
+        return False
+    import bitsandbytes
+
+    return "multi_backend" in getattr(bitsandbytes, "features", set())
+
+
+def is_megatron_lm_available() -> bool:
+    """``ACCELERATE_USE_MEGATRON_LM`` is on and megatron-core 0.8+ with ``megatron.training``
+    is installed."""
+    if not _flag("ACCELERATE_USE_MEGATRON_LM", False) or not _installed("megatron"):
+        return False
+    try:
+        return _version_at_least("megatron-core", "0.8.0") and (
+            importlib.util.find_spec("megatron.training") is not None
+        )
+    except Exception:  # a broken install counts as absent
+        return False
+
+
+def is_torchdata_available() -> bool:
+    return _installed("torchdata")
 
 
 def is_torchdata_stateful_dataloader_available() -> bool:
@@ -159,4 +343,42 @@ def is_matplotlib_available() -> bool:
     return _installed("matplotlib")
 
 
-__all__ = [name for name in dir() if name.startswith("is_")]
+def torchao_required(func: _F) -> _F:
+    """Make ``func`` raise ImportError (with the install command) unless torchao is available."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not is_torchao_available():
+            raise ImportError(
+                "`torchao` is not available, please install it before calling this function "
+                "via `pip install torchao`."
+            )
+        return func(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def deepspeed_required(func: _F) -> _F:
+    """Make ``func`` raise ValueError when an ``Accelerator`` exists and is not set up for
+    DeepSpeed (with no accelerator yet, it runs)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from overdrive.compat.state_views import current_accelerator
+
+        accelerator = current_accelerator()
+        if accelerator is not None and accelerator.distributed_type != "DEEPSPEED":
+            raise ValueError(
+                "DeepSpeed is not enabled, please make sure that an `Accelerator` is configured "
+                "for `deepspeed` before calling this function."
+            )
+        return func(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+__all__ = [
+    *(name for name in dir() if name.startswith("is_")),
+    "deepspeed_required",
+    "torchao_required",
+]

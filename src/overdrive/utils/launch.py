@@ -7,10 +7,21 @@ from __future__ import annotations
 import argparse
 import os
 import subprocess  # noqa: F401  (tests patch overdrive.utils.launch.subprocess)
+from collections.abc import Callable
 from shutil import which  # noqa: F401  (tests patch overdrive.utils.launch.which)
 from typing import Any
 
 from overdrive.launch.plan import LaunchPlan
+
+_MULTI_PROCESS = (
+    "MULTI_GPU",
+    "MULTI_MLU",
+    "MULTI_MUSA",
+    "MULTI_NPU",
+    "MULTI_XPU",
+    "MULTI_CPU",
+    "MULTI_NEURON",
+)
 
 
 def _plan(args: argparse.Namespace) -> LaunchPlan:
@@ -68,6 +79,107 @@ def prepare_multi_gpu_env(args: argparse.Namespace) -> dict[str, str]:
         "WORLD_SIZE": str(plan.world_size),
         "LOCAL_WORLD_SIZE": str(plan.nproc_per_node),
     }
+
+
+def prepare_deepspeed_cmd_env(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
+    """(command, environment) of a DeepSpeed launch of ``args``: the worker command and
+    environment ``overdrive launch --use_deepspeed`` gives every process (overdrive starts
+    DeepSpeed workers with its own launcher, never the ``deepspeed`` runner, so the command
+    is never None). Sets ``args.master_port``."""
+    _refuse_no_python(args)
+    settings = getattr(args, "resolved_settings", None)
+    if settings is not None and settings["distributed_type"] != "DEEPSPEED":
+        raise ValueError(
+            f"prepare_deepspeed_cmd_env got launch arguments that resolve to distributed_type "
+            f"{settings['distributed_type']} ({settings.source('distributed_type')}); pass "
+            "--use_deepspeed (or set it in the config file) for a DeepSpeed launch"
+        )
+    if settings is None:
+        args.use_deepspeed = True
+    plan = _plan(args)
+    args.master_port = str(plan.main_port)
+    env = {
+        **os.environ,
+        **plan.shared_env(),
+        "MASTER_ADDR": plan.main_addr,
+        "MASTER_PORT": str(plan.main_port),
+        "PYTHONPATH": env_var_path_add("PYTHONPATH", os.path.abspath(".")),
+        "ACCELERATE_USE_DEEPSPEED": "true",
+    }
+    return plan.worker_command(), env
+
+
+def setup_fp8_env(args: argparse.Namespace, current_env: dict[str, str]) -> dict[str, str]:
+    """``current_env`` with an ``ACCELERATE_FP8_<NAME>`` variable for each ``fp8_<name>``
+    option set in ``args`` (``fp8_override_linear_precision``'s three values become
+    ``..._FPROP``, ``..._DGRAD`` and ``..._WGRAD``); changed in place and returned."""
+    for name, value in vars(args).items():
+        if not name.startswith("fp8_") or value is None:
+            continue
+        if name == "fp8_override_linear_precision":
+            for gemm, flag in zip(("FPROP", "DGRAD", "WGRAD"), value):
+                current_env[f"ACCELERATE_FP8_OVERRIDE_{gemm}"] = str(flag)
+        else:
+            current_env[f"ACCELERATE_{name.upper()}"] = str(value)
+    return current_env
+
+
+def prepare_extend_env_parallelism_config(
+    args: argparse.Namespace, current_env: dict[str, str]
+) -> dict[str, str]:
+    """``current_env`` with the ``PARALLELISM_CONFIG_*`` variables of ``args``'s
+    ``parallelism_config_*`` options (the context / sequence parallel details only when that
+    degree is above 1); changed in place and returned."""
+    prefix = "PARALLELISM_CONFIG_"
+    current_env["ACCELERATE_USE_PARALLELISM_CONFIG"] = "true"
+    for name in ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "cp_backend",
+                 "sp_size", "sp_backend"):  # fmt: skip
+        current_env[prefix + name.upper()] = str(getattr(args, f"parallelism_config_{name}"))
+    if args.parallelism_config_cp_size > 1:
+        current_env[prefix + "CP_COMM_STRATEGY"] = str(args.parallelism_config_cp_comm_strategy)
+    if args.parallelism_config_sp_size > 1:
+        for name in ("sp_seq_length", "sp_seq_length_is_variable", "sp_attn_implementation"):
+            current_env[prefix + name.upper()] = str(getattr(args, f"parallelism_config_{name}"))
+    return current_env
+
+
+def env_var_path_add(env_var_name: str, path_to_add: str) -> str:
+    """The value of the ``:``-separated path variable ``env_var_name`` with ``path_to_add``
+    appended (empty entries dropped); ``os.environ`` is not changed."""
+    paths = [p for p in os.environ.get(env_var_name, "").split(":") if p]
+    return ":".join([*paths, str(path_to_add)])
+
+
+class PrepareForLaunch:
+    """``launcher`` made ready to run as process ``index`` of a forked launch
+    (``notebook_launcher``, ``debug_launcher``): it is called as ``(index, *args)`` and calls
+    ``launcher(*args)`` after setting ``LOCAL_RANK``/``RANK`` (from ``NPROC`` and
+    ``NODE_RANK``) for a multi-process ``distributed_type``, or, with ``debug``, joining a gloo
+    group through the file store named by ``ACCELERATE_DEBUG_RDV_FILE``."""
+
+    def __init__(
+        self, launcher: Callable[..., Any], distributed_type: Any = "NO", debug: bool = False
+    ) -> None:
+        from overdrive.types import DistributedType
+
+        self.launcher = launcher
+        self.distributed_type = DistributedType(distributed_type)
+        self.debug = debug
+
+    def __call__(self, index: int, *args: Any) -> None:
+        if self.debug:
+            import torch.distributed as dist
+
+            world_size = int(os.environ["WORLD_SIZE"])
+            store = dist.FileStore(os.environ["ACCELERATE_DEBUG_RDV_FILE"], world_size)
+            dist.init_process_group("gloo", rank=index, store=store, world_size=world_size)
+        elif self.distributed_type in _MULTI_PROCESS:
+            os.environ["LOCAL_RANK"] = str(index)
+            nproc = int(os.environ.get("NPROC", 1))
+            node_rank = int(os.environ.get("NODE_RANK", 0))
+            os.environ["RANK"] = str(nproc * node_rank + index)
+        os.environ["FORK_LAUNCHED"] = str(1)
+        self.launcher(*args)
 
 
 def _typed(text: str) -> Any:

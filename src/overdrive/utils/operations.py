@@ -8,49 +8,258 @@ signatures and defaults (``reduce`` averages unless told otherwise). Setting
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import warnings
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
 import torch
 
 from overdrive import ops
-from overdrive.ops import (
-    CollectiveMismatchError,
-    DistributedOperationException,
-    broadcast_object_list,
-    gather_object,
-    is_namedtuple,
-)
+from overdrive.ops import CollectiveMismatchError, DistributedOperationException, is_namedtuple
+from overdrive.utils import nesting
+from overdrive.utils.dataclasses import TensorInformation
 from overdrive.utils.nesting import (
     CannotPadNestedTensorWarning,
+    ConvertOutputsToFp32,
     concatenate,
+    convert_outputs_to_fp32,
     find_device,
     honor_type,
-    is_torch_tensor,
     listify,
     recursively_apply,
 )
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
 __all__ = [
     "CannotPadNestedTensorWarning",
     "CollectiveMismatchError",
+    "ConvertOutputsToFp32",
     "DistributedOperationException",
+    "GatheredParameters",
+    "TENSOR_INT_TO_DTYPE",
+    "TENSOR_TYPE_TO_INT",
     "broadcast",
     "broadcast_object_list",
+    "chained_operation",
     "concatenate",
-    "find_device",
-    "honor_type",
-    "is_namedtuple",
-    "is_torch_tensor",
-    "listify",
-    "recursively_apply",
+    "convert_outputs_to_fp32",
+    "convert_to_fp32",
     "copy_tensor_to_devices",
+    "find_batch_size",
+    "find_device",
     "gather",
     "gather_object",
+    "gather_tensor_shape",
+    "get_data_structure",
+    "get_shape",
+    "honor_type",
+    "ignorant_find_batch_size",
+    "initialize_tensors",
+    "is_namedtuple",
+    "is_tensor_information",
+    "is_torch_tensor",
+    "is_torch_xpu_tensor",
+    "listify",
     "pad_across_processes",
+    "pad_input_tensors",
+    "recursively_apply",
     "reduce",
     "send_to_device",
+    "slice_tensors",
+    "verify_operation",
 ]
+
+# The dtype codes Hugging Face Accelerate uses to send a tensor's dtype as a number.
+TENSOR_TYPE_TO_INT = {
+    torch.float: 1,
+    torch.double: 2,
+    torch.half: 3,
+    torch.bfloat16: 4,
+    torch.uint8: 5,
+    torch.int8: 6,
+    torch.int16: 7,
+    torch.int32: 8,
+    torch.int64: 9,
+    torch.bool: 10,
+}
+TENSOR_INT_TO_DTYPE = {code: dtype for dtype, code in TENSOR_TYPE_TO_INT.items()}
+
+
+def is_torch_tensor(tensor: Any) -> bool:
+    """True for a ``torch.Tensor``."""
+    return isinstance(tensor, torch.Tensor)
+
+
+def is_torch_xpu_tensor(tensor: Any) -> bool:
+    """True for a tensor on an Intel XPU (a device overdrive does not train on)."""
+    return isinstance(tensor, torch.Tensor) and tensor.device.type == "xpu"
+
+
+def is_tensor_information(tensor_info: Any) -> bool:
+    """True for a ``TensorInformation`` (a tensor's shape and dtype, without its data)."""
+    return isinstance(tensor_info, TensorInformation)
+
+
+def get_data_structure(data: Any) -> Any:
+    """``data`` with a ``TensorInformation`` (shape, dtype) in place of every tensor."""
+    return recursively_apply(lambda t: TensorInformation(shape=t.shape, dtype=t.dtype), data)
+
+
+def get_shape(data: Any) -> Any:
+    """``data`` with every tensor's shape, as a list, in its place."""
+    return recursively_apply(lambda t: list(t.shape), data)
+
+
+def initialize_tensors(data_structure: Any) -> Any:
+    """Uninitialised tensors in place of every ``TensorInformation`` in ``data_structure``."""
+    return recursively_apply(
+        lambda info: torch.empty(*info.shape, dtype=info.dtype),
+        data_structure,
+        test_type=is_tensor_information,
+    )
+
+
+def find_batch_size(data: Any) -> int:
+    """The first dimension of the first tensor in ``data`` (depth first).
+
+    Raises ValueError for an empty container and TypeError when the first leaf is no tensor.
+    """
+    if isinstance(data, (tuple, list, Mapping)) and len(data) == 0:
+        raise ValueError(f"Cannot find the batch size from empty {type(data)}.")
+    if isinstance(data, (tuple, list)):
+        return find_batch_size(data[0])
+    if isinstance(data, Mapping):
+        return find_batch_size(next(iter(data.values())))
+    if not isinstance(data, torch.Tensor):
+        raise TypeError(f"Can only find the batch size of tensors but got {type(data)}.")
+    return int(data.shape[0])
+
+
+def ignorant_find_batch_size(data: Any) -> int | None:
+    """``find_batch_size``, or None where it would raise."""
+    try:
+        return find_batch_size(data)
+    except (ValueError, TypeError):
+        return None
+
+
+def slice_tensors(
+    data: Any,
+    tensor_slice: Any,
+    process_index: int | None = None,
+    num_processes: int | None = None,
+) -> Any:
+    """``data`` with every tensor indexed by ``tensor_slice`` (the last two arguments are
+    accepted and unused, as in Hugging Face Accelerate)."""
+    return recursively_apply(lambda t: t[tensor_slice], data)
+
+
+def pad_input_tensors(tensor: Any, batch_size: int, num_processes: int, dim: int = 0) -> Any:
+    """Every tensor of ``tensor`` padded with zeros along dim 0 from ``batch_size`` rows to the
+    next multiple of ``num_processes``, so each process gets as many rows.
+
+    Hugging Face Accelerate's version can pad to a size that still does not divide (9 rows on
+    4 processes become 11) and pads a batch that already divides; this one pads only when
+    needed, and always to a multiple.
+    """
+    return nesting.pad_input_tensors(tensor, batch_size, num_processes, dim)
+
+
+def convert_to_fp32(tensor: Any) -> Any:
+    """``tensor`` (a nest) with every fp16/bf16 tensor turned into fp32."""
+    return nesting.convert_to_fp32(tensor)
+
+
+def _debugging() -> bool:
+    if ops.world_size() < 2:
+        return False
+    from overdrive.compat.state_views import current_partial_state
+
+    return bool(getattr(current_partial_state(), "debug", False))
+
+
+def verify_operation(function: _F) -> _F:
+    """Make the collective ``function`` check, when several processes run in debug mode, that
+    its first argument has the same shapes on every process and lies on the process's device;
+    a mismatch raises ``DistributedOperationException`` on every process instead of a hang."""
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not _debugging():
+            return function(*args, **kwargs)
+        operation = f"{function.__module__}.{function.__name__}"
+        tensor = kwargs["tensor"] if "tensor" in kwargs else args[0]
+        from overdrive.compat.state_views import current_partial_state
+
+        expected = current_partial_state().device.type
+        found = find_device(tensor)
+        if found is not None and found.type != expected:
+            raise DistributedOperationException(
+                f"One or more of the tensors passed to {operation} were not on the {found.type} "
+                f"while the `Accelerator` is configured for {expected}. Please move it to the "
+                f"{expected} before calling {operation}."
+            )
+        ops.check_shapes(operation, tensor)
+        return function(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def chained_operation(function: _F) -> _F:
+    """Re-raise a ``DistributedOperationException`` from ``function`` as a new one that names
+    ``function`` (the first is kept as the cause)."""
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except DistributedOperationException as error:
+            operation = f"{function.__module__}.{function.__name__}"
+            raise DistributedOperationException(
+                f"Error found while calling `{operation}`. Please see the earlier error for "
+                "more details."
+            ) from error
+
+    return wrapper  # type: ignore[return-value]
+
+
+def gather_object(object: Any) -> list[Any]:
+    """Every process's picklable ``object``, in rank order: lists are concatenated, other
+    objects listed one per process (with one process too: a single object comes back as a
+    one-item list, where Hugging Face Accelerate returns it unwrapped)."""
+    return ops.gather_object(object)
+
+
+def broadcast_object_list(object_list: list[Any], from_process: int = 0) -> list[Any]:
+    """Fill ``object_list`` in place (and return it) with ``from_process``'s objects."""
+    return ops.broadcast_object_list(object_list, from_process)
+
+
+def gather_tensor_shape(tensor: torch.Tensor | None) -> tuple[torch.Tensor, int]:
+    """The shape (a 1-D int tensor) and dtype code (``TENSOR_TYPE_TO_INT``) of a tensor that
+    one process holds and the others pass as None."""
+    mine = None if tensor is None else (list(tensor.shape), TENSOR_TYPE_TO_INT[tensor.dtype])
+    found = [item for item in ops.gather_object([mine]) if item is not None]
+    if not found:
+        raise ValueError("gather_tensor_shape needs a tensor on one process; every one gave None")
+    shape, dtype = found[0]
+    return torch.tensor(shape, dtype=torch.int), int(dtype)
+
+
+@contextlib.contextmanager
+def GatheredParameters(
+    params: Any, modifier_rank: int | None = None, fwd_module: Any = None, enabled: bool = True
+) -> Iterator[None]:
+    """Inside the block, ZeRO-3 partitioned ``params`` are whole on every process (changes
+    made on ``modifier_rank`` are partitioned back on exit); without ZeRO-3 partitioning it
+    does nothing."""
+    from overdrive.ds.helpers import gathered_parameters
+
+    with gathered_parameters(params, modifier_rank, fwd_module, enabled):
+        yield
 
 
 def gather(tensor: Any) -> Any:

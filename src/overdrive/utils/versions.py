@@ -3,31 +3,35 @@
 from __future__ import annotations
 
 import importlib.metadata
-import operator
-from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.torch_version import TorchVersion
 
+from overdrive.utils.constants import STR_OPERATION_TO_FUNC
+
 # TorchVersion parses and compares release strings (PEP 440) without needing `packaging`.
-_OPERATIONS: dict[str, Callable[[TorchVersion, str], bool]] = {
-    ">": operator.gt,
-    ">=": operator.ge,
-    "==": operator.eq,
-    "!=": operator.ne,
-    "<=": operator.le,
-    "<": operator.lt,
-}
+torch_version = TorchVersion(importlib.metadata.version("torch"))
 
 
-def compare_versions(library_or_version: str, operation: str, requirement: str) -> bool:
-    """``library_or_version`` (an installed package's name, or a ``TorchVersion``) ``operation``
-    ``requirement``, e.g. ``compare_versions("torch", ">=", "2.1")``."""
-    if operation not in _OPERATIONS:
-        raise ValueError(f"operation {operation!r} is not one of {', '.join(_OPERATIONS)}")
-    if not isinstance(library_or_version, TorchVersion):
-        library_or_version = TorchVersion(importlib.metadata.version(library_or_version))
-    return _OPERATIONS[operation](library_or_version, requirement)
+def compare_versions(library_or_version: Any, operation: str, requirement_version: str) -> bool:
+    """``library_or_version`` ``operation`` ``requirement_version``, e.g.
+    ``compare_versions("torch", ">=", "2.1")``.
+
+    ``library_or_version`` is an installed distribution's name, or a version object
+    (``TorchVersion``, ``packaging.version.Version``); ``operation`` one of ``> >= == != <= <``.
+    """
+    if operation not in STR_OPERATION_TO_FUNC:
+        raise ValueError(
+            f"`operation` must be one of {list(STR_OPERATION_TO_FUNC)}, received {operation}"
+        )
+    if isinstance(library_or_version, TorchVersion):
+        version = library_or_version
+    elif isinstance(library_or_version, str):
+        version = TorchVersion(importlib.metadata.version(library_or_version))
+    else:
+        version = TorchVersion(str(library_or_version))
+    return STR_OPERATION_TO_FUNC[operation](version, requirement_version)
 
 
 def is_torch_version(operation: str, version: str) -> bool:
@@ -37,4 +41,4 @@ def is_torch_version(operation: str, version: str) -> bool:
     return compare_versions(TorchVersion(base.split(".dev")[0]), operation, version)
 
 
-__all__ = ["compare_versions", "is_torch_version"]
+__all__ = ["compare_versions", "is_torch_version", "torch_version"]
