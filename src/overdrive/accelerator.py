@@ -31,8 +31,9 @@ from overdrive.accumulation import GradientState
 from overdrive.compat.accelerator_compat import AcceleratorCompat
 from overdrive.compat.plugin_views import expose_plugins
 from overdrive.config import Settings, load_settings
-from overdrive.errors import ConfigError, OverdriveError
+from overdrive.errors import OverdriveError
 from overdrive.kwargs_handlers import AutocastKwargs, GradScalerKwargs, InitProcessGroupKwargs
+from overdrive.logging import get_logger
 from overdrive.loop_state import LoopState
 from overdrive.optimizer import AcceleratedOptimizer
 from overdrive.plugins import (
@@ -43,6 +44,7 @@ from overdrive.plugins import (
     MegatronLMPlugin,
     ParallelismConfig,
     ProjectConfiguration,
+    plugin_aliases,
 )
 from overdrive.precision import FP8RecipeKwargs, make_precision
 from overdrive.prepared import mark_prepared
@@ -53,6 +55,7 @@ from overdrive.strategies import check_available
 from overdrive.strategies.base import TrainingLoop
 
 F = TypeVar("F", bound=Callable[..., Any])
+logger = get_logger(__name__)
 
 
 class Accelerator(AcceleratorCompat):
@@ -64,6 +67,9 @@ class Accelerator(AcceleratorCompat):
     ``rng_types`` ("torch", "cuda", "generator", "python", "numpy") names RNGs copied from
     rank 0 to every process when a prepared dataloader starts an epoch; the default is none,
     since the shuffle order is already shared. Loop semantics: ``docs/training_loop.md``.
+    The positional parameters are Hugging Face Accelerate's, in its order (``torch_tp_plugin``
+    and ``deepspeed_plugins`` as ``plugins.plugin_aliases`` reads them); overdrive's own
+    (``logging_dir``, ``num_processes``, ``debug``, ``config_file``) are keyword-only.
     """
 
     def __init__(
@@ -76,6 +82,7 @@ class Accelerator(AcceleratorCompat):
         dataloader_config: DataLoaderConfiguration | None = None,
         deepspeed_plugin: DeepSpeedPlugin | None = None,
         fsdp_plugin: FullyShardedDataParallelPlugin | None = None,
+        torch_tp_plugin: Any = None,
         megatron_lm_plugin: MegatronLMPlugin | None = None,
         rng_types: Sequence[str] | None = None,
         log_with: Any = None,
@@ -86,29 +93,22 @@ class Accelerator(AcceleratorCompat):
         kwargs_handlers: Sequence[Any] | None = None,
         dynamo_backend: str | None = None,
         dynamo_plugin: Any = None,
+        deepspeed_plugins: DeepSpeedPlugin | dict[str, DeepSpeedPlugin] | None = None,
+        parallelism_config: ParallelismConfig | None = None,
+        *,
         logging_dir: str | None = None,
         num_processes: int | None = None,
         debug: bool | None = None,
         config_file: str | None = None,
-        parallelism_config: ParallelismConfig | None = None,
     ) -> None:
-        if gradient_accumulation_plugin is not None and gradient_accumulation_steps is not None:
-            raise ConfigError(
-                "gradient accumulation is given twice: gradient_accumulation_steps and "
-                "gradient_accumulation_plugin",
-                key="gradient_accumulation_steps",
-                fix="pass GradientAccumulationPlugin(num_steps=...) alone",
-            )
+        both_accumulations = None not in (gradient_accumulation_plugin, gradient_accumulation_steps)
+        deepspeed_plugin, parallelism_config = plugin_aliases(
+            deepspeed_plugin, deepspeed_plugins, torch_tp_plugin, parallelism_config,
+            both_accumulations=both_accumulations,
+        )  # fmt: skip
         args = dict(locals())
-        plugins = (
-            dataloader_config,
-            project_config,
-            deepspeed_plugin,
-            fsdp_plugin,
-            megatron_lm_plugin,
-            gradient_accumulation_plugin,
-            parallelism_config,
-        )
+        plugins: list[Any] = [dataloader_config, project_config, deepspeed_plugin, fsdp_plugin]
+        plugins += [megatron_lm_plugin, gradient_accumulation_plugin, parallelism_config]
         code = code_settings(args, plugins)
         self.settings: Settings = load_settings(
             code=code, code_label="Accelerator({}=...)", config_file=config_file
@@ -116,9 +116,8 @@ class Accelerator(AcceleratorCompat):
         check_available(self.settings)
         handlers = sort_handlers(kwargs_handlers)
         self.kwargs_handlers = handlers
-        self.state = PartialState(
-            settings=self.settings, init_kwargs=handlers.get(InitProcessGroupKwargs)
-        )
+        init = handlers.get(InitProcessGroupKwargs)
+        self.state = PartialState(settings=self.settings, init_kwargs=init)
 
         self.device_placement = device_placement
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
@@ -298,7 +297,8 @@ class Accelerator(AcceleratorCompat):
             # State loaded before prepare (a resumed run) must live where the params live.
             raw.load_state_dict(raw.state_dict())
         self.precision.register_optimizer(raw)
-        wrapped = AcceleratedOptimizer(raw, self.gradient_state, self.precision, self.strategy)
+        parts = (self.gradient_state, self.precision, self.strategy)
+        wrapped = AcceleratedOptimizer.wrapping(raw, *parts)
         self._optimizers.append(wrapped)
         return wrapped
 

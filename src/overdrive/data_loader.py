@@ -6,35 +6,44 @@ and shards for the processes that run (an Accelerator's, else one made from the
 environment). ``DataLoaderShard``, ``DataLoaderDispatcher``, ``SkipDataLoader``,
 ``BatchSamplerShard`` and ``IterableDatasetShard`` can be built by hand as in the described
 system; a prepared loader counts as a ``DataLoaderShard`` for ``isinstance``.
+``DataLoaderAdapter`` holds a DataLoader (or torchdata's ``StatefulDataLoader``) and
+``get_sampler`` finds the sampler under a loader's batches.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
+from torch.utils.data import DataLoader
 
 from overdrive.data import PreparedDataLoader, SeedableRandomSampler, skip_first_batches
 from overdrive.data.loaders_by_hand import (
-    DataLoaderDispatcher,
+    DataLoaderAdapter,
     DataLoaderShard,
     DataLoaderStateMixin,
     SkipDataLoader,
+    get_sampler,
 )
 from overdrive.data.shards_by_hand import BatchSamplerShard, IterableDatasetShard
 from overdrive.data.skip_sampler import SkipBatchSampler
 from overdrive.errors import ConfigError
+from overdrive.logging import get_logger
+
+logger = get_logger(__name__)
 
 __all__ = [
     "BatchSamplerShard",
     "IterableDatasetShard",
+    "DataLoaderAdapter",
     "DataLoaderDispatcher",
     "DataLoaderShard",
     "DataLoaderStateMixin",
     "SkipDataLoader",
     "SeedableRandomSampler",
     "SkipBatchSampler",
+    "get_sampler",
     "prepare_data_loader",
     "skip_first_batches",
 ]
@@ -106,3 +115,78 @@ def prepare_data_loader(
         put_on_device=put_on_device,
         rng_types=list(rng_types or ()),
     )
+
+
+class DataLoaderDispatcher(DataLoaderShard):
+    """Hugging Face Accelerate's dispatching loader, built by hand: on several processes
+    rank 0 reads ``num_processes`` batches (one with ``split_batches``) and each process
+    gets its slice, through overdrive's dispatching loader; on one process it reads as a
+    plain loader does. Batches go to the process's device. ``slice_fn`` and
+    ``torch_device_mesh`` are refused, as ``prepare_data_loader`` refuses them."""
+
+    def __init__(
+        self,
+        dataset: Any,
+        split_batches: bool = False,
+        skip_batches: int = 0,
+        use_stateful_dataloader: bool = False,
+        _drop_last: bool = False,
+        _non_blocking: bool = False,
+        slice_fn: Any = None,
+        torch_device_mesh: Any = None,
+        iteration: int = 0,
+        **kwargs: Any,
+    ) -> None:
+        for name, value in (("slice_fn", slice_fn), ("torch_device_mesh", torch_device_mesh)):
+            if value is not None:
+                raise ConfigError(
+                    f"DataLoaderDispatcher({name}=...) is not supported by overdrive",
+                    key=name,
+                    fix=f"drop {name}; see docs/migrating.md",
+                )
+        super().__init__(
+            dataset,
+            skip_batches=skip_batches,
+            use_stateful_dataloader=use_stateful_dataloader,
+            _drop_last=_drop_last,
+            _non_blocking=_non_blocking,
+            iteration=iteration,
+            **kwargs,
+        )
+        self.split_batches = split_batches
+        self.slice_fn = slice_fn
+
+    def __len__(self) -> int:
+        """Batches per process: the loader's, shared out over the processes unless each
+        batch is split between them."""
+        import math
+
+        from overdrive.compat.state_views import current_partial_state
+
+        whole, world = super().__len__(), current_partial_state().num_processes
+        if self.split_batches or world == 1:
+            return whole
+        return whole // world if self._drop_last else math.ceil(whole / world)
+
+    def _batches(self) -> Iterator[Any]:
+        from overdrive.compat.state_views import current_partial_state
+        from overdrive.data import prepare_data_loader as prepare
+        from overdrive.loop_state import LoopState
+
+        state = current_partial_state()
+        if state.num_processes == 1:
+            return super()._batches()
+        self.device = state.device
+        plain = DataLoader(self.dataset, **self._loader_kwargs)
+        dispatched = prepare(
+            plain,
+            state=state,
+            loop_state=LoopState(),
+            split_batches=self.split_batches,
+            dispatch_batches=True,
+            even_batches=not self._drop_last,
+            non_blocking=self._non_blocking,
+            device=None,  # placed by __iter__
+        )
+        dispatched.set_epoch(self.iteration)
+        return iter(dispatched)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -9,6 +10,71 @@ import torch
 from overdrive.accumulation import GradientState
 from overdrive.precision import Precision
 from overdrive.strategies.base import Strategy
+
+
+def move_to_device(state: Any, device: torch.device | str) -> Any:
+    """``state`` (an optimizer state dict, or any nest of lists, tuples and dicts) with every
+    tensor moved to ``device``; containers keep their type (named tuples included)."""
+    if isinstance(state, torch.Tensor):
+        return state.to(device)
+    if isinstance(state, dict):
+        return type(state)({key: move_to_device(value, device) for key, value in state.items()})
+    if isinstance(state, (list, tuple)):
+        moved = [move_to_device(item, device) for item in state]
+        if hasattr(state, "_fields"):  # a named tuple takes its fields positionally
+            return type(state)(*moved)
+        return type(state)(moved)
+    return state
+
+
+def patch_optimizer_step(accelerated_optimizer: Any, method: Callable[..., Any]) -> Any:
+    """``method`` (an optimizer's ``step``) that first records, as
+    ``accelerated_optimizer._accelerate_step_called``, that it ran: a GradScaler skips the
+    call when the gradients overflowed, so the flag tells a step that ran from a skipped one."""
+
+    def patched_step(*args: Any, **kwargs: Any) -> Any:
+        accelerated_optimizer._accelerate_step_called = True
+        return method(*args, **kwargs)
+
+    return patched_step
+
+
+class _GivenScaler(Precision):
+    """Loss scaling with a ``GradScaler`` handed to ``AcceleratedOptimizer(scaler=...)``."""
+
+    name = "fp16"
+
+    def __init__(self, scaler: Any) -> None:
+        self._scaler = scaler
+        self._unscaled: set[int] = set()
+        self._accelerate_step_called = False
+
+    @property
+    def scaler(self) -> Any:
+        return self._scaler
+
+    def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
+        return self._scaler.scale(loss)
+
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        if id(optimizer) not in self._unscaled:
+            self._scaler.unscale_(optimizer)
+            self._unscaled.add(id(optimizer))
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, **kwargs: Any) -> bool:
+        if getattr(self._scaler, "_scale", None) is None:  # no loss scaled yet: nothing to check
+            optimizer.step(**kwargs)
+            return True
+        original = optimizer.step
+        optimizer.step = patch_optimizer_step(self, original)  # type: ignore[method-assign]
+        self._accelerate_step_called = False
+        try:
+            self._scaler.step(optimizer, **kwargs)
+            self._scaler.update()
+        finally:
+            optimizer.step = original  # type: ignore[method-assign]
+            self._unscaled.discard(id(optimizer))
+        return self._accelerate_step_called
 
 
 class AcceleratedOptimizer(torch.optim.Optimizer):
@@ -21,17 +87,35 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
 
     The step, ``zero_grad`` and a partial window's rescale go through ``strategy`` (plain
     PyTorch by default), so a backend whose engine owns the step (DeepSpeed) runs it there.
+
+    Built by hand as in Hugging Face Accelerate, ``AcceleratedOptimizer(opt,
+    device_placement=True, scaler=None)`` follows the current Accelerator's accumulation
+    windows (every step, when there is none), moves the optimizer's state to the current
+    device, and scales with ``scaler`` when given. ``gradient_state``, ``precision`` and
+    ``strategy`` (overdrive's, keyword-only) are what ``accelerator.prepare`` passes.
     """
 
     def __init__(
         self,
         optimizer: torch.optim.Optimizer,
-        gradient_state: GradientState,
-        precision: Precision,
+        device_placement: bool = True,
+        scaler: Any = None,
+        *,
+        gradient_state: GradientState | None = None,
+        precision: Precision | None = None,
         strategy: Strategy | None = None,
     ) -> None:
         # Deliberately no super().__init__: the wrapped optimizer owns params and hooks.
         self.optimizer = optimizer
+        self.device_placement = device_placement
+        if gradient_state is None:
+            from overdrive.compat.state_views import current_accelerator
+
+            gradient_state = getattr(current_accelerator(), "gradient_state", None)
+            if gradient_state is None:  # no Accelerator: every step closes a window
+                gradient_state = GradientState(1)
+        if precision is None:
+            precision = _GivenScaler(scaler) if scaler is not None else Precision()
         self._gradient_state = gradient_state
         self._precision = precision
         self._strategy = strategy if strategy is not None else Strategy(torch.device("cpu"))
@@ -40,6 +124,39 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self.steps_tried = 0  # step() calls at the end of a window, run or skipped
         self._pending_rescale = 1.0
         self._unscaled = False
+        if device_placement and optimizer.state:
+            from overdrive.compat.state_views import current_partial_state
+
+            device = current_partial_state().device
+            optimizer.load_state_dict(move_to_device(optimizer.state_dict(), device))
+
+    @classmethod
+    def wrapping(
+        cls,
+        optimizer: torch.optim.Optimizer,
+        gradient_state: GradientState,
+        precision: Precision,
+        strategy: Strategy | None = None,
+    ) -> AcceleratedOptimizer:
+        """The wrapper ``accelerator.prepare`` makes: the loop's gradient state, precision
+        policy and strategy; the optimizer's state is where the strategy put it."""
+        return cls(
+            optimizer,
+            False,
+            gradient_state=gradient_state,
+            precision=precision,
+            strategy=strategy,
+        )
+
+    @property
+    def gradient_state(self) -> GradientState:
+        """The accumulation state whose windows ``step`` follows."""
+        return self._gradient_state
+
+    @property
+    def scaler(self) -> Any:
+        """The loss scaler the step goes through (fp16), or None."""
+        return self._precision.scaler
 
     # --- the wrapped optimizer's data -----------------------------------------------------
     @property

@@ -7,94 +7,122 @@ with their origin in ``overdrive config show``-style reports.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
+from overdrive.megatron_plugin import MegatronLMPlugin
+from overdrive.plugin_base import Plugin, _plain, refuse_fields
 
-class Plugin:
-    """Base: maps dataclass fields to canonical setting keys."""
-
-    SECTION: str = ""
-    KEYS: dict[str, str] = {}
-    SWITCH: str = ""
-
-    def to_settings(self) -> dict[str, Any]:
-        """Canonical setting key -> value for every field that was set, plus the backend switch."""
-        out: dict[str, Any] = {self.SWITCH: True} if self.SWITCH else {}
-        for f in fields(self):  # type: ignore[arg-type]
-            key = self.KEYS.get(f.name)
-            value = getattr(self, f.name)
-            if key is not None and value is not None and not callable(value):
-                out[key] = _plain(value)
-        return out
-
-
-def _plain(value: Any) -> Any:
-    """A torch enum member (``ShardingStrategy.FULL_SHARD``, ``StateDictType...``) as its
-    name, the spelling the settings take; other values as they are."""
-    import enum
-
-    return value.name if isinstance(value, enum.Enum) else value
+__all__ = [
+    "DataLoaderConfiguration",
+    "DeepSpeedPlugin",
+    "FullyShardedDataParallelPlugin",
+    "GradientAccumulationPlugin",
+    "MegatronLMPlugin",
+    "ParallelismConfig",
+    "Plugin",
+    "ProjectConfiguration",
+]
 
 
 @dataclass
 class DeepSpeedPlugin(Plugin):
-    """DeepSpeed ZeRO settings; ``hf_ds_config`` is a DeepSpeed JSON file path or a dict."""
+    """DeepSpeed ZeRO settings; ``hf_ds_config`` is a DeepSpeed JSON file path or a dict.
 
+    The parameters follow Hugging Face Accelerate's order. ``is_train_batch_min=False``,
+    ``transformer_moe_cls_names`` and ``enable_msamp`` ask for what overdrive's DeepSpeed
+    strategy does not do (it sizes the micro-batch from the first prepared loader, marks no
+    MoE leaf modules, and runs fp8 through torchao, not MS-AMP): they are refused by name.
+    """
+
+    hf_ds_config: Any = None
+    gradient_accumulation_steps: int | None = None
+    gradient_clipping: float | None = None
     zero_stage: int | None = None
+    is_train_batch_min: bool = True
     offload_optimizer_device: str | None = None
     offload_param_device: str | None = None
-    gradient_clipping: float | None = None
-    gradient_accumulation_steps: int | None = None
+    offload_optimizer_nvme_path: str | None = None
+    offload_param_nvme_path: str | None = None
     zero3_init_flag: bool | None = None
     zero3_save_16bit_model: bool | None = None
-    hf_ds_config: str | dict[str, Any] | None = None
+    transformer_moe_cls_names: str | None = None
+    enable_msamp: bool | None = None
+    msamp_opt_level: str | None = None
 
     SECTION = "deepspeed_config"
     SWITCH = "use_deepspeed"
     KEYS = {
-        "zero_stage": "deepspeed_config.zero_stage",
-        "offload_optimizer_device": "deepspeed_config.offload_optimizer_device",
-        "offload_param_device": "deepspeed_config.offload_param_device",
-        "gradient_clipping": "deepspeed_config.gradient_clipping",
-        "gradient_accumulation_steps": "deepspeed_config.gradient_accumulation_steps",
-        "zero3_init_flag": "deepspeed_config.zero3_init_flag",
-        "zero3_save_16bit_model": "deepspeed_config.zero3_save_16bit_model",
+        name: f"deepspeed_config.{name}"
+        for name in (
+            "zero_stage",
+            "offload_optimizer_device",
+            "offload_param_device",
+            "offload_optimizer_nvme_path",
+            "offload_param_nvme_path",
+            "gradient_clipping",
+            "gradient_accumulation_steps",
+            "zero3_init_flag",
+            "zero3_save_16bit_model",
+        )
     }
 
     def to_settings(self) -> dict[str, Any]:
+        refuse_fields(
+            self,
+            {
+                "is_train_batch_min": (True, "overdrive takes the micro-batch size from the "
+                                       "first prepared dataloader"),
+                "transformer_moe_cls_names": (None, "ZeRO-3 MoE leaf modules are not "
+                                              "available in overdrive"),
+                "enable_msamp": ((None, False), "MS-AMP is not an overdrive backend; fp8 runs "
+                                 "through torchao (mixed_precision='fp8')"),
+                "msamp_opt_level": (None, "MS-AMP is not an overdrive backend"),
+            },
+        )  # fmt: skip
         out = super().to_settings()
-        if isinstance(self.hf_ds_config, str):
-            out["deepspeed_config.deepspeed_config_file"] = self.hf_ds_config
+        if isinstance(self.hf_ds_config, (str, os.PathLike)):
+            out["deepspeed_config.deepspeed_config_file"] = os.fspath(self.hf_ds_config)
         return out
 
 
 @dataclass
 class FullyShardedDataParallelPlugin(Plugin):
-    """FSDP settings (both seed spellings resolve to the same keys).
+    """FSDP settings (both seed spellings resolve to the same keys), in Hugging Face
+    Accelerate's parameter order.
 
-    ``auto_wrap_policy`` may also be a callable, used as is by the FSDP strategy.
+    ``auto_wrap_policy`` may also be a callable, used as is by the FSDP strategy;
+    ``cpu_offload`` may be torch's ``CPUOffload`` / ``CPUOffloadPolicy`` object. Precision
+    comes from ``mixed_precision`` (not ``mixed_precision_policy``), and ``ignored_modules``,
+    ``param_init_fn`` and ``activation_checkpointing_offload`` are refused by name: overdrive's
+    FSDP does not take them; ``limit_all_gathers=False`` warns that it changes nothing.
     """
 
     fsdp_version: int | None = None
     sharding_strategy: str | None = None
     reshard_after_forward: bool | None = None
-    cpu_offload: bool | None = None
-    auto_wrap_policy: str | Callable[..., Any] | None = None
-    transformer_cls_names_to_wrap: list[str] | str | None = None
-    min_num_params: int | None = None
     backward_prefetch: str | None = None
-    forward_prefetch: bool | None = None
+    mixed_precision_policy: Any = None
+    auto_wrap_policy: str | Callable[..., Any] | None = None
+    cpu_offload: Any = None
+    ignored_modules: Any = None
     state_dict_type: str | None = None
-    cpu_ram_efficient_loading: bool | None = None
-    sync_module_states: bool | None = None
-    activation_checkpointing: bool | None = None
-    use_orig_params: bool | None = None
-    # torch's FullStateDictConfig / ShardedStateDictConfig, as the described system takes them:
-    # they choose the state-dict type when state_dict_type is not given.
+    # torch's FullStateDictConfig / ShardedStateDictConfig, as Hugging Face Accelerate takes
+    # them: they choose the state-dict type when state_dict_type is not given.
     state_dict_config: Any = None
     optim_state_dict_config: Any = None
+    limit_all_gathers: bool = True
+    use_orig_params: bool | None = None
+    param_init_fn: Callable[..., Any] | None = None
+    sync_module_states: bool | None = None
+    forward_prefetch: bool | None = None
+    activation_checkpointing: bool | None = None
+    activation_checkpointing_offload: bool | None = None
+    cpu_ram_efficient_loading: bool | None = None
+    transformer_cls_names_to_wrap: list[str] | str | None = None
+    min_num_params: int | None = None
 
     SECTION = "fsdp_config"
     SWITCH = "use_fsdp"
@@ -115,7 +143,35 @@ class FullyShardedDataParallelPlugin(Plugin):
         "use_orig_params": "fsdp_config.fsdp_use_orig_params",
     }
 
+    def to_settings(self) -> dict[str, Any]:
+        refuse_fields(
+            self,
+            {
+                "mixed_precision_policy": (None, "precision comes from mixed_precision; pass "
+                                           "Accelerator(mixed_precision='bf16') instead"),
+                "ignored_modules": (None, "every module is sharded"),
+                "param_init_fn": (None, "overdrive fills a meta-device model from the main "
+                                  "process itself (cpu_ram_efficient_loading)"),
+                "activation_checkpointing_offload": ((None, False), "checkpointed "
+                                                     "activations stay on the device"),
+            },
+        )  # fmt: skip
+        if not self.limit_all_gathers:
+            import warnings
+
+            warnings.warn(
+                "FullyShardedDataParallelPlugin(limit_all_gathers=False) has no effect: "
+                "overdrive's FSDP1 keeps torch's rate limit and FSDP2 has none to switch off",
+                UserWarning,
+                stacklevel=3,
+            )
+        return super().to_settings()
+
     def __post_init__(self) -> None:
+        offload = self.cpu_offload
+        if offload is not None and not isinstance(offload, bool):
+            # torch's CPUOffload(offload_params=...) (FSDP1) or CPUOffloadPolicy (FSDP2)
+            self.cpu_offload = bool(getattr(offload, "offload_params", True))
         kinds = {
             "FullStateDictConfig": "FULL_STATE_DICT",
             "ShardedStateDictConfig": "SHARDED_STATE_DICT",
@@ -174,45 +230,6 @@ class FullyShardedDataParallelPlugin(Plugin):
 
 
 @dataclass
-class MegatronLMPlugin(Plugin):
-    """Tensor / pipeline parallel settings (docs/parallelism.md).
-
-    ``pipeline_schedule``: ``"1F1B"`` (default) or ``"GPipe"``. ``pipeline_loss_fn`` (code
-    only): ``loss_fn(output, target)`` computed on the last pipeline stage for a model that
-    is not a transformers causal LM (the target is the ``labels=`` keyword of the call).
-    ``pipeline_split_points`` (code only): the indices of the repeated layers that start
-    stages 1, 2, ... (default: an even split).
-    """
-
-    tp_degree: int | None = None
-    pp_degree: int | None = None
-    num_micro_batches: int | None = None
-    pipeline_schedule: str | None = None
-    pipeline_loss_fn: Callable[[Any, Any], Any] | None = None
-    pipeline_split_points: list[int] | None = None
-    sequence_parallelism: bool | None = None
-    recompute_activations: bool | None = None
-    use_distributed_optimizer: bool | None = None
-    gradient_clipping: float | None = None
-
-    SECTION = "megatron_lm_config"
-    SWITCH = "use_megatron_lm"
-    KEYS = {
-        name: f"megatron_lm_config.{name}"
-        for name in (
-            "tp_degree",
-            "pp_degree",
-            "num_micro_batches",
-            "pipeline_schedule",
-            "sequence_parallelism",
-            "recompute_activations",
-            "use_distributed_optimizer",
-            "gradient_clipping",
-        )
-    }
-
-
-@dataclass
 class GradientAccumulationPlugin(Plugin):
     """Gradient accumulation: ``num_steps`` micro-batches per optimizer step.
 
@@ -237,8 +254,8 @@ class DataLoaderConfiguration(Plugin):
     dispatch_batches: bool | None = None
     even_batches: bool | None = None
     use_seedable_sampler: bool | None = None
-    non_blocking: bool | None = None
     data_seed: int | None = None
+    non_blocking: bool | None = None
     # Prepared loaders always have state_dict()/load_state_dict() (exact resume), so the
     # described system's switch for torchdata's StatefulDataLoader is accepted as is.
     use_stateful_dataloader: bool = False
@@ -289,16 +306,25 @@ class ParallelismConfig(Plugin):
     and ``pp_split_points`` (code only, overdrive's): the pipeline's ``loss_fn(output,
     target)`` for a model that is not a transformers causal LM, and the indices of the
     layers that start stages 1, 2, ... (as ``MegatronLMPlugin``'s ``pipeline_*`` give them
-    under MEGATRON_LM, without choosing that backend). Sizes left unset
-    read ``PARALLELISM_CONFIG_<NAME>`` from the environment. Context parallelism
-    (``cp_size`` above 1) describes a mesh, but training with it is not available yet and is
-    refused when an Accelerator is made with it.
+    under MEGATRON_LM, without choosing that backend). Sizes and backends left unset
+    read ``PARALLELISM_CONFIG_<NAME>`` from the environment. Context and sequence parallelism
+    (``cp_size`` / ``sp_size`` above 1) describe a mesh, but training with them is not
+    available yet and is refused when an Accelerator is made with it. The positional
+    parameters are Hugging Face Accelerate's; overdrive's own (from ``tp_plan`` on) are
+    keyword-only.
     """
 
     dp_replicate_size: int | None = None
     dp_shard_size: int | None = None
     tp_size: int | None = None
     cp_size: int | None = None
+    cp_backend: str | None = None
+    sp_size: int | None = None
+    sp_backend: str | None = None
+    tp_handler: Any = None
+    cp_handler: Any = None
+    sp_handler: Any = None
+    _: KW_ONLY
     tp_plan: dict[str, str] | None = None
     sequence_parallel: bool = False
     pp_size: int | None = None
@@ -316,10 +342,15 @@ class ParallelismConfig(Plugin):
         import os
 
         # Sizes not given read the described system's PARALLELISM_CONFIG_* variables.
-        for name in ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "pp_size"):
+        for name in ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "sp_size"):
             value = os.environ.get(f"PARALLELISM_CONFIG_{name.upper()}")
             if getattr(self, name) is None and value is not None:
                 setattr(self, name, int(value))
+        if self.pp_size is None and "PARALLELISM_CONFIG_PP_SIZE" in os.environ:
+            self.pp_size = int(os.environ["PARALLELISM_CONFIG_PP_SIZE"])
+        for name, default in (("cp_backend", "torch"), ("sp_backend", "deepspeed")):
+            if getattr(self, name) is None:
+                setattr(self, name, os.environ.get(f"PARALLELISM_CONFIG_{name.upper()}", default))
         if self.tp_plan is not None:
             from overdrive.parallel.tp_plan import check_plan
 
@@ -330,14 +361,16 @@ class ParallelismConfig(Plugin):
         another tool), training with it is not available yet."""
         from overdrive.errors import ConfigError
 
-        if self.cp_size is not None and self.cp_size > 1:
-            raise ConfigError(
-                f"ParallelismConfig(cp_size={self.cp_size}): context parallelism is not "
-                "available yet in this version of overdrive",
-                key="cp_size",
-                fix="drop cp_size (or set it to 1); tp_size, dp_shard_size and "
-                "dp_replicate_size are available",
-            )
+        for size, what in (("cp_size", "context"), ("sp_size", "sequence (DeepSpeed Ulysses)")):
+            value = getattr(self, size)
+            if value is not None and value > 1:
+                raise ConfigError(
+                    f"ParallelismConfig({size}={value}): {what} parallelism is not "
+                    "available yet in this version of overdrive",
+                    key=size,
+                    fix=f"drop {size} (or set it to 1); tp_size, dp_shard_size and "
+                    "dp_replicate_size are available",
+                )
         return super().to_settings()
 
     # --- the device mesh, named as the described system names it -------------------------
@@ -347,6 +380,7 @@ class ParallelismConfig(Plugin):
             "dp_replicate": self.dp_replicate_size or 1,
             "dp_shard": self.dp_shard_size or 1,
             "cp": self.cp_size or 1,
+            "sp": self.sp_size or 1,
             "tp": self.tp_size or 1,
         }
 
@@ -376,11 +410,11 @@ class ParallelismConfig(Plugin):
 
     @property
     def non_dp_dim_names(self) -> tuple[str, ...]:
-        return self._active(("cp", "tp"))
+        return self._active(("cp", "sp", "tp"))
 
     def _get_mesh(self) -> tuple[tuple[str, ...], tuple[int, ...]]:
         """(dimension names, sizes) of the mesh: the dimensions above 1, outermost first."""
-        names = self._active(("pp", "dp_replicate", "dp_shard", "cp", "tp"))
+        names = self._active(("pp", "dp_replicate", "dp_shard", "cp", "sp", "tp"))
         return names, tuple(self._sizes()[n] for n in names)
 
     def build_device_mesh(self, device_type: str) -> Any:
@@ -402,3 +436,64 @@ class ParallelismConfig(Plugin):
     @property
     def tp_enabled(self) -> bool:
         return (self.tp_size or 1) > 1
+
+
+def plugin_aliases(
+    deepspeed_plugin: Any,
+    deepspeed_plugins: Any,
+    torch_tp_plugin: Any,
+    parallelism_config: ParallelismConfig | None,
+    *,
+    both_accumulations: bool = False,
+) -> tuple[DeepSpeedPlugin | None, ParallelismConfig | None]:
+    """The DeepSpeed plugin and parallelism config ``Accelerator(...)`` runs with, from
+    Hugging Face Accelerate's other spellings of them: ``deepspeed_plugins`` (a plugin, or a
+    dict of named plugins) and the deprecated ``torch_tp_plugin`` (its ``tp_size``).
+
+    overdrive runs one DeepSpeed configuration per Accelerator: a dict of several plugins
+    (Accelerate's switchable ones) is refused by name. ``both_accumulations``: both
+    ``gradient_accumulation_steps`` and ``gradient_accumulation_plugin`` were given (refused).
+    """
+    from overdrive.errors import ConfigError
+
+    if both_accumulations:
+        raise ConfigError(
+            "gradient accumulation is given twice: gradient_accumulation_steps and "
+            "gradient_accumulation_plugin",
+            key="gradient_accumulation_steps",
+            fix="pass GradientAccumulationPlugin(num_steps=...) alone",
+        )
+
+    if deepspeed_plugin is not None and deepspeed_plugins is not None:
+        raise ConfigError(
+            "Accelerator got both deepspeed_plugin and deepspeed_plugins",
+            key="deepspeed_plugins",
+            fix="pass one of them",
+        )
+    given = deepspeed_plugin if deepspeed_plugin is not None else deepspeed_plugins
+    argument = "deepspeed_plugin" if deepspeed_plugin is not None else "deepspeed_plugins"
+    if isinstance(given, dict):
+        if not all(isinstance(p, DeepSpeedPlugin) for p in given.values()):
+            raise TypeError(f"`{argument}` must hold DeepSpeedPlugin objects.")
+        if len(given) != 1:
+            raise ConfigError(
+                f"Accelerator({argument}={{{', '.join(map(repr, given))}}}): overdrive runs one "
+                "DeepSpeed configuration per Accelerator and cannot switch between several",
+                key=argument,
+                fix="pass the DeepSpeedPlugin of the model you train",
+            )
+        given = next(iter(given.values()))
+    if given is not None and not isinstance(given, DeepSpeedPlugin):
+        raise TypeError(f"`{argument}` must be a DeepSpeedPlugin object.")
+    if torch_tp_plugin is not None:
+        import warnings
+
+        warnings.warn(
+            "`TorchTensorParallelPlugin` is deprecated (as in Hugging Face Accelerate): pass "
+            "ParallelismConfig(tp_size=...) instead",
+            FutureWarning,
+            stacklevel=3,
+        )
+        if parallelism_config is None:
+            parallelism_config = ParallelismConfig(tp_size=getattr(torch_tp_plugin, "tp_size", 1))
+    return given, parallelism_config

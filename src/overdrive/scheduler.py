@@ -21,6 +21,13 @@ def is_scheduler(obj: Any) -> bool:
     )
 
 
+def _processes() -> int:
+    """The number of running processes (the current Accelerator's, else the launcher's)."""
+    from overdrive.compat.state_views import current_partial_state
+
+    return int(current_partial_state().num_processes)
+
+
 class AcceleratedScheduler:
     """Wraps an LR scheduler (kept as ``.scheduler``).
 
@@ -34,19 +41,29 @@ class AcceleratedScheduler:
     ``SchedulerKwargs(once_per_optimizer_step=True)``. A schedule with ``total_steps``
     (OneCycleLR) is never advanced past it. With ``step_with_optimizer=False`` every
     ``step()`` call goes straight to the scheduler.
+
+    Built by hand as in Hugging Face Accelerate, ``optimizers`` may be one optimizer, and
+    ``split_batches`` picks ``steps_per_advance`` when it is not given: 1 with split
+    batches, else the number of running processes.
     """
 
     def __init__(
         self,
         scheduler: Any,
-        optimizers: Sequence[AcceleratedOptimizer],
-        *,
+        optimizers: AcceleratedOptimizer | Sequence[AcceleratedOptimizer],
         step_with_optimizer: bool = True,
-        steps_per_advance: int = 1,
+        split_batches: bool = False,
+        *,
+        steps_per_advance: int | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.step_with_optimizer = step_with_optimizer
+        self.split_batches = split_batches
+        if steps_per_advance is None:
+            steps_per_advance = 1 if split_batches else _processes()
         self.steps_per_advance = int(steps_per_advance)
+        if not isinstance(optimizers, (list, tuple)):
+            optimizers = [optimizers]  # type: ignore[list-item]
         self._optimizers = list(optimizers)
         self._seen = [opt.steps_taken for opt in self._optimizers]
 

@@ -12,6 +12,7 @@ import builtins
 import gc
 import os
 import sys
+import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -26,6 +27,7 @@ from overdrive.config import Settings, load_settings
 from overdrive.errors import ConfigError
 from overdrive.kwargs_handlers import InitProcessGroupKwargs
 from overdrive.launch.suggest import suggest_command
+from overdrive.logging import get_logger
 from overdrive.process_env import DEFAULT_MASTER_PORT, ProcessEnv, detect_process_env
 from overdrive.types import DistributedType
 
@@ -33,6 +35,40 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 # Backends that need a process group even when a single process runs.
 _GROUP_EVEN_ALONE = (DistributedType.FSDP, DistributedType.DEEPSPEED, DistributedType.MEGATRON_LM)
+logger = get_logger(__name__)
+
+
+def is_initialized() -> bool:
+    """True once an ``Accelerator`` (or an ``AcceleratorState()``) has set up this process's
+    state, until ``AcceleratorState._reset_state()``: Hugging Face Accelerate's answer."""
+    from overdrive.compat.state_views import AcceleratorState
+
+    return AcceleratorState._shared_state != {}
+
+
+def do_nothing(*args: Any, **kwargs: Any) -> None:
+    """Take any arguments and return None (a stand-in callable)."""
+    return None
+
+
+class ThreadLocalSharedDict(threading.local):
+    """A descriptor holding one dict per thread: read on the class or an instance, it gives
+    that thread's dict; assigned through an instance, it replaces it. Hugging Face Accelerate
+    keeps its state in one under TPU threads; overdrive keeps no shared state, and offers it
+    for code that builds its own shared objects the same way."""
+
+    def __init__(self, thread_local: bool = False) -> None:
+        self._storage: dict[str, Any] = {}
+
+    def __get__(self, obj: Any, objtype: Any = None) -> dict[str, Any]:
+        return self._storage
+
+    def __set__(self, obj: Any, value: dict[str, Any]) -> None:
+        self._storage = value
+
+
+SharedDict = dict
+"""The container Hugging Face Accelerate shares state in (a plain dict off TPUs)."""
 
 
 class PartialState:
@@ -51,24 +87,23 @@ class PartialState:
 
     def __init__(
         self,
-        settings: Settings | None = None,
+        cpu: bool = False,
         *,
+        settings: Settings | None = None,
         init_kwargs: InitProcessGroupKwargs | None = None,
         environ: Mapping[str, str] | None = None,
-        cpu: bool = False,
-        backend: str | None = None,
-        timeout: Any = None,
+        **kwargs: Any,
     ) -> None:
         self._environ: Mapping[str, str] = os.environ if environ is None else environ
-        # cpu/backend/timeout: the described system's keywords (transformers' TrainingArguments passes them)
+        # cpu and **kwargs (backend, timeout, init_method): Hugging Face Accelerate's form,
+        # which transformers' TrainingArguments uses; settings/init_kwargs/environ: overdrive's.
         code = {"use_cpu": True} if cpu else None
         self._settings = (
             settings
             if settings is not None
             else load_settings(code=code, code_label="PartialState({}=...)", environ=environ)
         )
-        if init_kwargs is None and (backend is not None or timeout is not None):
-            init_kwargs = InitProcessGroupKwargs(backend=backend, timeout=timeout)
+        init_kwargs = _init_kwargs_from(init_kwargs, kwargs)
         self._init_kwargs = init_kwargs or InitProcessGroupKwargs()
         self._env = detect_process_env(self._environ)
         self._created_group = False
@@ -428,6 +463,33 @@ def __getattr__(name: str) -> Any:
 
         return getattr(state_views, name)
     raise AttributeError(f"module 'overdrive.state' has no attribute {name!r}")
+
+
+def _init_kwargs_from(
+    given: InitProcessGroupKwargs | None, kwargs: dict[str, Any]
+) -> InitProcessGroupKwargs | None:
+    """``PartialState(**kwargs)``'s process-group arguments as one InitProcessGroupKwargs."""
+    kwargs.pop("_use_sagemaker_dp", None)  # SageMaker data parallel: never in overdrive
+    known = ("backend", "init_method", "timeout")
+    unknown = sorted(set(kwargs) - set(known))
+    if unknown:
+        raise ConfigError(
+            f"PartialState got {', '.join(unknown)}, which overdrive does not pass to "
+            "torch.distributed.init_process_group",
+            key=unknown[0],
+            fix="pass backend=, init_method= or timeout= (or InitProcessGroupKwargs to the "
+            "Accelerator)",
+        )
+    given_here = {k: v for k, v in kwargs.items() if v is not None}
+    if not given_here:
+        return given
+    if given is not None:
+        raise ConfigError(
+            f"PartialState got init_kwargs and {', '.join(sorted(given_here))} at once",
+            key=next(iter(given_here)),
+            fix="pass the process-group arguments one way",
+        )
+    return InitProcessGroupKwargs(**given_here)
 
 
 def _destroy_at_exit() -> None:

@@ -13,7 +13,7 @@ from overdrive.data import gather_for_metrics, prepare_data_loader, skip_first_b
 from overdrive.loop_state import LoaderProgress, LoopState
 from overdrive.state import PartialState
 
-STATE = PartialState(load_settings(environ={}), environ={})
+STATE = PartialState(settings=load_settings(environ={}), environ={})
 
 
 class Stream(IterableDataset):

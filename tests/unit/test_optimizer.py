@@ -38,7 +38,7 @@ def _opt(
     model = nn.Linear(3, 1)
     gs = GradientState(steps)
     raw = torch.optim.SGD(model.parameters(), lr=0.5)
-    return model, AcceleratedOptimizer(raw, gs, precision or Precision()), gs
+    return model, AcceleratedOptimizer.wrapping(raw, gs, precision or Precision()), gs
 
 
 def test_is_an_optimizer_that_shares_the_wrapped_data() -> None:

@@ -20,7 +20,7 @@ def _setup(
     raw = torch.optim.SGD(model.parameters(), lr=1.0)
     sched = torch.optim.lr_scheduler.LambdaLR(raw, lambda step: 1.0 / (step + 1))
     gs = GradientState(steps)
-    opt = AcceleratedOptimizer(raw, gs, precision or Precision())
+    opt = AcceleratedOptimizer.wrapping(raw, gs, precision or Precision())
     return model, opt, AcceleratedScheduler(sched, [opt], step_with_optimizer=with_optimizer), gs
 
 
@@ -83,7 +83,7 @@ def test_advances_once_per_process_when_asked_and_stops_at_a_one_cycle_end() -> 
     model = nn.Linear(2, 1)
     raw = torch.optim.SGD(model.parameters(), lr=1.0)
     gs = GradientState(1)
-    opt = AcceleratedOptimizer(raw, gs, Precision())
+    opt = AcceleratedOptimizer.wrapping(raw, gs, Precision())
     cycle = torch.optim.lr_scheduler.OneCycleLR(raw, max_lr=1.0, total_steps=5)
     sched = AcceleratedScheduler(cycle, [opt], steps_per_advance=2)
     for _ in range(4):  # 8 scheduler steps asked for, OneCycleLR allows 5 in all

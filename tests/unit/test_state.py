@@ -20,7 +20,7 @@ from overdrive.types import DistributedType
 
 def _state(env: dict[str, str] | None = None, **code: object) -> PartialState:
     env = env or {}
-    return PartialState(load_settings(code=code, environ=env), environ=env)
+    return PartialState(settings=load_settings(code=code, environ=env), environ=env)
 
 
 def test_single_process_defaults() -> None:
@@ -42,7 +42,7 @@ def test_multi_gpu_without_cuda_names_the_source_and_fix() -> None:
     env = {"ACCELERATE_USE_FSDP": "0"}
     settings = load_settings(code={"distributed_type": "MULTI_GPU"}, environ=env)
     with pytest.raises(ConfigError) as err:
-        PartialState(settings, environ=env)
+        PartialState(settings=settings, environ=env)
     text = str(err.value)
     assert "MULTI_GPU" in text and str(settings.source("distributed_type")) in text
     assert "fix:" in text and "MULTI_CPU" in text
@@ -51,7 +51,7 @@ def test_multi_gpu_without_cuda_names_the_source_and_fix() -> None:
 def test_multi_gpu_with_use_cpu_says_which_setting_conflicts() -> None:
     env = {"ACCELERATE_USE_CPU": "true"}
     with pytest.raises(ConfigError, match="env ACCELERATE_USE_CPU"):
-        PartialState(load_settings(code={"distributed_type": "MULTI_GPU"}, environ=env))
+        PartialState(settings=load_settings(code={"distributed_type": "MULTI_GPU"}, environ=env))
 
 
 def test_multi_cpu_on_one_process_runs_undistributed() -> None:
@@ -103,7 +103,7 @@ def test_init_process_group_kwargs_reach_the_group(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(dist, "init_process_group", spy)
     handler = InitProcessGroupKwargs(timeout=timedelta(seconds=77))
     settings = load_settings(code={"distributed_type": "FSDP"}, environ={})
-    state = PartialState(settings, environ={}, init_kwargs=handler)
+    state = PartialState(settings=settings, environ={}, init_kwargs=handler)
     try:
         assert len(calls) == 1
         assert calls[0]["timeout"] == timedelta(seconds=77) and calls[0]["backend"] == "gloo"

@@ -46,3 +46,12 @@ def env_command(args: argparse.Namespace) -> dict[str, Any]:
     }
     print(report(getattr(args, "config_file", None)))
     return info
+
+
+def main() -> None:
+    """``python -m overdrive.commands.env [--config_file FILE]``."""
+    env_command(env_command_parser().parse_args())
+
+
+if __name__ == "__main__":
+    main()

@@ -13,6 +13,8 @@ import os
 from collections import defaultdict
 from typing import Any
 
+import torch
+
 from overdrive.commands.parser import command_parser
 
 DTYPE_DIVISORS = {"float32": 1, "float16": 2, "int8": 4, "int4": 8}
@@ -71,15 +73,116 @@ def _sizes(spec: Any) -> tuple[int, int]:
     return total, max(groups.values(), default=0)
 
 
-def estimate_training_usage(size: float, dtype: str) -> dict[str, float]:
-    """Adam training memory for a model of ``size`` float32 bytes, batch size 1 (-1: not
-    estimated for that dtype)."""
+def estimate_training_usage(
+    bytes: float,  # noqa: A002 (Hugging Face Accelerate's parameter name)
+    mixed_precision: str,
+    msamp_config: str | None = None,
+) -> dict[str, float]:
+    """Adam training memory, batch size 1, for a model of ``bytes`` float32 bytes trained in
+    ``mixed_precision`` ("float32", "float16", "bfloat16", or "fp8" without an MS-AMP
+    config); -1 where it is not estimated (other dtypes, MS-AMP)."""
     usage = {"model": -1.0, "optimizer": -1.0, "gradients": -1.0, "step": -1.0}
-    if dtype == "float32":
+    size = float(bytes)
+    if mixed_precision == "float32":
         usage.update(model=size, gradients=size, optimizer=size * 2, step=size * 4)
-    elif dtype in ("float16", "bfloat16"):
-        usage.update(model=size, gradients=size * 1.5, optimizer=size * 2, step=size * 2)
+    elif mixed_precision in ("float16", "bfloat16") or (
+        mixed_precision == "fp8" and msamp_config is None
+    ):
+        # fp32 master weights and fp16 gradients next to fp32 ones; Adam's two moments
+        usage.update(model=size, gradients=size + size // 2, optimizer=size * 2, step=size * 2)
     return usage
+
+
+def check_has_model(error: BaseException) -> str:
+    """Which library ``error`` says has no such model: "timm", "transformers" or "unknown"."""
+    import importlib.util
+
+    message = str(error)
+    timm_says = (
+        (isinstance(error, RuntimeError) and "Unknown model" in message)
+        or type(error).__name__ == "EntryNotFoundError"
+        or (isinstance(error, KeyError) and "architecture" in message)
+    )
+    if timm_says and importlib.util.find_spec("timm") is not None:
+        return "timm"
+    transformers_says = isinstance(error, (OSError, ValueError)) and (
+        "does not appear to have a file named" in message or "Unrecognized model in" in message
+    )
+    if transformers_says and importlib.util.find_spec("transformers") is not None:
+        return "transformers"
+    return "unknown"
+
+
+def create_empty_model(
+    model_name: str,
+    library_name: str | None,
+    trust_remote_code: bool = False,
+    access_token: str | None = None,
+) -> Any:
+    """The model ``model_name`` (a Hub repo id or a local directory) built in float32 on the
+    meta device from its config, with ``transformers`` or ``timm`` (``library_name``, else
+    the repo's Hub metadata): nothing but the config is downloaded."""
+    from overdrive.utils import init_empty_weights
+
+    info: Any = None
+    if not os.path.exists(model_name):
+        info = verify_on_hub(model_name, access_token)
+        if info in ("gated", "repo"):
+            what = "is gated" if info == "gated" else "does not exist on the Hub"
+            raise OSError(
+                f"Repo for model `{model_name}` {what}. Authenticate with `hf auth login` (or "
+                "set HF_TOKEN) with an account that has access."
+            )
+    library_name = library_name or getattr(info, "library_name", None)
+    if library_name == "transformers":
+        import transformers
+
+        print(f"Loading pretrained config for `{model_name}` from `transformers`...")
+        config = transformers.AutoConfig.from_pretrained(
+            model_name, trust_remote_code=trust_remote_code, token=access_token
+        )
+        auto_map = getattr(config, "auto_map", None) or {}
+        name = next((k for k in auto_map if k.startswith("AutoModelFor")), "AutoModel")
+        with init_empty_weights():
+            return getattr(transformers, name).from_config(
+                config, torch_dtype=torch.float32, trust_remote_code=trust_remote_code
+            )
+    if library_name == "timm":
+        import timm
+
+        print(f"Loading pretrained config for `{model_name}` from `timm`...")
+        with init_empty_weights():
+            return timm.create_model(add_timm_hub_prefix(model_name), pretrained=False)
+    if not library_name:
+        raise ValueError(
+            f"Model `{model_name}` does not have any library metadata on the Hub; pass "
+            "--library_name (transformers or timm)"
+        )
+    raise ValueError(f"Library `{library_name}` is not supported: use transformers or timm")
+
+
+def create_ascii_table(headers: list[str], rows: list[list[str]], title: str) -> str:
+    """``rows`` under ``headers`` and ``title`` as a box-drawn text table, each cell centred;
+    the last column widens when the title is wider than the columns."""
+    widths = [
+        max(len(str(c)) for c in [h, *(row[i] for row in rows)]) for i, h in enumerate(headers)
+    ]
+    inner = sum(widths) + len(widths) - 1
+    if len(title) > inner:
+        widths[-1] += len(title) - inner
+        inner = len(title)
+
+    def line(left: str, middle: str, right: str) -> str:
+        return left + middle.join("─" * w for w in widths) + right
+
+    def cells(values: list[str]) -> str:
+        return "│" + "│".join(str(v).center(w) for v, w in zip(values, widths, strict=True)) + "│"
+
+    out = ["┌" + "─" * inner + "┐", "│" + title.center(inner) + "│", line("├", "┬", "┤")]
+    out += [cells(headers), line("├", "┼", "┤")]
+    out += [cells(row) for row in rows]
+    out.append(line("└", "┴", "┘"))
+    return "\n".join(out)
 
 
 def gather_data(args: argparse.Namespace) -> list[list[Any]]:
@@ -126,10 +229,19 @@ def _readable(size: float) -> str:
 
 def estimate_command(args: argparse.Namespace) -> None:
     """Print the table: dtype, largest layer, total size, training with Adam."""
-    rows = gather_data(args)
-    print(f"Memory usage for loading `{args.model_name}`")
-    print(f"{'dtype':<10}{'Largest Layer':>16}{'Total Size':>16}{'Training using Adam':>22}")
-    for dtype, largest, total, usage in rows:
+    rows = []
+    for dtype, largest, total, usage in gather_data(args):
         peak = max(usage.values())
         training = _readable(peak) if peak != -1 else "N/A"
-        print(f"{dtype:<10}{_readable(largest):>16}{_readable(total):>16}{training:>22}")
+        rows.append([dtype, _readable(largest), _readable(total), training])
+    headers = ["dtype", "Largest Layer", "Total Size", "Training using Adam"]
+    print(create_ascii_table(headers, rows, f"Memory Usage for loading `{args.model_name}`"))
+
+
+def main() -> None:
+    """``python -m overdrive.commands.estimate MODEL [--dtypes ...]``."""
+    estimate_command(estimate_command_parser().parse_args())
+
+
+if __name__ == "__main__":
+    main()

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import copy
+import logging
 import subprocess
+import sys
 from typing import Any
 
 from overdrive.cli.flags import add_flag
@@ -21,51 +23,147 @@ DESCRIPTION = (
     "also takes its dashed spelling (--num-processes for --num_processes); help lists one."
 )
 
+FORMAT = "%(message)s"
+"""The log record format of the launch command's messages."""
+
+logger = logging.getLogger(__name__)
 
 PLAIN_TYPES: dict[type, Any] = {Int: int, Float: float}
 """Numbers parse as numbers here (``args.num_processes == 4``); anything else stays the text
 typed, which the settings resolution checks and converts."""
 
+options_to_group = {
+    "multi_gpu": "Distributed GPUs",
+    "tpu": "TPU",
+    "use_deepspeed": "DeepSpeed Arguments",
+    "use_fsdp": "FSDP Arguments",
+    "use_megatron_lm": "Megatron-LM Arguments",
+    "fp8_backend": "FP8 Arguments",
+}
+"""A switch on the command line -> the help group it brings into ``--help``."""
 
-class OneSpellingHelpFormatter(argparse.HelpFormatter):
-    """Help that lists ``--num_processes`` but not its twin ``--num-processes``."""
+_ALWAYS_SHOWN = (
+    "Hardware Selection Arguments",
+    "Resource Selection Arguments",
+    "Training Paradigm Arguments",
+    "positional arguments",
+    "optional arguments",
+    "options",
+)
+_SELECTING = ("Hardware Selection Arguments", "Training Paradigm Arguments")
+_SECTION_GROUPS = {
+    "deepspeed_config": "DeepSpeed Arguments",
+    "fsdp_config": "FSDP Arguments",
+    "megatron_lm_config": "Megatron-LM Arguments",
+    "parallelism_config": "ParallelismConfig Arguments",
+    "dynamo_config": "Resource Selection Arguments",
+}
+_KEY_GROUPS = {
+    "distributed_type": "Hardware Selection Arguments",
+    "use_cpu": "Hardware Selection Arguments",
+    "use_deepspeed": "Training Paradigm Arguments",
+    "use_fsdp": "Training Paradigm Arguments",
+    "use_megatron_lm": "Training Paradigm Arguments",
+    "num_processes": "Resource Selection Arguments",
+    "num_machines": "Resource Selection Arguments",
+    "mixed_precision": "Resource Selection Arguments",
+    "downcast_bf16": "Resource Selection Arguments",
+    "gradient_accumulation_steps": "Resource Selection Arguments",
+}
 
-    def _format_action_invocation(self, action: argparse.Action) -> str:
-        shown = [o for o in action.option_strings if not (o.startswith("--") and "-" in o[2:])]
-        if not action.option_strings or not shown:
-            return super()._format_action_invocation(action)
-        single = copy.copy(action)
-        single.option_strings = shown
-        return super()._format_action_invocation(single)
+
+def clean_option(option: str) -> str | None:
+    """A long option as its destination (``--num-processes`` -> ``num_processes``); None for
+    anything that is not a long option. Every ``--fp8_backend...`` spelling is
+    ``fp8_backend``."""
+    if "fp8_backend" in option:
+        option = "--fp8_backend"
+    if option.startswith("--"):
+        return option[2:].split("=", 1)[0].replace("-", "_")
+    return None
+
+
+def _command_line() -> list[str]:
+    """The launch command's own arguments on this process's command line."""
+    args = sys.argv[1:]
+    if "launch" in args[:1]:  # `overdrive launch ...` / `accelerate launch ...`
+        args = args[1:]
+    return args
+
+
+class CustomHelpFormatter(argparse.HelpFormatter):
+    """Help for ``launch`` that lists each option in one spelling (``--num_processes``, not
+    its twin ``--num-processes``) and, when ``--help`` comes with other options, shows only
+    what they concern: the groups their switches select (``--use_fsdp`` brings "FSDP
+    Arguments"), the general groups, and of the hardware and paradigm switches only those
+    given (marked "currently selected"); a group left empty is not shown."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.titles = list(_ALWAYS_SHOWN)
+
+    def add_argument(self, action: argparse.Action) -> None:
+        args = _command_line()
+        if len(args) > 1 and ("-h" in args or "--help" in args):
+            given = {clean_option(a) for a in args}
+            chosen = [options_to_group[o] for o in options_to_group if o in given]
+            title = getattr(getattr(action, "container", None), "title", None)
+            typed = set(action.option_strings) & {a.split("=", 1)[0] for a in args}
+            if title not in (*self.titles, *chosen):
+                action.help = argparse.SUPPRESS
+            elif title in _SELECTING and action.help != argparse.SUPPRESS:
+                action.help = f"{action.help} (currently selected)" if typed else argparse.SUPPRESS
+        if action.option_strings:
+            shown = [o for o in action.option_strings if not (o.startswith("--") and "-" in o[2:])]
+            if shown:
+                action = copy.copy(action)
+                action.option_strings = shown
+        super().add_argument(action)
+
+
+OneSpellingHelpFormatter = CustomHelpFormatter
+
+
+def _group_of(key: str, section: str | None) -> str:
+    if key in _KEY_GROUPS:
+        return _KEY_GROUPS[key]
+    if section in _SECTION_GROUPS:
+        return _SECTION_GROUPS[section]
+    return "Distributed GPUs"
 
 
 def launch_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
-    """The ``launch`` arguments under the described system's names (``args.num_processes``,
-    ``args.multi_gpu``, ``args.training_script``, ...)."""
-    kwargs: dict[str, Any] = {
-        "description": DESCRIPTION,
-        "formatter_class": OneSpellingHelpFormatter,
-        "allow_abbrev": False,
-    }
-    description = kwargs.pop("description")
-    parser = command_parser(subparsers, "launch", description, launch_command, **kwargs)
+    """The ``launch`` arguments under Hugging Face Accelerate's names (``args.num_processes``,
+    ``args.multi_gpu``, ``args.training_script``, ...), in its help groups."""
+    kwargs: dict[str, Any] = {"formatter_class": CustomHelpFormatter, "allow_abbrev": False}
+    parser = command_parser(subparsers, "launch", DESCRIPTION, launch_command, **kwargs)
     add_flag(parser, "config_file", default=None, help="config file (default: the cached one)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no banner")
     parser.add_argument("-v", "--verbose", action="store_true", help="show the agent's logs")
-    add_flag(parser, "multi_gpu", action="store_true", help="several GPU processes")
+    groups: dict[str, Any] = {}
+
+    def group(title: str) -> Any:
+        if title not in groups:
+            groups[title] = parser.add_argument_group(title)
+        return groups[title]
+
+    add_flag(group("Hardware Selection Arguments"), "multi_gpu", action="store_true",
+             help="several GPU processes")  # fmt: skip
     for name, setting in flag_settings():
+        target = group(_group_of(setting.key, setting.section))
         if setting.key in SWITCHES:
-            add_flag(parser, name, action="store_true", help=setting.help)
+            add_flag(target, name, action="store_true", help=setting.help)
         else:
             kind = PLAIN_TYPES.get(type(setting.kind))
-            add_flag(parser, name, default=None, type=kind, help=setting.help)
-    add_flag(parser, "max_restarts", type=int, default=0, help="restart the group this often")
-    add_flag(parser, "monitor_interval", type=float, default=0.1, help="seconds between checks")
+            add_flag(target, name, default=None, type=kind, help=setting.help)
+    agent = group("Distributed GPUs")
+    add_flag(agent, "max_restarts", type=int, default=0, help="restart the group this often")
+    add_flag(agent, "monitor_interval", type=float, default=0.1, help="seconds between checks")
+    add_flag(agent, "tee", action="store_true", help="also write each rank's output to a file")
+    add_flag(agent, "log_dir", default=None, help="write each rank's output to DIR/rank_N.log")
     add_flag(parser, "dry_run", action="store_true", help="print the plan, start nothing")
     add_flag(parser, "oversubscribe", action="store_true", help="allow more CPU processes")
     add_flag(parser, "no_rank_prefix", action="store_true", help="no '[rank N] ' prefix")
-    add_flag(parser, "tee", action="store_true", help="also write each rank's output to a file")
-    add_flag(parser, "log_dir", default=None, help="write each rank's output to DIR/rank_N.log")
     parser.add_argument("-m", "--module", action="store_true", help="run a module (python -m)")
     add_flag(parser, "no_python", action="store_true", help="refused: workers run Python")
     parser.add_argument("training_script", help="the script (or module with -m) to run")
@@ -166,3 +264,41 @@ def launch_command(args: argparse.Namespace) -> None:
     code = launch_cmd.handle(namespace)
     if code:
         raise subprocess.CalledProcessError(code, namespace.command)
+
+
+def _launch_with(args: argparse.Namespace, **changes: Any) -> None:
+    """``launch_command`` with some options set first (on a copy of ``args``)."""
+    changed = copy.copy(args)
+    for name, value in changes.items():
+        setattr(changed, name, value)
+    changed.resolved_settings = None  # resolve again with the changes
+    launch_command(changed)
+
+
+def simple_launcher(args: argparse.Namespace) -> None:
+    """Run the script as one process (Hugging Face Accelerate's launcher for a
+    non-distributed run), through overdrive's launcher; a failure raises
+    ``CalledProcessError``."""
+    _launch_with(args, num_processes=1, multi_gpu=False)
+
+
+def multi_gpu_launcher(args: argparse.Namespace) -> None:
+    """Run the script on ``num_processes`` processes per machine through overdrive's
+    launcher (torch's elastic agent), as ``args`` describe it (DDP, FSDP, ...)."""
+    _launch_with(args)
+
+
+def deepspeed_launcher(args: argparse.Namespace) -> None:
+    """Run the script under DeepSpeed through overdrive's launcher (one elastic agent per
+    machine; overdrive does not start DeepSpeed's own pdsh/mpi launchers)."""
+    _launch_with(args, use_deepspeed=True)
+
+
+def main() -> None:
+    """``python -m overdrive.commands.launch [options] script.py [args]``."""
+    parser = launch_command_parser()
+    launch_command(parser.parse_args())
+
+
+if __name__ == "__main__":
+    main()

@@ -8,14 +8,16 @@ from typing import Any
 
 from overdrive.commands.parser import command_parser
 
+description = (
+    "Merge a sharded model (a save_fsdp_model folder or a save_state checkpoint) into full "
+    "weights (model.safetensors). Should be used when the sharded state dict was saved "
+    "(fsdp_state_dict_type: SHARDED_STATE_DICT) and full weights are wanted."
+)
+
 
 def merge_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     """The ``merge-weights`` arguments: CHECKPOINT_DIRECTORY OUTPUT_PATH
     [--unsafe_serialization] [--remove_checkpoint_dir]."""
-    description = (
-        "Merge a sharded model (a save_fsdp_model folder or a save_state checkpoint) into "
-        "full weights (model.safetensors)."
-    )
     parser = command_parser(subparsers, "merge-weights", description, merge_command)
     parser.add_argument("checkpoint_directory", help="the folder holding the shards")
     parser.add_argument("output_path", help="where to write the full weights")
@@ -40,3 +42,12 @@ def merge_command(args: argparse.Namespace) -> list[str]:
         safe_serialization=not args.unsafe_serialization,
         remove_checkpoint_dir=args.remove_checkpoint_dir,
     )
+
+
+def main() -> None:
+    """``python -m overdrive.commands.merge CHECKPOINT_DIRECTORY OUTPUT_PATH``."""
+    merge_command(merge_command_parser().parse_args())
+
+
+if __name__ == "__main__":
+    main()

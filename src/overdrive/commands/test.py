@@ -30,3 +30,12 @@ def test_command(args: argparse.Namespace) -> None:
     code = test_cmd.handle(namespace)
     if code:
         raise subprocess.CalledProcessError(code, ["overdrive", "test"])
+
+
+def main() -> None:
+    """``python -m overdrive.commands.test [--config_file FILE]``."""
+    test_command(test_command_parser().parse_args())
+
+
+if __name__ == "__main__":
+    main()

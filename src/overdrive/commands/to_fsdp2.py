@@ -4,6 +4,7 @@ for FSDP2 (``fsdp_version: 2``), dropping the keys FSDP2 has no use for with a w
 from __future__ import annotations
 
 import argparse
+import enum
 import logging
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,15 @@ from overdrive.commands.parser import command_parser
 
 logger = logging.getLogger(__name__)
 
-RESHARDS_AFTER_FORWARD = {
+
+class ConversionStatus(enum.Enum):
+    """What becomes of an FSDP1 key that FSDP2 has no key for."""
+
+    NOT_YET_IMPLEMENTED = 0
+    REMOVED = -1
+
+
+_RESHARDS_AFTER_FORWARD = {
     "FULL_SHARD": True,
     "SHARD_GRAD_OP": False,
     "HYBRID_SHARD": True,
@@ -23,21 +32,47 @@ RESHARDS_AFTER_FORWARD = {
 }
 """FSDP1's sharding strategy as FSDP2's one question: free the gathered weights after forward?"""
 
-DROPPED = {
+ARGUMENT_KEY_MAPPING: dict[str, str | ConversionStatus] = {
+    "fsdp_version": "fsdp_version",
+    "fsdp_reshard_after_forward": "fsdp_reshard_after_forward",
+    "fsdp_auto_wrap_policy": "fsdp_auto_wrap_policy",
+    "fsdp_backward_prefetch": ConversionStatus.REMOVED,
+    "fsdp_forward_prefetch": ConversionStatus.NOT_YET_IMPLEMENTED,
+    "fsdp_cpu_ram_efficient_loading": "fsdp_cpu_ram_efficient_loading",
+    "fsdp_offload_params": "fsdp_offload_params",
+    "fsdp_sharding_strategy": "fsdp_reshard_after_forward",
+    "fsdp_state_dict_type": "fsdp_state_dict_type",
+    "fsdp_sync_module_states": ConversionStatus.REMOVED,
+    "fsdp_transformer_layer_cls_to_wrap": "fsdp_transformer_layer_cls_to_wrap",
+    "fsdp_min_num_params": "fsdp_min_num_params",
+    "fsdp_use_orig_params": ConversionStatus.REMOVED,
+    "fsdp_activation_checkpointing": "fsdp_activation_checkpointing",
+}
+"""Each FSDP1 ``fsdp_config`` key: its FSDP2 key, or why it has none. Keys not listed are
+carried over as they are."""
+
+ARGUMENT_VALUE_MAPPING: dict[str, dict[str, bool]] = {
+    "fsdp_sharding_strategy": _RESHARDS_AFTER_FORWARD,
+    # a config written for FSDP1 may already hold a strategy under the FSDP2 key
+    "fsdp_reshard_after_forward": _RESHARDS_AFTER_FORWARD,
+}
+"""Values that change on the way: a sharding strategy becomes reshard-after-forward."""
+
+_WHY = {
     "fsdp_backward_prefetch": "FSDP2 prefetches the next unit in backward by itself",
     "fsdp_use_orig_params": "FSDP2 always keeps the original parameters (as DTensors)",
     "fsdp_sync_module_states": "FSDP2 fills the shards from the main process's weights by "
     "itself (fsdp_cpu_ram_efficient_loading)",
     "fsdp_forward_prefetch": "forward prefetch is not offered for FSDP2",
 }
-RENAMED = {"fsdp_sharding_strategy": "fsdp_reshard_after_forward"}
 
 
 def convert_config_to_fsdp2(config: dict[str, Any]) -> dict[str, Any]:
     """The config with its ``fsdp_config`` rewritten for FSDP2 (changed in place, returned).
 
-    Keys FSDP2 keeps are carried over, unknown keys too; a config already on FSDP2 or
-    without FSDP is returned as it is.
+    Keys FSDP2 keeps are carried over (renamed and converted where ``ARGUMENT_KEY_MAPPING``
+    / ``ARGUMENT_VALUE_MAPPING`` say so), unknown keys too, dropped ones with a warning
+    each; a config already on FSDP2 or without FSDP is returned as it is.
     """
     fsdp = config.get("fsdp_config") or {}
     if not fsdp:
@@ -48,12 +83,12 @@ def convert_config_to_fsdp2(config: dict[str, Any]) -> dict[str, Any]:
         return config
     converted: dict[str, Any] = {}
     for key, value in fsdp.items():
-        if key in DROPPED:
-            logger.warning(f"Argument {key} has been removed in FSDP2 ({DROPPED[key]}), skipping")
+        target = ARGUMENT_KEY_MAPPING.get(key, key)
+        if isinstance(target, ConversionStatus):
+            what = "removed in" if target is ConversionStatus.REMOVED else "not yet implemented in"
+            logger.warning(f"Argument {key} has been {what} FSDP2 ({_WHY[key]}), skipping")
             continue
-        if key in ("fsdp_sharding_strategy", "fsdp_reshard_after_forward"):
-            value = RESHARDS_AFTER_FORWARD.get(value, value)
-        converted[RENAMED.get(key, key)] = value
+        converted[target] = ARGUMENT_VALUE_MAPPING.get(key, {}).get(value, value)
     converted["fsdp_version"] = 2
     config["fsdp_config"] = converted
     return config

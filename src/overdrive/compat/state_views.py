@@ -76,6 +76,8 @@ class AcceleratorState:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         object.__setattr__(self, "_state", current_partial_state())
+        if not AcceleratorState._shared_state:  # as in Hugging Face Accelerate: now set up
+            AcceleratorState._shared_state = {"partial_state": self._state}
 
     _reset_state = staticmethod(reset_state)
 

@@ -1,9 +1,10 @@
-"""The described system's loader classes, for code that builds one directly:
-``DataLoaderShard(dataset, batch_size=4)``, ``SkipDataLoader(dataset, skip_batches=2)``.
+"""Hugging Face Accelerate's loader classes, for code that builds one directly:
+``DataLoaderShard(dataset, batch_size=4)``, ``SkipDataLoader(dataset, skip_batches=2)``,
+``DataLoaderAdapter(dataset, batch_size=4)``.
 
 ``accelerator.prepare`` returns overdrive's own prepared loader, which also counts as a
-``DataLoaderShard`` / ``DataLoaderDispatcher`` for ``isinstance`` (code written for the
-described system checks that).
+``DataLoaderShard`` / ``DataLoaderAdapter`` for ``isinstance``
+(code written for Hugging Face Accelerate checks that).
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import BatchSampler, DataLoader
 
+from overdrive.data.batches import to_device
 from overdrive.data.loader import PreparedDataLoader
 
 
@@ -35,6 +37,100 @@ class DataLoaderStateMixin:
         self.end_of_dataloader = True
 
 
+def get_sampler(dataloader: Any) -> Any:
+    """The sampler under ``dataloader``'s batches: its batch sampler's ``sampler`` (or, for
+    a loader given a ``BatchSampler`` as ``sampler``, that one's)."""
+    batches = dataloader.sampler if isinstance(dataloader.sampler, BatchSampler) else None
+    if batches is None:
+        batches = dataloader.batch_sampler
+    return getattr(batches, "sampler", None)
+
+
+def _stateful_loader(dataset: Any, batch_sampler: Any, kwargs: dict[str, Any]) -> Any:
+    try:
+        from torchdata.stateful_dataloader import StatefulDataLoader
+    except ImportError as exc:
+        raise ImportError(
+            "use_stateful_dataloader=True needs torchdata's StatefulDataLoader, which is not "
+            "installed\n  fix: pip install 'torchdata>=0.8.0', or use the loaders "
+            "accelerator.prepare returns (always resumable: state_dict / load_state_dict)"
+        ) from exc
+    return StatefulDataLoader(dataset, batch_sampler=batch_sampler, **kwargs)
+
+
+class _AdaptsLoaders(type):
+    """``isinstance(x, DataLoaderAdapter)`` holds for the loaders built here and prepared ones."""
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return type.__instancecheck__(cls, obj) or isinstance(
+            obj, (DataLoaderShard, PreparedDataLoader)
+        )
+
+
+class DataLoaderAdapter(metaclass=_AdaptsLoaders):
+    """A DataLoader (torchdata's ``StatefulDataLoader`` with ``use_stateful_dataloader``)
+    held as ``base_dataloader``, with every attribute read through to it; it reports the
+    held loader's class, so ``isinstance(adapter, DataLoader)`` holds."""
+
+    def __init__(
+        self,
+        dataset: Any,
+        use_stateful_dataloader: bool = False,
+        batch_sampler: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        self.use_stateful_dataloader = use_stateful_dataloader
+        if use_stateful_dataloader:
+            self.base_dataloader: Any = _stateful_loader(dataset, batch_sampler, kwargs)
+        else:
+            self.base_dataloader = DataLoader(dataset, batch_sampler=batch_sampler, **kwargs)
+        self.dl_state_dict: dict[str, Any] = {}
+        if hasattr(self.base_dataloader, "state_dict"):
+            self.dl_state_dict = self.base_dataloader.state_dict()
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "base_dataloader":  # not set yet: no recursion through __getattr__
+            raise AttributeError(name)
+        return getattr(self.base_dataloader, name)
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        return type(self.base_dataloader)
+
+    def __iter__(self) -> Iterator[Any]:
+        for batch in self.base_dataloader:
+            self._update_state_dict()
+            yield batch
+
+    def __len__(self) -> int:
+        return len(self.base_dataloader)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The held loader's state as of the last batch handed out."""
+        return self.dl_state_dict
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.base_dataloader.load_state_dict(state_dict)
+
+    def adjust_state_dict_for_prefetch(self) -> None:
+        """Correct ``dl_state_dict`` for batches read ahead; nothing is read ahead here."""
+
+    def _update_state_dict(self) -> None:
+        if hasattr(self.base_dataloader, "state_dict"):
+            self.dl_state_dict = self.base_dataloader.state_dict()
+            self.adjust_state_dict_for_prefetch()
+            self.dl_state_dict["_iterator_finished"] = getattr(self, "end_of_dataloader", False)
+
+    def __reduce__(self) -> Any:
+        return (_rebuild_adapter, (type(self), self.__dict__))
+
+
+def _rebuild_adapter(cls: type, state: dict[str, Any]) -> Any:
+    adapter: Any = object.__new__(cls)
+    adapter.__dict__.update(state)
+    return adapter
+
+
 class _CountsPrepared(type):
     """``isinstance(prepared_loader, DataLoaderShard)`` holds for overdrive's prepared loaders."""
 
@@ -43,9 +139,12 @@ class _CountsPrepared(type):
 
 
 class DataLoaderShard(DataLoader[Any], DataLoaderStateMixin, metaclass=_CountsPrepared):
-    """A DataLoader that moves batches to ``device``, skips the first ``skip_batches`` and
-    knows its last batch (``end_of_dataloader``). It shards nothing by itself: pass a sharded
-    sampler (``BatchSamplerShard``) or use ``accelerator.prepare``."""
+    """A DataLoader that moves batches to ``device``, skips the first ``skip_batches``,
+    knows its last batch (``end_of_dataloader``), copies the ``rng_types`` RNGs from rank 0
+    and moves to the next epoch (``iteration``) after each full pass. It shards nothing by
+    itself: pass a sharded sampler (``BatchSamplerShard``) or use ``accelerator.prepare``.
+    ``torch_device_mesh`` is kept, as Hugging Face Accelerate keeps it (a shard reads its
+    own batches whatever the mesh)."""
 
     def __init__(
         self,
@@ -57,28 +156,49 @@ class DataLoaderShard(DataLoader[Any], DataLoaderStateMixin, metaclass=_CountsPr
         use_stateful_dataloader: bool = False,
         _drop_last: bool = False,
         _non_blocking: bool = False,
+        torch_device_mesh: Any = None,
+        iteration: int = 0,
         **kwargs: Any,
     ) -> None:
         if use_stateful_dataloader:
             raise ValueError(
-                "DataLoaderShard(use_stateful_dataloader=True) built by hand is not available; "
-                "loaders from accelerator.prepare are resumable (state_dict / load_state_dict)"
+                f"{type(self).__name__}(use_stateful_dataloader=True) built by hand is not "
+                "available; loaders from accelerator.prepare are resumable (state_dict / "
+                "load_state_dict), and DataLoaderAdapter(use_stateful_dataloader=True) "
+                "holds torchdata's StatefulDataLoader"
             )
         super().__init__(dataset, **kwargs)
+        self._loader_kwargs = kwargs
         self.device = torch.device(device) if device is not None else None
+        self.rng_types = rng_types
+        self.synchronized_generator = synchronized_generator
         self.skip_batches = skip_batches
         self.use_stateful_dataloader = False
+        self._drop_last = _drop_last
         self._non_blocking = _non_blocking
-        self.base_dataloader: DataLoader[Any] = self  # the described system wraps one; this is it
-        self.iteration = 0  # the epoch set_epoch last gave
+        self.torch_device_mesh = torch_device_mesh
+        self.base_dataloader: DataLoader[Any] = self  # Accelerate's wraps one; this is it
+        self.iteration = iteration  # the epoch the next pass runs
 
     def set_epoch(self, epoch: int) -> None:
-        """Tell the batch sampler and the sampler which epoch starts (their shuffle)."""
+        """Tell the batch sampler, the sampler (or the dataset) which epoch starts."""
         self.iteration = epoch
         targets: list[Any] = [self.batch_sampler, getattr(self.batch_sampler, "sampler", None)]
+        if not any(hasattr(t, "set_epoch") for t in targets):
+            targets.append(self.dataset)
         for target in targets:
             if hasattr(target, "set_epoch"):
                 target.set_epoch(epoch)
+
+    def get_sampler(self) -> Any:
+        return get_sampler(self)
+
+    def set_sampler(self, sampler: Any) -> None:
+        """Put ``sampler`` under this loader's batches."""
+        batches: Any = (
+            self.sampler if isinstance(self.sampler, BatchSampler) else self.batch_sampler
+        )
+        batches.sampler = sampler
 
     def skipping(self, num_batches: int) -> DataLoaderShard:
         """The same loader (same sampler, same epoch) without its first ``num_batches``."""
@@ -87,40 +207,52 @@ class DataLoaderShard(DataLoader[Any], DataLoaderStateMixin, metaclass=_CountsPr
         twin.base_dataloader = twin
         return twin
 
-    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        from overdrive.utils.operations import send_to_device
+    def _batches(self) -> Iterator[Any]:
+        """The batches of one pass, before skipping and placement."""
+        return super().__iter__()
 
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        if self.rng_types:
+            from overdrive.random_state import synchronize_rng_states
+
+            synchronize_rng_states(self.rng_types, self.synchronized_generator)
         self.begin()
-        batches = super().__iter__()
-        try:
-            current = next(batches)
-        except StopIteration:
-            self.end()
-            return
-        index = 0
-        while True:
-            try:
-                following = next(batches)
-            except StopIteration:
+        self.set_epoch(self.iteration)
+        batches = self._batches()
+        index, current = 0, next(batches, _NONE)
+        while current is not _NONE:
+            following = next(batches, _NONE)
+            if following is _NONE:
                 self.end()
-                following = None
             if index >= self.skip_batches:
                 moved = current
                 if self.device is not None:
-                    moved = send_to_device(current, self.device, non_blocking=self._non_blocking)
+                    moved = to_device(current, self.device, non_blocking=self._non_blocking)
                 yield moved
-            if self.end_of_dataloader:
-                return
             current, index = following, index + 1
+        self.end()
+        self.iteration += 1
 
 
-class DataLoaderDispatcher(DataLoaderShard):
-    """The described system's dispatching loader, built by hand: here the same as
-    ``DataLoaderShard`` (one process reads; overdrive's prepare chooses dispatching itself)."""
+_NONE = object()
 
 
 class SkipDataLoader(DataLoaderShard):
     """A DataLoader without its first ``skip_batches`` batches (every epoch)."""
 
-    def __init__(self, dataset: Any, skip_batches: int = 0, **kwargs: Any) -> None:
-        super().__init__(dataset, skip_batches=skip_batches, **kwargs)
+    def __init__(
+        self,
+        dataset: Any,
+        skip_batches: int = 0,
+        use_stateful_dataloader: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            dataset,
+            skip_batches=skip_batches,
+            use_stateful_dataloader=use_stateful_dataloader,
+            **kwargs,
+        )
+
+    def __len__(self) -> int:
+        return max(0, super().__len__() - self.skip_batches)

@@ -19,16 +19,32 @@ class SeedableRandomSampler(torch.utils.data.Sampler[int]):
     A full pass moves to the next epoch by itself, so an unprepared loader reshuffles each
     epoch; a prepared loader sets the epoch explicitly. ``generator`` (the described
     system's form) is the generator re-seeded for each pass; by default a private one.
+
+    Takes torch's ``RandomSampler`` arguments as Hugging Face Accelerate's does
+    (``data_source, replacement, num_samples, generator`` and ``data_seed=``), and
+    overdrive's ``seed=``.
     """
 
-    def __init__(
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        names = ("data_source", "replacement", "num_samples", "generator")
+        if len(args) > len(names):
+            raise TypeError(
+                f"SeedableRandomSampler takes at most {len(names)} positional arguments"
+            )
+        given = dict(zip(names, args, strict=False))
+        twice = sorted(set(given) & set(kwargs))
+        if twice:
+            raise TypeError(f"SeedableRandomSampler got {twice[0]!r} twice")
+        self._setup(**given, **kwargs)
+
+    def _setup(
         self,
         data_source: Sized,
-        *,
-        seed: int | None = None,
         replacement: bool = False,
         num_samples: int | None = None,
         generator: torch.Generator | None = None,
+        *,
+        seed: int | None = None,
         data_seed: int | None = None,
     ) -> None:
         self.data_source = data_source

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from overdrive.effective_settings import tracker_config
+from overdrive.logging import get_logger
+from overdrive.tracking.available import filter_trackers, get_available_trackers, on_main_process
 from overdrive.tracking.base import GeneralTracker, NoOpTracker, Tracker, TrackerError
 from overdrive.tracking.registry import (
     LOGGER_TYPE_TO_CLASS,
@@ -47,9 +49,14 @@ __all__ = [
     "WandBTracker",
     "check_logging_dir",
     "check_started",
+    "filter_trackers",
+    "get_available_trackers",
+    "on_main_process",
     "register_tracker_class",
     "start_trackers",
 ]
+
+logger = get_logger(__name__)
 
 # name -> (module, class, package that must be importable, extra to install)
 AVAILABLE: dict[str, tuple[str, str, str | None, str | None]] = {
@@ -166,14 +173,19 @@ def _class(name: str) -> type[Tracker]:
 
 
 def _build(name: str, project_name: str, logging_dir: Path | None, kwargs: dict[str, Any]) -> Any:
-    """A tracker by name: ours take (project, logging_dir); a registered class takes the
-    described system's (run_name[, logging_dir=...], **kwargs) and is then started."""
+    """A started tracker by name: ours from (project, logging_dir, init kwargs); a registered
+    class with Hugging Face Accelerate's (run_name[, logging_dir=...], **kwargs)."""
     cls = _registered(name)
     if cls is None:
-        return _class(name)(project_name, logging_dir, **kwargs)
-    if getattr(cls, "requires_logging_directory", False):
-        kwargs = {"logging_dir": str(logging_dir), **kwargs}
-    tracker = cls(project_name, **kwargs)
+        ours: Any = _class(name)
+        requested = getattr(ours, "requested", None)
+        tracker = requested(project_name, logging_dir, kwargs) if requested else None
+        if tracker is None:
+            tracker = ours(project_name, logging_dir, **kwargs)
+    else:
+        if getattr(cls, "requires_logging_directory", False):
+            kwargs = {"logging_dir": str(logging_dir), **kwargs}
+        tracker = cls(project_name, **kwargs)
     tracker.start()
     return tracker
 

@@ -12,6 +12,7 @@ server. Other init kwargs go to ``mlflow.start_run``.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from pathlib import Path
@@ -49,39 +50,84 @@ def store_uri(root: Path, store: str) -> str:
 
 
 class MLflowTracker(Tracker):
+    """MLflow, with Hugging Face Accelerate's parameters: ``experiment_name``, ``run_id``,
+    ``tags`` (a dict or its JSON) and ``nested_run`` yield to MLflow's own
+    ``MLFLOW_EXPERIMENT_NAME``, ``MLFLOW_RUN_ID``, ``MLFLOW_TAGS`` and ``MLFLOW_NESTED_RUN``
+    when those are set; ``start()`` (``init_trackers`` calls it) opens the run.
+
+    With a ``logging_dir`` the run goes to a local store there (see the module's note) unless
+    ``tracking_uri=`` or ``MLFLOW_TRACKING_URI`` says otherwise; without one, to MLflow's
+    default store. ``tracking_uri``, ``store`` and other ``mlflow.start_run`` arguments are
+    overdrive's extra keywords.
+    """
+
     name = "mlflow"
     requires_logging_directory = True
 
-    def __init__(self, project_name: str, logging_dir: Path | None, **init_kwargs: Any) -> None:
-        super().__init__(project_name, logging_dir)
+    def __init__(
+        self,
+        experiment_name: str | None = None,
+        logging_dir: str | os.PathLike[str] | None = None,
+        run_id: str | None = None,
+        tags: dict[str, Any] | str | None = None,
+        nested_run: bool | str | None = False,
+        run_name: str | None = None,
+        description: str | None = None,
+        **init_kwargs: Any,
+    ) -> None:
+        experiment_name = os.environ.get("MLFLOW_EXPERIMENT_NAME", experiment_name)
+        super().__init__(experiment_name or "", Path(logging_dir) if logging_dir else None)
+        tags = os.environ.get("MLFLOW_TAGS", tags)
+        nested = os.environ.get("MLFLOW_NESTED_RUN", nested_run)
+        self.experiment_name = experiment_name
+        self.run_id = os.environ.get("MLFLOW_RUN_ID", run_id)
+        self.tags = json.loads(tags) if isinstance(tags, str) else tags
+        self.nested_run = _flag(nested) if isinstance(nested, str) else bool(nested)
+        self.run_name = run_name
+        self.description = description
+        self.init_kwargs = init_kwargs
+        self.run: Any = None
+
+    @classmethod
+    def requested(
+        cls, project_name: str, logging_dir: Path | None, init_kwargs: dict[str, Any]
+    ) -> MLflowTracker:
+        """The tracker ``log_with="mlflow"`` starts: the experiment is the project."""
+        return cls(project_name, logging_dir, **init_kwargs)
+
+    def start(self) -> None:
+        if self.run is not None:
+            return
         import mlflow
         from mlflow.environment_variables import MLFLOW_TRACKING_URI
 
-        assert logging_dir is not None
-        root = Path(logging_dir).resolve()
-        uri = init_kwargs.pop("tracking_uri", None)
-        store = init_kwargs.pop("store", None)
+        kwargs = dict(self.init_kwargs)
+        uri = kwargs.pop("tracking_uri", None)
+        store = kwargs.pop("store", None)
         if uri is not None and store is not None:
             raise TrackerError(
                 "init_kwargs['mlflow'] has both tracking_uri and store; one would be ignored\n"
                 "  fix: pass tracking_uri=... for a store of your own, or store='sqlite'/'file'"
             )
-        if uri is None and (store is not None or not MLFLOW_TRACKING_URI.defined):
+        root = Path(self.logging_dir).resolve() if self.logging_dir is not None else None
+        if (
+            root is not None
+            and uri is None
+            and (store is not None or not MLFLOW_TRACKING_URI.defined)
+        ):
             uri = store_uri(root, store or "sqlite")
-        if is_file_store(uri if uri is not None else MLFLOW_TRACKING_URI.get()):
+        if is_file_store(uri if uri is not None else MLFLOW_TRACKING_URI.get() or ""):
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # asked for by name
         if uri is not None:
             _set_tracking_uri(mlflow, uri)
         self.tracking_uri = mlflow.get_tracking_uri()
-        experiment = mlflow.get_experiment_by_name(project_name)
-        if experiment is None:
-            experiment_id = mlflow.create_experiment(
-                project_name, artifact_location=(root / "mlartifacts").as_uri()
-            )
-        else:
-            experiment_id = experiment.experiment_id
+        experiment_id = _experiment(mlflow, self.experiment_name or "Default", root, self.tags)
         self._mlflow = mlflow
-        self.run = mlflow.start_run(experiment_id=experiment_id, **init_kwargs)
+        options = {"run_name": self.run_name, "tags": self.tags, "description": self.description}
+        kwargs.update({k: v for k, v in options.items() if v is not None})
+        self.run = mlflow.start_run(
+            run_id=self.run_id, experiment_id=experiment_id, nested=self.nested_run, **kwargs
+        )
 
     @property
     def tracker(self) -> Any:
@@ -103,7 +149,7 @@ class MLflowTracker(Tracker):
             self._mlflow.log_metrics(numbers, step=step, run_id=self.run.info.run_id, **kwargs)
 
     def finish(self) -> None:
-        if not self.mark_finished():
+        if not self.mark_finished() or self.run is None:
             return
         run_id = self.run.info.run_id
         active = self._mlflow.active_run()
@@ -111,6 +157,27 @@ class MLflowTracker(Tracker):
             self._mlflow.end_run()
         else:  # the user started another run meanwhile: end ours without touching theirs
             self._mlflow.MlflowClient(self.tracking_uri).set_terminated(run_id)
+
+
+def _flag(text: str) -> bool:
+    """An environment variable's yes/no (``1``, ``true``, ``yes``, ``on`` and their noes)."""
+    word = text.strip().lower()
+    if word in ("1", "true", "yes", "y", "on"):
+        return True
+    if word in ("0", "false", "no", "n", "off", ""):
+        return False
+    raise TrackerError(
+        f"MLFLOW_NESTED_RUN={text!r} is not a yes/no value\n  fix: set it to true or false"
+    )
+
+
+def _experiment(mlflow: Any, name: str, root: Path | None, tags: Any) -> str:
+    """The id of the experiment called ``name``, created (artifacts under ``root``) if new."""
+    experiment = mlflow.get_experiment_by_name(name)
+    if experiment is not None:
+        return str(experiment.experiment_id)
+    location = (root / "mlartifacts").as_uri() if root is not None else None
+    return str(mlflow.create_experiment(name, artifact_location=location, tags=tags))
 
 
 def _set_tracking_uri(mlflow: Any, uri: str) -> None:

@@ -7,23 +7,49 @@ text, a dict of numbers becomes one chart (``add_scalars``).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
-from overdrive.tracking.base import Tracker, plain, scalar
+from overdrive.tracking.base import Tracker, TrackerError, plain, scalar
 
 
 class TensorBoardTracker(Tracker):
+    """TensorBoard, as Hugging Face Accelerate builds it: ``TensorBoardTracker(run_name,
+    logging_dir, **kwargs)`` remembers where to write; ``start()`` (``init_trackers`` calls
+    it) opens the ``SummaryWriter(logging_dir/run_name, **kwargs)``."""
+
     name = "tensorboard"
     requires_logging_directory = True
 
-    def __init__(self, project_name: str, logging_dir: Path | None, **init_kwargs: Any) -> None:
-        super().__init__(project_name, logging_dir)
+    def __init__(
+        self, run_name: str, logging_dir: str | os.PathLike[str] | None, **kwargs: Any
+    ) -> None:
+        super().__init__(run_name, Path(logging_dir) if logging_dir is not None else None)
+        self.run_name = run_name
+        self.logging_dir_param = logging_dir
+        self.init_kwargs = kwargs
+        self.writer: Any = None
+
+    @classmethod
+    def requested(
+        cls, project_name: str, logging_dir: Path | None, init_kwargs: dict[str, Any]
+    ) -> TensorBoardTracker:
+        """The tracker ``log_with="tensorboard"`` starts."""
+        return cls(project_name, logging_dir, **init_kwargs)
+
+    def start(self) -> None:
+        if self.writer is not None:
+            return
         from torch.utils.tensorboard import SummaryWriter
 
-        assert logging_dir is not None
-        self.log_dir = Path(logging_dir) / project_name
-        self.writer = SummaryWriter(str(self.log_dir), **init_kwargs)
+        if self.logging_dir is None:
+            raise TrackerError(
+                "TensorBoardTracker has no logging_dir to write under\n"
+                "  fix: TensorBoardTracker(run_name, logging_dir='logs')"
+            )
+        self.log_dir = Path(self.logging_dir) / self.run_name
+        self.writer = SummaryWriter(str(self.log_dir), **self.init_kwargs)
 
     @property
     def tracker(self) -> Any:
@@ -50,5 +76,5 @@ class TensorBoardTracker(Tracker):
         self.writer.flush()
 
     def finish(self) -> None:
-        if self.mark_finished():
+        if self.mark_finished() and self.writer is not None:
             self.writer.close()

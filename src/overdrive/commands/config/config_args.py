@@ -20,9 +20,21 @@ import yaml
 from overdrive.config.sources import default_config_path
 from overdrive.types import ComputeEnvironment, DistributedType
 
+hf_cache_home = os.path.expanduser(
+    os.environ.get(
+        "HF_HOME", os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
+    )
+)
+"""The Hugging Face cache folder (``HF_HOME``, else ``$XDG_CACHE_HOME/huggingface``)."""
 default_yaml_config_file = str(default_config_path(os.environ))
-default_json_config_file = str(Path(default_yaml_config_file).with_suffix(".json"))
-default_config_file = default_yaml_config_file
+cache_dir = str(Path(default_yaml_config_file).parent)
+"""overdrive's config folder, where ``overdrive config`` saves and ``overdrive launch`` reads
+(``$XDG_CACHE_HOME/overdrive``); Hugging Face Accelerate's is ``hf_cache_home/accelerate``."""
+default_json_config_file = default_yaml_config_file  # one file, as in Hugging Face Accelerate
+if os.path.isfile(default_yaml_config_file) or not os.path.isfile(default_json_config_file):
+    default_config_file = default_yaml_config_file
+else:
+    default_config_file = default_json_config_file
 
 
 def _plain(value: Any) -> Any:
@@ -95,15 +107,32 @@ class BaseConfig:
         path = yaml_file or default_yaml_config_file
         return cls._from_dict(_read(path, as_json=False), path)
 
+    def to_file_dict(self) -> dict[str, Any]:
+        """``to_dict()`` as a config file ``overdrive launch`` reads: without the fields
+        overdrive has no setting for while they hold their default (empty sections, TPU and
+        CPU-affinity switches off) and without an unset ``num_processes`` (-1). A field set
+        away from its default stays, for the launch to name it."""
+        from overdrive.config import schema
+
+        known = {s.key.split(".")[0] for s in schema.SETTINGS}
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        out = {}
+        for key, value in self.to_dict().items():
+            idle = value in ({}, [], None) or value == defaults.get(key)
+            if (key not in known and idle) or (key == "num_processes" and value == -1):
+                continue
+            out[key] = value
+        return out
+
     def to_json_file(self, json_file: str) -> None:
-        """Write the set fields as JSON."""
+        """Write the set fields as JSON (``to_file_dict``)."""
         with open(json_file, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+            handle.write(json.dumps(self.to_file_dict(), indent=2, sort_keys=True) + "\n")
 
     def to_yaml_file(self, yaml_file: str) -> None:
-        """Write the set fields as YAML."""
+        """Write the set fields as YAML (``to_file_dict``)."""
         with open(yaml_file, "w", encoding="utf-8") as handle:
-            yaml.safe_dump(self.to_dict(), handle)
+            yaml.safe_dump(self.to_file_dict(), handle)
 
     def __post_init__(self) -> None:
         if isinstance(self.compute_environment, str):

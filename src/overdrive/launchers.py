@@ -1,0 +1,19 @@
+"""Hugging Face Accelerate's ``accelerate.launchers``: start a function on several processes
+from one Python process (``notebook_launcher``, ``debug_launcher``), through overdrive's
+launcher in ``overdrive.compat.launchers``; ``test_launch`` checks a process state forms."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from overdrive.compat.launchers import debug_launcher, notebook_launcher
+
+__all__ = ["debug_launcher", "notebook_launcher", "test_launch"]
+
+
+def test_launch() -> Any:
+    """Make the process state of this process (rank, world, device), as a launched function's
+    first line would; an error here is the launch problem, not the training code's."""
+    from overdrive.state import PartialState
+
+    return PartialState()
