@@ -68,11 +68,17 @@ _LAZY = {
     "prepare_data_loader": "overdrive.data_loader",
     "synchronize_rng_states": "overdrive.random_state",
     "tqdm": "overdrive.utils.tqdm",
+    "is_rich_available": "overdrive.utils.imports",
     "prepare_pippy": "overdrive.inference",
 }
 
 
 def __getattr__(name: str) -> Any:
+    if name == "rich":  # Hugging Face Accelerate's rich tracebacks, present with `rich` only
+        try:
+            return importlib.import_module("overdrive.utils.rich")
+        except ImportError:
+            raise AttributeError("module 'overdrive' has no attribute 'rich' (install rich)") from None
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'overdrive' has no attribute {name!r}")

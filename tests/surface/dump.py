@@ -106,6 +106,10 @@ def dump() -> dict[str, Any]:
         for name in _defined_names(path.read_text(), is_package):
             value = getattr(module, name, None) if module is not None else None
             entry["names"][name] = {"kind": _kind(value), "params": parameters(value)}
+            if module is not None and not hasattr(module, name):
+                # defined under a condition this environment does not meet (an optional
+                # package): absent from Accelerate here too
+                entry["names"][name]["absent_here"] = True
     return surface
 
 
