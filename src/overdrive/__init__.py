@@ -78,7 +78,9 @@ def __getattr__(name: str) -> Any:
         try:
             return importlib.import_module("overdrive.utils.rich")
         except ImportError:
-            raise AttributeError("module 'overdrive' has no attribute 'rich' (install rich)") from None
+            raise AttributeError(
+                "module 'overdrive' has no attribute 'rich' (install rich)"
+            ) from None
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'overdrive' has no attribute {name!r}")

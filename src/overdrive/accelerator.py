@@ -572,10 +572,13 @@ class Accelerator(AcceleratorCompat):
         step: int | None = None,
         log_kwargs: dict[str, Any] | None = None,
     ) -> None:
-        if not self.trackers:
+        if not self.trackers and self.is_main_process:
             from overdrive.tracking import check_started
 
-            check_started(self.log_with, self.trackers)  # log_with set but never started: error
+            # log_with set but never started on the main process: the values would be lost.
+            # Off the main process log() does nothing, as in Hugging Face Accelerate, where
+            # scripts start their trackers on the main process only.
+            check_started(self.log_with, self.trackers)
         for tracker in self.trackers:
             tracker.log(values, step=step, **(log_kwargs or {}).get(tracker.name, {}))
 

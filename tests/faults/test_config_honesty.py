@@ -178,10 +178,18 @@ def test_wizard_keeps_an_existing_config_without_force(tmp_path: Path) -> None:
 
 
 def test_multi_gpu_flag_is_reported_as_typed(script: Path) -> None:
-    message = assert_clean_refusal(overdrive("launch", "--multi_gpu", "--cpu", script))
-    assert "flag --multi_gpu" in message and "--distributed_type" not in message
-    message = assert_clean_refusal(overdrive("launch", "--multi-gpu", "--use-cpu", script))
-    assert "flag --multi_gpu" in message and "flag --use_cpu" in message
+    # --cpu rehearses the MULTI_GPU layout on CPU processes; the row names both flags as typed.
+    for flags, cpu_flag in (
+        (("--multi_gpu", "--cpu"), "flag --cpu"),
+        (("--multi-gpu", "--use-cpu"), "flag --use_cpu"),
+    ):
+        done = overdrive("launch", "--dry_run", *flags, script)
+        assert done.returncode == 0, done.stderr
+        row = next(
+            line for line in done.stdout.splitlines() if line.split()[:1] == ["distributed_type"]
+        )
+        assert "MULTI_CPU" in row and "flag --multi_gpu" in row and "--distributed_type" not in row
+        assert "rehearsed on CPU processes" in row and cpu_flag in row
 
 
 def test_dry_run_attributes_each_flag_to_the_flag_typed(script: Path) -> None:

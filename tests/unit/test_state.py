@@ -48,10 +48,13 @@ def test_multi_gpu_without_cuda_names_the_source_and_fix() -> None:
     assert "fix:" in text and "MULTI_CPU" in text
 
 
-def test_multi_gpu_with_use_cpu_says_which_setting_conflicts() -> None:
+def test_multi_gpu_with_use_cpu_rehearses_on_cpu_and_says_why() -> None:
     env = {"ACCELERATE_USE_CPU": "true"}
-    with pytest.raises(ConfigError, match="env ACCELERATE_USE_CPU"):
-        PartialState(settings=load_settings(code={"distributed_type": "MULTI_GPU"}, environ=env))
+    settings = load_settings(code={"distributed_type": "MULTI_GPU"}, environ=env)
+    state = PartialState(settings=settings)
+    assert state.device.type == "cpu"
+    where = str(settings.source("distributed_type"))
+    assert "rehearsed on CPU processes" in where and "env ACCELERATE_USE_CPU" in where
 
 
 def test_multi_cpu_on_one_process_runs_undistributed() -> None:

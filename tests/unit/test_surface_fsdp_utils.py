@@ -181,8 +181,9 @@ def test_ensure_weights_retied_ties_again_after_an_init_that_reallocates() -> No
 
 
 def test_ram_efficient_loading_switches(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("ACCELERATE_USE_FSDP", raising=False)
-    monkeypatch.delenv("FSDP_CPU_RAM_EFFICIENT_LOADING", raising=False)
+    for name in ("ACCELERATE_USE_FSDP", "FSDP_CPU_RAM_EFFICIENT_LOADING"):
+        monkeypatch.setenv(name, "")  # recorded, so the test's own writes are undone after it
+        monkeypatch.delenv(name)
     fsdp_utils.enable_fsdp_ram_efficient_loading()
     assert os.environ["ACCELERATE_USE_FSDP"] == "True"
     assert os.environ["FSDP_CPU_RAM_EFFICIENT_LOADING"] == "True"

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from overdrive.checkpoint import integrity, layout
+from overdrive.checkpoint import integrity, layout, save_alone
 from overdrive.checkpoint.dtypes import dtype_problems
 from overdrive.checkpoint.errors import CheckpointError, CheckpointMismatchError
 from overdrive.checkpoint.fill import fill_all, read_or_fill
@@ -199,8 +199,20 @@ def _rank_dir(accelerator: CheckpointHost, path: Path, manifest: dict[str, Any])
     """This process's saved state; on another world size, process 0's (said once)."""
     rank, world = accelerator.state.process_index, accelerator.state.num_processes
     saved = manifest.get("world_size")
-    if saved == world:
-        return path / f"rank_{rank}"
+    own = path / f"rank_{rank}"
+    if saved == world and (own.is_dir() or manifest.get("rank_states") != save_alone.ADDED_BY_EACH):
+        return own
+    if saved == world:  # saved by the main process alone: this process's state is not there
+        warnings.warn(
+            f"load_state: {path} was written by the main process alone (save_state called "
+            f"only there), so it holds no state of process {rank}: this process continues "
+            "from process 0's data position and RNG state, so its dropout and random "
+            "augmentation draw differently from an uninterrupted run (call save_state on "
+            "every process to save each one's state)",
+            UserWarning,
+            stacklevel=4,
+        )
+        return path / "rank_0"
     if rank == 0:
         per_process = accelerator.scheduler_advances_per_process()
         schedule = (
@@ -278,6 +290,9 @@ def _verify_everywhere(
             only=_verified_here(manifest["files"], rank_dir, rank, world),
             labels=_labels(parts, rank),
         )
+        listed = any(name.startswith(rank_dir + "/") for name in manifest["files"])
+        if not listed and manifest.get("rank_states") == save_alone.ADDED_BY_EACH:
+            save_alone.verify_added(path / rank_dir)  # added after the commit, checked alone
     except CheckpointError as exc:
         rv.all_done("verify", str(exc).splitlines()[0])
         raise

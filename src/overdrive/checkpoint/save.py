@@ -12,7 +12,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from overdrive.checkpoint import atomic, integrity, layout
+from overdrive.checkpoint import atomic, integrity, layout, save_alone
 from overdrive.checkpoint.errors import CheckpointError
 from overdrive.checkpoint.parts import FORMAT, VERSION, describe, main_parts, require_prepared
 from overdrive.checkpoint.snapshot import Snapshot, take, write
@@ -90,7 +90,9 @@ def save_state(
     before_write: Callable[[Path], None] | None = None,
     **_: Any,
 ) -> Any:
-    """Save everything needed to resume exactly; collective (call it on every process).
+    """Save everything needed to resume exactly; collective (call it on every process),
+    except where every process holds the whole state (``save_alone``): there the main
+    process may call it alone.
 
     ``before_write(directory)`` runs on every process with the directory being written (it
     becomes the checkpoint when the save completes), so files it writes are part of it.
@@ -104,7 +106,21 @@ def save_state(
     _check_window(accelerator)
     state = accelerator.state
     rank, world = state.process_index, state.num_processes
-    rv = Rendezvous("save_state", rank=rank, world_size=world, timeout=timeout or state.timeout)
+    alone = world > 1 and accelerator.strategy.state_whole_on_every_process
+    if alone and rank != 0:
+        return save_alone.join(
+            accelerator,
+            output_dir,
+            timeout=timeout,
+            async_save=async_save,
+            before_write=before_write,
+            fault_point=lambda stage: _fault_point(stage),
+        )
+    # Alone: the main process waits for no other to arrive (it may be the only one calling).
+    main_side = save_alone.MainSide(accelerator, output_dir, timeout) if alone else None
+    rv = Rendezvous(
+        "save_state", rank=rank, world_size=1 if alone else world, timeout=timeout or state.timeout
+    )
     rv.arrive()
 
     staging: atomic.Staging | None = None
@@ -126,9 +142,20 @@ def save_state(
     except Exception as exc:
         error = exc
     manifest = _manifest(accelerator, final, {})
+    if alone:
+        manifest["rank_states"] = save_alone.ADDED_BY_EACH
 
     def finish() -> Path:
-        return _finish(accelerator, rv, snap, error, staging, manifest, final, temp, automatic)
+        args = (accelerator, rv, snap, error, staging, manifest, final, temp, automatic)
+        if main_side is None:
+            return _finish(*args)
+        try:
+            done = _finish(*args, joined=main_side.gather)
+        except Exception as exc:
+            main_side.tell("!" + _one_line(exc))
+            raise
+        main_side.tell(str(done))
+        return done
 
     if not async_save:
         return finish()
@@ -165,8 +192,11 @@ def _finish(
     final: Path,
     temp: Path,
     automatic: bool,
+    joined: Callable[[Path], dict[str, Any]] | None = None,
 ) -> Path:
-    """Write this process's files, then (main process) check every process and commit."""
+    """Write this process's files, then (main process) check every process and commit.
+    ``joined(temp)``: the records of the files other processes wrote into ``temp`` after
+    this one wrote its own (a save the main process makes without a rendezvous)."""
     rank = accelerator.state.process_index
     record = "{}"
     if error is None and snap is not None:
@@ -195,6 +225,8 @@ def _finish(
             files: dict[str, Any] = {}
             for text in records:
                 files.update(json.loads(text))
+            if joined is not None:
+                files.update(joined(temp))
             manifest = {**manifest, "files": files}
             final = atomic.commit(staging, final, manifest, replace=not automatic)
             if automatic:

@@ -44,7 +44,9 @@ class Rendezvous:
         if timeout is None and self.active:
             timeout = getattr(self.store, "timeout", None)
         self.timeout: timedelta = timeout or timedelta(minutes=30)
-        self.prefix = f"overdrive/{op}/{next(_SEQUENCE)}"
+        # Only a rendezvous that talks to the others takes a number: a save the main process
+        # makes alone must not put it out of step with them for the next collective one.
+        self.prefix = f"overdrive/{op}/{next(_SEQUENCE)}" if self.active else f"overdrive/{op}/-"
 
     def _wait(self, keys: list[str], what: str, fix: str) -> None:
         try:

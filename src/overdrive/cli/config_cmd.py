@@ -68,8 +68,12 @@ def _target(args: argparse.Namespace) -> Path:
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:
-    """Write YAML, then read it back through the resolver so a bad file is never left behind."""
-    text = yaml.safe_dump(data, sort_keys=False)
+    """Write YAML (JSON for a ``.json`` path), then read it back through the resolver so a
+    bad file is never left behind."""
+    if path.suffix.lower() == ".json":
+        text = json.dumps(data, indent=2) + "\n"
+    else:
+        text = yaml.safe_dump(data, sort_keys=False)
     resolve(file=parse_config_text(text, path))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")

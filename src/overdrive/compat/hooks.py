@@ -8,8 +8,6 @@ from typing import Any
 
 from torch.utils.hooks import RemovableHandle
 
-from overdrive.errors import OverdriveError
-
 SaveHook = Callable[[list[Any], list[dict[str, Any]], str], None]
 LoadHook = Callable[[list[Any], str], None]
 
@@ -17,8 +15,11 @@ LoadHook = Callable[[list[Any], str], None]
 class HooksMixin:
     """Save hooks get ``(models, weights, output_dir)``, load hooks ``(models, input_dir)``.
 
-    A hook may write extra files or change the models; overdrive saves and loads every
-    prepared model, so a hook that removes one from the lists it was given is refused.
+    A hook may write extra files, change the models, and pop from the lists the models it
+    saved or loaded itself (Hugging Face Accelerate then leaves those to the hook; diffusers'
+    scripts do this). overdrive still writes and restores every prepared model with the
+    checkpoint: the hook's own copy is an extra one, restored first and then overwritten with
+    the same values, so a resumed run never depends on a hook having kept a list intact.
     """
 
     def register_save_state_pre_hook(self, hook: SaveHook) -> RemovableHandle:
@@ -44,7 +45,6 @@ class HooksMixin:
         weights = [self.get_state_dict(m) for m in models]  # type: ignore[attr-defined]
         for hook in list(hooks.values()):
             hook(models, weights, str(output_dir))
-        _check_kept("save", len(self._models), len(models), len(weights))  # type: ignore[attr-defined]
 
     def _run_load_state_hooks(self, input_dir: Any) -> None:
         hooks = self._hooks("_load_hooks")
@@ -53,20 +53,9 @@ class HooksMixin:
         models = list(self._models)  # type: ignore[attr-defined]
         for hook in list(hooks.values()):
             hook(models, str(input_dir))
-        _check_kept("load", len(self._models), len(models))  # type: ignore[attr-defined]
 
 
 def _register(hooks: OrderedDict[int, Any], hook: Callable[..., Any]) -> RemovableHandle:
     handle = RemovableHandle(hooks)
     hooks[handle.id] = hook
     return handle
-
-
-def _check_kept(what: str, prepared: int, *lengths: int) -> None:
-    if any(n != prepared for n in lengths):
-        raise OverdriveError(
-            f"a {what}_state pre-hook removed models from the list it was given; overdrive "
-            f"{what}s every prepared model with the checkpoint\n"
-            f"  fix: leave the lists as they are; write extra files from the hook, or prepare "
-            "only the models the checkpoint should hold"
-        )

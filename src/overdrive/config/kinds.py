@@ -9,6 +9,7 @@ and the wizard); ``samples`` yields a few distinct valid canonical values (for t
 from __future__ import annotations
 
 import math
+import os
 import reprlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -145,6 +146,10 @@ class Float(Kind):
 @dataclass(frozen=True)
 class Str(Kind):
     def coerce(self, raw: Any) -> str:
+        if isinstance(raw, os.PathLike):  # a pathlib.Path given for a directory or a file
+            raw = os.fspath(raw)
+        if isinstance(raw, bytes):
+            raw = raw.decode()
         if isinstance(raw, str) and raw.strip():
             return raw.strip()
         if isinstance(raw, int | float) and not isinstance(raw, bool):

@@ -20,6 +20,10 @@ from overdrive.config import Settings
 from overdrive.errors import ConfigError
 
 AUTO = "auto"
+CLIPPING_FILL = "transformers' Trainer fills it from max_grad_norm, else 1.0"
+CLIPPING_DEFAULT = (
+    f'default "auto", as in Hugging Face Accelerate: filled at prepare ({CLIPPING_FILL})'
+)
 _MISSING = object()
 
 # (setting, path in the DeepSpeed config): DeepSpeed's own knobs.
@@ -82,7 +86,8 @@ class DeepSpeedConfig:
 
     @property
     def gradient_clipping(self) -> float:
-        return float(self.get("gradient_clipping", 0.0) or 0.0)
+        value = self.get("gradient_clipping", 0.0)
+        return 0.0 if value in (None, AUTO) else float(value)  # "auto": filled at prepare
 
     @property
     def offload_optimizer(self) -> str:
@@ -212,13 +217,19 @@ class _Builder:
     def knob(self, key: str, path: str) -> None:
         ours, explicit = self.s[key], self.s.is_set(key)
         source = str(self.s.source(key))
+        clipping = path == "gradient_clipping"
         if not self.from_file:
             if ours is not None:
                 _set(self.config, path, ours)
                 self.sources[path] = source
+            elif clipping:  # Hugging Face Accelerate's default: "auto", filled at prepare
+                _set(self.config, path, AUTO)
+                self.sources[path] = CLIPPING_DEFAULT
             return
         found = _get(self.config, path)
-        if found == AUTO:
+        if found == AUTO and clipping and ours is None:
+            self.sources[path] = f'"auto" in {self.origin}, filled at prepare ({CLIPPING_FILL})'
+        elif found == AUTO:
             if ours is None:
                 _drop(self.config, path)
                 self.sources[path] = f'"auto" in {self.origin}, no setting: DeepSpeed\'s default'

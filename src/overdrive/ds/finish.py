@@ -142,6 +142,21 @@ def _bucket_sizes(cfg: DeepSpeedConfig, out: dict[str, Any], model: Any) -> None
             cfg.sources[path] = f'the model\'s hidden size {hidden}, for "auto"'
 
 
+def _clipping(cfg: DeepSpeedConfig, out: dict[str, Any], caller: Any) -> None:
+    """``gradient_clipping: "auto"``: the caller's number, else 1.0 (Hugging Face Accelerate's
+    fill); the engine clips every step by it."""
+    if out.get("gradient_clipping") != AUTO:
+        return
+    given = isinstance(caller, int | float) and not isinstance(caller, bool)
+    out["gradient_clipping"] = float(caller) if given else 1.0
+    cfg.config["gradient_clipping"] = out["gradient_clipping"]
+    cfg.sources["gradient_clipping"] = (
+        'transformers\' Trainer (max_grad_norm), for "auto"'
+        if given
+        else 'Hugging Face Accelerate\'s fill for "auto" (no caller gave a value)'
+    )
+
+
 def finish(
     cfg: DeepSpeedConfig,
     *,
@@ -152,9 +167,13 @@ def finish(
     scheduler: Any,
     on_cpu: bool,
     model: Any = None,
+    caller_clipping: Any = None,
 ) -> dict[str, Any]:
-    """The config for ``deepspeed.initialize``; raises on contradictions and unfilled autos."""
+    """The config for ``deepspeed.initialize``; raises on contradictions and unfilled autos.
+    ``caller_clipping``: what a library filled in for ``gradient_clipping`` (Trainer's
+    ``max_grad_norm`` in the plugin's config), used where this config says "auto"."""
     out = copy.deepcopy(cfg.config)
+    _clipping(cfg, out, caller_clipping)
     _batch_sizes(cfg, out, micro_batch, micro_source, world_size)
     _bucket_sizes(cfg, out, model)
     _section(cfg, out, "optimizer", optimizer, DummyOptim, "DummyOptim(model.parameters(), lr=...)")

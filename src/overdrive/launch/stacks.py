@@ -135,7 +135,7 @@ class HangReport:
             else:
                 text = f"did not answer with {'their stacks' if many else 'its stack'}"
             lines.append(f"{_PREFIX}{_ranks(ranks)} {text}.")
-        return lines
+        return lines + _checkpoint_hints(self.ranks, culprits)
 
     def headline(self) -> str:
         """The closing report's first line; the verdict follows it."""
@@ -189,3 +189,30 @@ def _ranks(ranks: list[int]) -> str:
     if len(ranks) == 1:
         return f"rank {ranks[0]}"
     return "ranks " + ", ".join(str(r) for r in ranks)
+
+
+def _checkpoint_hints(ranks: list[RankState], culprits: list[int]) -> list[str]:
+    """A rank that hangs inside save_state / load_state while the others went on: the call
+    was made on some processes only (``if accelerator.is_main_process:``)."""
+    hints = []
+    for state in ranks:
+        if state.rank not in culprits or not state.stack:
+            continue
+        if any("in _final" in line or "in _await" in line for line in state.stack):
+            hints.append(
+                f"{_PREFIX}rank {state.rank} waits in save_state() for the main process to "
+                "write the checkpoint, but the main process did not call it\n"
+                f"{_PREFIX}  fix: call accelerator.save_state() on the main process too"
+            )
+            continue
+        for op in ("save_state", "load_state"):
+            if any(f"in {op}" in line for line in state.stack):
+                hints.append(
+                    f"{_PREFIX}rank {state.rank} waits in {op}() for processes that did not "
+                    f"call it: with this backend every process holds part of the state and "
+                    f"takes part in {op}\n"
+                    f"{_PREFIX}  fix: call accelerator.{op}() on every process, not only "
+                    "inside `if accelerator.is_main_process:`"
+                )
+                break
+    return hints

@@ -62,6 +62,11 @@ class Strategy:
     # scaling then agrees on infs over every process.
     sharded_grads = False
 
+    # Whether every process holds the whole model and optimizer state, so the main process
+    # can write a complete checkpoint without the others (save_state from the main process
+    # alone, as diffusers' scripts call it).
+    state_whole_on_every_process = False
+
     # Whether save_state may be called inside an accumulation window (the summed gradients
     # are then saved from ``param.grad``); engines that keep them elsewhere say False.
     checkpoints_mid_window = True

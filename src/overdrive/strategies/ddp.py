@@ -23,6 +23,7 @@ class DDPStrategy(Strategy):
     """
 
     name = "ddp"
+    state_whole_on_every_process = True
 
     def __init__(
         self,

@@ -144,6 +144,7 @@ class DeepSpeedStrategy(Strategy):
             scheduler=scheduler,
             on_cpu=self.device.type == "cpu",
             model=model,
+            caller_clipping=_caller_clipping(loop),
         )
         self._use_accumulation(loop)
         deepspeed = self.deepspeed
@@ -404,3 +405,11 @@ def _is_new_scheduler(obj: Any, strategy: DeepSpeedStrategy) -> bool:
     return (
         is_scheduler(obj) and not isinstance(obj, AcceleratedScheduler) and strategy.engine is None
     )
+
+
+def _caller_clipping(loop: Any) -> Any:
+    """The ``gradient_clipping`` a library wrote into the DeepSpeed plugin's config after the
+    Accelerator was made (transformers' Trainer fills its "auto" from ``max_grad_norm``)."""
+    plugin = getattr(loop, "deepspeed_plugin", None)
+    config = getattr(getattr(plugin, "hf_ds_config", None), "config", None)
+    return config.get("gradient_clipping") if isinstance(config, dict) else None

@@ -9,3 +9,4 @@ class SingleDeviceStrategy(Strategy):
     """Plain PyTorch: the model moves to the device and is otherwise untouched."""
 
     name = "single"
+    state_whole_on_every_process = True
