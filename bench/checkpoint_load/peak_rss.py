@@ -31,6 +31,8 @@ def main() -> None:
                 status = f.read()
         except OSError:
             break
+        if "RssAnon:" not in status:  # exited, not yet reaped (a zombie has no memory lines)
+            break
         peak = max(peak, _kib(status, "RssAnon"))
         hwm = _kib(status, "VmHWM")
         time.sleep(0.0005)

@@ -66,13 +66,22 @@ class AlignDevicesHook(ModelHook):
             f"place_submodules={self.place_submodules}, skip_keys={self.skip_keys!r})"
         )
 
-    def _offloaded(self, module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-        return named_module_tensors(
-            module,
-            include_buffers=self.offload_buffers,
-            recurse=self.place_submodules,
-            remove_non_persistent=True,
-        )
+    def _offloaded(self, module: nn.Module) -> list[str]:
+        """The names of the tensors this hook moves in and out (fixed once attached: looked
+        up once, not at every forward)."""
+        names = self.__dict__.get("_offloaded_names")
+        if names is None:
+            names = [
+                name
+                for name, _ in named_module_tensors(
+                    module,
+                    include_buffers=self.offload_buffers,
+                    recurse=self.place_submodules,
+                    remove_non_persistent=True,
+                )
+            ]
+            self._offloaded_names = names
+        return names
 
     def init_hook(self, module: nn.Module) -> nn.Module:
         if _is_meta(self.execution_device):
@@ -96,7 +105,7 @@ class AlignDevicesHook(ModelHook):
                     module, include_buffers=self.offload_buffers, recurse=self.place_submodules
                 )
             }
-        for name, _ in list(self._offloaded(module)):
+        for name in self._offloaded(module):
             # A tied weight read from disk has no stable address: remember it by name, and
             # register its address when it is loaded for a forward.
             tied = self.tied_params_map
@@ -139,7 +148,7 @@ class AlignDevicesHook(ModelHook):
         assert self.weights_map is not None
         self.tied_pointers_to_remove = set()
         tied = self.tied_params_map
-        for name, _ in list(self._offloaded(module)):
+        for name in self._offloaded(module):
             value = self.weights_map[name]
             if tied is not None:
                 if name in self.tied_params_names and value.data_ptr() not in tied:
@@ -159,8 +168,8 @@ class AlignDevicesHook(ModelHook):
 
     def post_forward(self, module: nn.Module, output: Any) -> Any:
         if self.offload:
-            for name, _ in list(self._offloaded(module)):
-                set_module_tensor_to_device(module, name, "meta")
+            for name in self._offloaded(module):
+                set_module_tensor_to_device(module, name, "meta", clear_cache=False)
                 if type(module).__name__ == "Linear8bitLt":
                     module.state.SCB = None  # type: ignore[union-attr]
                     module.state.CxB = None  # type: ignore[union-attr]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import torch
 
 PathLike = str | os.PathLike[str]
 INDEX = "index.json"
+_OPEN_FILES = 64  # safetensors files an OffloadedWeightsLoader keeps open
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -143,14 +145,28 @@ class OffloadedWeightsLoader(Mapping[str, torch.Tensor]):
             return self._from_safetensors(key, info)
         if self.save_folder is None:
             raise KeyError(f"{key}: its index entry names no file and there is no save_folder")
-        return load_offloaded_weight(Path(self.save_folder) / f"{key}.dat", info)
+        path = Path(self.save_folder) / f"{key}.dat"
+        if path.stat().st_size == _raw_size(info):  # Hugging Face Accelerate's raw memory map
+            return _read_raw(path, info)
+        return self._handle(str(path)).get_tensor(key)  # offload_weight names it by the key
 
-    def _from_safetensors(self, key: str, info: dict[str, Any]) -> torch.Tensor:
+    def _handle(self, path: str) -> Any:
+        """An open (memory-mapped) safetensors file, kept for the next weight read from it:
+        a forward reads every offloaded weight again, and opening a file parses its header."""
         from safetensors import safe_open
 
+        handles: OrderedDict[str, Any] = self.__dict__.setdefault("_handles", OrderedDict())
+        handle = handles.pop(path, None)
+        if handle is None:
+            handle = safe_open(path, framework="pt", device="cpu")
+            while len(handles) >= _OPEN_FILES:
+                handles.popitem(last=False)
+        handles[path] = handle
+        return handle
+
+    def _from_safetensors(self, key: str, info: dict[str, Any]) -> torch.Tensor:
         device = "cpu" if self.device is None else self.device
-        with safe_open(info["safetensors_file"], framework="pt", device="cpu") as handle:
-            tensor = handle.get_tensor(info.get("weight_name", key))
+        tensor = self._handle(info["safetensors_file"]).get_tensor(info.get("weight_name", key))
         if "dtype" in info:
             tensor = tensor.to(getattr(torch, info["dtype"]))
         return tensor.to(device)
