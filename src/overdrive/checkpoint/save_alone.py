@@ -110,9 +110,12 @@ class MainSide:
         return files
 
     def tell(self, text: str) -> None:
-        """Where the checkpoint went (or ``"!" + error``), for every process waiting on it."""
+        """Where the checkpoint went (or ``"!" + error``), for every process waiting on it
+        (one that failed before deciding who joins lets nobody join)."""
         if self.active:
             assert self.store is not None
+            if not self.store.check([f"{self.key}/decision"]):
+                self.store.set(f"{self.key}/decision", json.dumps({"temp": "", "join": []}))
             self.store.set(f"{self.key}/final", text)
 
 
