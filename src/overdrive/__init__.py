@@ -41,7 +41,7 @@ _LAZY = {
     "FP8RecipeKwargs": "overdrive.precision.fp8",
     "get_logger": "overdrive.logging",
     "set_seed": "overdrive.random_state",
-    # The described system's top-level names (``from accelerate import ...``).
+    # Hugging Face Accelerate's top-level names (``from accelerate import ...``).
     "AcceleratorState": "overdrive.compat.state_views",
     "GradientState": "overdrive.compat.state_views",
     "DDPCommunicationHookType": "overdrive.compat.enums",

@@ -124,7 +124,7 @@ def project_configuration(
     settings: Settings, given: ProjectConfiguration | None
 ) -> ProjectConfiguration:
     """The project configuration with resolved values (logging_dir defaults to project_dir,
-    as in the described system: a run ``exp`` under ``project_dir='runs'`` logs to
+    as in Hugging Face Accelerate: a run ``exp`` under ``project_dir='runs'`` logs to
     ``runs/exp``)."""
     project_dir = settings["project_dir"]
     logging_dir = settings["logging_dir"]

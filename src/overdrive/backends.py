@@ -11,7 +11,7 @@ from overdrive.errors import ConfigError
 
 _NOT_BUILT = {
     "XLA": "XLA (TPU)",
-    # Other vendors' accelerators the described system names (overdrive runs CPU and CUDA).
+    # Other vendors' accelerators Hugging Face Accelerate names (overdrive runs CPU and CUDA).
     "MULTI_NPU": "Ascend NPUs",
     "MULTI_MLU": "Cambricon MLUs",
     "MULTI_SDAA": "SDAA accelerators",

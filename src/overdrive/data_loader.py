@@ -1,6 +1,6 @@
-"""The described system's ``accelerate.data_loader`` names, under overdrive.
+"""Hugging Face Accelerate's ``accelerate.data_loader`` names, under overdrive.
 
-``prepare_data_loader`` here takes the described system's positional form
+``prepare_data_loader`` here takes Hugging Face Accelerate's positional form
 ``(dataloader, device, num_processes, process_index, split_batches, put_on_device, ...)``
 and shards for the processes that run (an Accelerator's, else one made from the
 environment). ``DataLoaderShard``, ``DataLoaderDispatcher``, ``SkipDataLoader``,
@@ -66,7 +66,7 @@ def prepare_data_loader(
     use_stateful_dataloader: bool = False,
     torch_device_mesh: Any = None,
 ) -> PreparedDataLoader:
-    """Shard ``dataloader`` across the running processes (the described system's form).
+    """Shard ``dataloader`` across the running processes (Hugging Face Accelerate's form).
 
     ``num_processes`` / ``process_index`` must describe the processes that run (they are
     taken from the process state when None). Prepared loaders are always resumable

@@ -165,7 +165,7 @@ class SchedulerKwargs(KwargsHandler):
     """How a prepared LR scheduler advances per optimizer step.
 
     By default it advances ``num_processes`` times per optimizer step unless batches are
-    split, as the described system does: schedules sized from the unprepared dataloader
+    split, as Hugging Face Accelerate does: schedules sized from the unprepared dataloader
     (as its examples do) then end when training ends. ``once_per_optimizer_step=True``
     advances it exactly once per optimizer step, so a schedule sized in optimizer steps
     lasts that many steps whatever the number of processes.

@@ -1,5 +1,5 @@
 """``LocalSGD``: each process trains on its own for ``local_sgd_steps`` optimizer steps, then
-all processes average their parameters (the described system's ``accelerate.local_sgd``).
+all processes average their parameters (Hugging Face Accelerate's ``accelerate.local_sgd``).
 
     with LocalSGD(accelerator, model, local_sgd_steps=8) as local_sgd:
         for batch in loader:

@@ -27,7 +27,7 @@ class MultiProcessAdapter(logging.LoggerAdapter[logging.Logger]):
         main_only = kwargs.pop("main_process_only", True)
         in_order = kwargs.pop("in_order", False)
         local = kwargs.pop("local", False)
-        # As in the described system a stacklevel counts from this method (default 2: its
+        # As in Hugging Face Accelerate a stacklevel counts from this method (default 2: its
         # caller, logging's own frames skipped); +1 for _emit, the frame that calls logging.
         kwargs["stacklevel"] = kwargs.get("stacklevel", 2) + 1
         if not self.isEnabledFor(level):

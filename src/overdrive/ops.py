@@ -23,7 +23,7 @@ class CollectiveMismatchError(OverdriveError):
     """Processes called one collective with data of different shapes or structure."""
 
 
-# The described system's name for the same error (its scripts catch it by that name).
+# Hugging Face Accelerate's name for the same error (its scripts catch it by that name).
 DistributedOperationException = CollectiveMismatchError
 
 _debug_default = False

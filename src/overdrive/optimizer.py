@@ -234,7 +234,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
 
     @property
     def _is_overflow(self) -> bool:
-        """The described system's name for ``step_was_skipped`` (its tests set it)."""
+        """Hugging Face Accelerate's name for ``step_was_skipped`` (its tests set it)."""
         return self.step_was_skipped
 
     @_is_overflow.setter

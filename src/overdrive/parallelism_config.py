@@ -1,4 +1,4 @@
-"""``accelerate.parallelism_config``: where the described system keeps ``ParallelismConfig``."""
+"""``accelerate.parallelism_config``: where Hugging Face Accelerate keeps ``ParallelismConfig``."""
 
 from overdrive.plugins import ParallelismConfig
 

@@ -199,7 +199,7 @@ class FullyShardedDataParallelPlugin(Plugin):
             self.state_dict_type = kind
 
     def set_auto_wrap_policy(self, model: Any) -> None:
-        """Fill what the wrap policy needs from ``model``, as the described system does:
+        """Fill what the wrap policy needs from ``model``, as Hugging Face Accelerate does:
         TRANSFORMER_BASED_WRAP without layer classes takes the model's ``_no_split_modules``;
         a named layer class the model does not contain is an error."""
         from overdrive.errors import ConfigError
@@ -257,7 +257,7 @@ class DataLoaderConfiguration(Plugin):
     data_seed: int | None = None
     non_blocking: bool | None = None
     # Prepared loaders always have state_dict()/load_state_dict() (exact resume), so the
-    # described system's switch for torchdata's StatefulDataLoader is accepted as is.
+    # Hugging Face Accelerate's switch for torchdata's StatefulDataLoader is accepted as is.
     use_stateful_dataloader: bool = False
 
     KEYS = {
@@ -291,11 +291,11 @@ class ProjectConfiguration(Plugin):
 
 @dataclass
 class ParallelismConfig(Plugin):
-    """Sizes of the parallel layout's dimensions (the described system's ``ParallelismConfig``).
+    """Sizes of the parallel layout's dimensions (Hugging Face Accelerate's ``ParallelismConfig``).
 
     ``dp_replicate_size`` x ``dp_shard_size`` processes form the data-parallel layout (HSDP
     with FSDP); ``tp_size`` processes form one tensor-parallel group (docs/parallelism.md);
-    ``pp_size`` (overdrive's, not the described system's) splits the model into that many
+    ``pp_size`` (overdrive's, not Hugging Face Accelerate's) splits the model into that many
     pipeline stages, each tensor-parallel and sharded (FSDP2) or replicated over the rest.
     ``tp_plan`` (code only) maps module-name patterns (``fnmatch``, ``*`` for any part) to
     ``"colwise"``, ``"rowwise"``, ``"colwise_rep"`` or ``"rowwise_rep"``; without it a
@@ -341,7 +341,7 @@ class ParallelismConfig(Plugin):
     def __post_init__(self) -> None:
         import os
 
-        # Sizes not given read the described system's PARALLELISM_CONFIG_* variables.
+        # Sizes not given read Hugging Face Accelerate's PARALLELISM_CONFIG_* variables.
         for name in ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "sp_size"):
             value = os.environ.get(f"PARALLELISM_CONFIG_{name.upper()}")
             if getattr(self, name) is None and value is not None:
@@ -373,7 +373,7 @@ class ParallelismConfig(Plugin):
                 )
         return super().to_settings()
 
-    # --- the device mesh, named as the described system names it -------------------------
+    # --- the device mesh, named as Hugging Face Accelerate names it -------------------------
     def _sizes(self) -> dict[str, int]:
         return {
             "pp": self.pp_size or 1,
@@ -419,7 +419,7 @@ class ParallelismConfig(Plugin):
 
     def build_device_mesh(self, device_type: str) -> Any:
         """The device mesh of this layout, with the flattened ``dp``, ``dp_shard_cp`` and
-        ``dp_cp`` dimensions the described system adds; needs a process group."""
+        ``dp_cp`` dimensions Hugging Face Accelerate adds; needs a process group."""
         from torch.distributed import device_mesh
 
         names, shape = self._get_mesh()

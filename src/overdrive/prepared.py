@@ -3,7 +3,7 @@
 ``Prepared`` lists the prepared objects in preparation order (what a checkpoint's parts are
 numbered by); ``PreparedRegistry`` gives the Accelerator that view, which checkpoint code
 reads (``checkpoint/host.py``) instead of the Accelerator's own fields. ``mark_prepared``
-sets the ``_is_accelerate_prepared`` mark the described system puts on what ``prepare``
+sets the ``_is_accelerate_prepared`` mark Hugging Face Accelerate puts on what ``prepare``
 returns.
 """
 

@@ -35,8 +35,8 @@ class AcceleratedScheduler:
     ``steps_per_advance`` times per optimizer step that really ran: not on micro-batches
     inside an accumulation window, not when fp16 loss scaling skipped the step, and never
     for the same optimizer step twice. Before any optimizer step was tried, ``step()``
-    advances by itself, as the described system's does. The Accelerator sets ``steps_per_advance`` to the
-    number of processes unless batches are split, as the described system does (a schedule
+    advances by itself, as Hugging Face Accelerate's does. The Accelerator sets ``steps_per_advance`` to the
+    number of processes unless batches are split, as Hugging Face Accelerate does (a schedule
     sized from the unprepared loader then ends when training ends), or to 1 with
     ``SchedulerKwargs(once_per_optimizer_step=True)``. A schedule with ``total_steps``
     (OneCycleLR) is never advanced past it. With ``step_with_optimizer=False`` every
@@ -87,7 +87,7 @@ class AcceleratedScheduler:
 
     def _drives_alone(self) -> bool:
         """True when no optimizer step was ever tried, the window is closed and no optimizer
-        reports a skipped step: then, as in the described system, ``step()`` advances the
+        reports a skipped step: then, as in Hugging Face Accelerate, ``step()`` advances the
         schedule by itself (a loop that schedules before it steps)."""
         return all(
             opt.steps_tried == 0 and not opt.step_was_skipped and opt._gradient_state.sync_gradients

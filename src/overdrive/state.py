@@ -77,7 +77,7 @@ class PartialState:
     ``settings`` defaults to ``overdrive.config.load_settings()``; ``environ`` (default
     ``os.environ``) is only read to learn how the process was launched.
 
-    ``PartialState._shared_state`` answers the described system's question "has a state
+    ``PartialState._shared_state`` answers Hugging Face Accelerate's question "has a state
     been configured in this process?": empty until a ``PartialState`` is made and again after
     ``_reset_state()``, else the latest one's device, backend and world (a record, not shared
     state: each object keeps its own).
@@ -313,7 +313,7 @@ class PartialState:
 
     @distributed_type.setter
     def distributed_type(self, value: DistributedType | str) -> None:
-        # The described system's tests flip it to test warnings; the backend stays as built.
+        # Hugging Face Accelerate's tests flip it to test warnings; the backend stays as built.
         chosen = DistributedType(str(getattr(value, "value", value)))
         if chosen != self._distributed_type:
             warnings.warn(
@@ -441,7 +441,7 @@ class PartialState:
 
     @staticmethod
     def _reset_state(reset_partial_state: bool = False) -> None:
-        """The described system's test helper: views forget the current Accelerator, and
+        """Hugging Face Accelerate's test helper: views forget the current Accelerator, and
         ``_shared_state`` says no state is configured."""
         from overdrive.compat.state_views import reset_state
 
@@ -457,7 +457,7 @@ class PartialState:
 
 
 def __getattr__(name: str) -> Any:
-    # The described system's state classes, as views (``from overdrive.state import ...``).
+    # Hugging Face Accelerate's state classes, as views (``from overdrive.state import ...``).
     if name in ("AcceleratorState", "GradientState"):
         from overdrive.compat import state_views
 
@@ -516,7 +516,7 @@ def _split_one(seq: Any, world: int, rank: int, pad: bool) -> Any:
     if n == 0 or len(part) >= want:
         return part
     missing = want - len(part)
-    # Like the described system: repeat this share's own last item (the input's, if empty).
+    # Like Hugging Face Accelerate: repeat this share's own last item (the input's, if empty).
     last = part if len(part) else seq
     if isinstance(seq, torch.Tensor):
         return torch.cat([part, last[-1:].expand(missing, *seq.shape[1:])])

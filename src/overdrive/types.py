@@ -8,7 +8,7 @@ from enum import Enum
 class DistributedType(str, Enum):
     """Which backend runs the training (seed 000, table 1).
 
-    Every member the described system has exists; asking for one that this version cannot
+    Every member Hugging Face Accelerate has exists; asking for one that this version cannot
     run (the other vendors' accelerators, XLA, ...) is refused before any process starts,
     naming the setting (``overdrive.backends.check_available``).
     """

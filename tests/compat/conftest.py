@@ -1,4 +1,4 @@
-"""The conformance suite runs only under `make compat` (it needs the described system's
+"""The conformance suite runs only under `make compat` (it needs Hugging Face Accelerate's
 package in a test-only folder and takes minutes); `make test` skips collecting it."""
 
 import os

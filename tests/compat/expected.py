@@ -1,11 +1,11 @@
 """What the conformance suite expects, per ported script and test call.
 
-``DESCRIBED`` is the described system's own result on a CPU host (accelerate 1.15.0, 2
+``DESCRIBED`` is Hugging Face Accelerate's own result on a CPU host (accelerate 1.15.0, 2
 processes under torchrun with ACCELERATE_USE_CPU=1; test_notebook under plain python with
 ACCELERATE_NUM_PROCESSES=2), recorded with ``harness.py --launcher torchrun``.
 ``INTENTIONAL`` lists the calls that fail under overdrive on purpose, with the reason
 (docs/migrating.md repeats them). ``CANNOT_RUN`` lists scripts that cannot run on this host
-at all. Every other call the described system passes must pass under overdrive.
+at all. Every other call Hugging Face Accelerate passes must pass under overdrive.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ NOT_YET: dict[tuple[str, str], str] = {}
 
 
 # The same scripts under plain `python` (one process, no launcher), as a user runs them while
-# porting: the described system's calls and outcomes (recorded with harness.py --launcher
+# porting: Hugging Face Accelerate's calls and outcomes (recorded with harness.py --launcher
 # python --nprocs 1). test_notebook is left out: it always runs under plain python above.
 DESCRIBED_PYTHON = {
     "test_ops.py": _passing(

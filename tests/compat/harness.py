@@ -1,4 +1,4 @@
-"""Run a test script of the described system to the end, one outcome per test call.
+"""Run a test script of Hugging Face Accelerate to the end, one outcome per test call.
 
 ``run_script`` starts ``runner.py`` on every rank with the chosen launcher, reads the
 outcomes, and starts it again past a call that hung or killed a rank, until ``main()``

@@ -1,4 +1,4 @@
-"""Port the described system's own test scripts to overdrive by renaming imports only.
+"""Port Hugging Face Accelerate's own test scripts to overdrive by renaming imports only.
 
 The scripts ship inside the ``accelerate`` package (``accelerate/test_utils/scripts``). This
 module finds them in a given site directory (``make compat`` installs the pinned version

@@ -1,4 +1,4 @@
-"""The described system's own test scripts, ported by renaming imports, pass under overdrive.
+"""Hugging Face Accelerate's own test scripts, ported by renaming imports, pass under overdrive.
 
 Runs only under ``make compat`` (see conftest.py). For each script: port it (port.py), run
 every test call on 2 processes (harness.py), and require that each call the described

@@ -1,6 +1,6 @@
-"""Seed 001's example loop, run by the described system and, ported by renaming imports,
+"""Seed 001's example loop, run by Hugging Face Accelerate and, ported by renaming imports,
 by overdrive, each on 2 CPU processes: the same batches, losses, learning rates and final
-weights (loops/seed001_loop.py). The described system forms a gloo group on a CPU host only
+weights (loops/seed001_loop.py). Hugging Face Accelerate forms a gloo group on a CPU host only
 under torchrun with ACCELERATE_USE_CPU=1, so that is how it runs here."""
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def test_same_loss_and_learning_rate_trace_as_the_described_system(
 def test_accelerator_split_batches_argument_is_honoured_on_purpose(
     ported: Path, tmp_path: Path
 ) -> None:
-    # The seed passes Accelerator(split_batches=True). The described system (1.x) accepts the
+    # The seed passes Accelerator(split_batches=True). Hugging Face Accelerate (1.x) accepts the
     # argument and ignores it; overdrive splits the batches (docs/migrating.md).
     theirs = _run("torchrun", LOOP, tmp_path / "described", "seed")
     ours = _run("overdrive", ported, tmp_path / "overdrive", "seed")

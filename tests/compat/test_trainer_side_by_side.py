@@ -1,6 +1,6 @@
-"""transformers' Trainer on the described system and on overdrive, the same unmodified script
+"""transformers' Trainer on Hugging Face Accelerate and on overdrive, the same unmodified script
 (tests/distributed/scripts/trainer_case.py) both ways: 1 process, and 2-process DDP on CPU
-(the described system under torchrun with ACCELERATE_USE_CPU=1, the only way it forms a gloo
+(Hugging Face Accelerate under torchrun with ACCELERATE_USE_CPU=1, the only way it forms a gloo
 group on a CPU host; overdrive under ``overdrive launch``, its package answering to
 ``import accelerate``). The loss traces and final weights must be the same."""
 
@@ -31,7 +31,7 @@ def _run(engine: str, nprocs: int, tmp: Path) -> dict[str, Any]:
         start = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nprocs)]
         start += ["--master_port", str(free_port())]
     else:
-        # Without the described system's folder on the path: the alias answers instead.
+        # Without Hugging Face Accelerate's folder on the path: the alias answers instead.
         env = environment("overdrive", None, call_timeout=300)
         start = [sys.executable, "-m", "overdrive", "launch", "--cpu"]
         start += ["--num_processes", str(nprocs), "--main_process_port", str(free_port())]

@@ -46,7 +46,7 @@ def _train(tmp_path: Path, config: Path, name: str, *extra: str) -> dict:
     assert row["steps"] == 6  # 2 epochs x windows of 2, 2 and 1 micro-batches
     assert row["lr"] == row["ref_lr"]
     if not extra:
-        # StepLR(2) advanced once per process per optimizer step (the described system's
+        # StepLR(2) advanced once per process per optimizer step (Hugging Face Accelerate's
         # default): 6 steps x 2 processes = 12 advances, 6 halvings
         assert row["lr"] == 1e-2 * 0.5**6
     assert row["max_diff"] < 1e-5 and row["saved_diff"] == 0.0 and row["norm_diff"] < 2e-5

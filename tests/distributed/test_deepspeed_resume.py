@@ -79,7 +79,7 @@ def test_one_process_resumes_a_checkpoint_two_processes_saved(full: Path) -> Non
     assert row["model_equal"] and row["masters_equal"] and row["state_equal"], row
     assert row["steps"] == [3.0]  # three optimizer steps in epoch 0 (windows 2, 2, 1)
     # StepLR(step_size=2) after 3 optimizer steps of 2 processes: 6 advances (once per
-    # process per step, the described system's default), restored as saved
+    # process per step, Hugging Face Accelerate's default), restored as saved
     assert row["lr"] == 1e-2 * 0.5**3
 
 
@@ -150,7 +150,7 @@ def test_save_state_with_two_parameter_groups_saves_the_second_groups_state(
     """ZeRO 1/2 link parameters to their optimizer state after the first group's first step,
     so the second group's (the biases without weight decay) must be linked again to be read:
     save_state failed with "exp_avg not found in optimizer state fragment" (issue 20, the
-    described system's deepspeed_with_config_support example)."""
+    Hugging Face Accelerate's deepspeed_with_config_support example)."""
     result = run_launch(
         "ds_param_groups.py",
         env=DS_ENV,

@@ -76,7 +76,7 @@ def test_merge_weights_writes_the_full_model(tmp_path: Path) -> None:
     at_save = torch.load(tmp_path / "at_save.pt")
     merged = load_file(out / "model.safetensors")  # plain safetensors, no overdrive needed
     assert _max_diff(merged, at_save) == 0.0
-    # The described system's spelling: save_fsdp_model's folder, merge_fsdp_weights, and its
+    # Hugging Face Accelerate's spelling: save_fsdp_model's folder, merge_fsdp_weights, and its
     # command's --unsafe_serialization (a .bin that torch.load reads without unpickling code).
     folder = tmp_path / "fsdp_files" / "pytorch_model_fsdp_0"
     assert sorted(p.name for p in folder.iterdir()) == [

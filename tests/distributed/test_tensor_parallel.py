@@ -323,7 +323,7 @@ def test_hsdp_times_tp2_on_eight_processes_trains_as_one_process() -> None:
     row = _run(8, "--tp", "2", "--hybrid", "2", "--batch", "1", "--global_batch", "4")
     assert row["type"] == "FSDP" and row["fsdp_applied"]
     assert row["mesh"] == {"dp_replicate": 2, "dp_shard": 2, "tp": 2}
-    # data_parallel_rank is the replica (as in the described system); the shard within it
+    # data_parallel_rank is the replica (as in Hugging Face Accelerate); the shard within it
     # and tp are inner dimensions
     assert [dp for _, dp in row["coordinates"]] == [0, 0, 0, 0, 1, 1, 1, 1]
     assert [tp for tp, _ in row["coordinates"]] == [0, 1] * 4

@@ -145,7 +145,7 @@ def test_fsdp2_trains_like_ddp_and_the_config_files_bf16_reaches_trainer(tmp_pat
     assert relative(fsdp["weights"], ddp["weights"]) < 1e-6
     assert max(abs(a - b) for a, b in zip(fsdp["losses"], ddp["losses"], strict=True)) < 1e-5
     # The file's bf16 (exported as ACCELERATE_MIXED_PRECISION, which TrainingArguments reads)
-    # changes the numbers: the run really is bf16, as under the described system.
+    # changes the numbers: the run really is bf16, as under Hugging Face Accelerate.
     bf16 = train(tmp_path, "bf16", {"batch": 2}, nprocs=2, config=FSDP2_CONFIG)
     gaps = [abs(a - b) for a, b in zip(bf16["losses"], fsdp["losses"], strict=True)]
     assert 0 < max(gaps) < 5e-3

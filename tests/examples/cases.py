@@ -1,4 +1,4 @@
-"""Which of the described system's examples run side by side, with which flags.
+"""Which of Hugging Face Accelerate's examples run side by side, with which flags.
 
 A case is one example with one set of its own flags (and launch flags, for a backend). A
 resume case runs twice: the first run saves a checkpoint each epoch into its own folder, the

@@ -1,4 +1,4 @@
-"""The side-by-side example runs need the described system in a test-only folder and its
+"""The side-by-side example runs need Hugging Face Accelerate in a test-only folder and its
 examples fetched from GitHub, and take minutes: pytest collects them only under
 `make examples` (OVERDRIVE_EXAMPLES=1). The fast unit tests of the helpers always run."""
 

@@ -1,4 +1,4 @@
-"""The described system's examples (its repository's ``examples/``), in an ignored cache.
+"""Hugging Face Accelerate's examples (its repository's ``examples/``), in an ignored cache.
 
 They are not in its distributions on PyPI, so they come from its repository by a sparse,
 blob-less clone at ``COMMIT`` into ``.examples/src`` (only ``examples/`` checked out);

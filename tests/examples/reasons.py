@@ -8,7 +8,7 @@ from __future__ import annotations
 
 FSDP = "fsdp_with_peak_mem_tracking --model_name_or_path bert-base-cased --output_dir OUT"
 RESUME = (
-    "the described system's resumed run replays epoch 0's batch order in epoch 1: on more than "
+    "Hugging Face Accelerate's resumed run replays epoch 0's batch order in epoch 1: on more than "
     "one process its prepared loader shuffles with a torch.Generator seeded at prepare, and "
     "its checkpoint does not hold that generator, so after load_state the generator starts "
     "over (shown with a 16-sample loader: resumed epoch 1 = uninterrupted epoch 0); "
@@ -24,7 +24,7 @@ DEEPSPEED = (
 
 REASONS: dict[tuple[str, int | None], str] = {
     (DEEPSPEED, 2): (
-        "the described system's DeepSpeed on 2 CPU processes: each process reports "
+        "Hugging Face Accelerate's DeepSpeed on 2 CPU processes: each process reports "
         "num_processes 1, process index 0 (its state forms no group for DeepSpeed without an "
         "accelerator device; with ACCELERATE_USE_CPU=1 it would train plain MULTI_CPU without "
         "DeepSpeed instead), so it writes train_batch_size 4 into the DeepSpeed config where "
@@ -32,7 +32,7 @@ REASONS: dict[tuple[str, int | None], str] = {
         "trains it under ZeRO-2 (on 1 process both use DeepSpeed and agree bitwise)"
     ),
     ("nlp_example --mixed_precision fp16", None): (
-        "on purpose: on a CPU the described system turns fp16 off without a word (native AMP "
+        "on purpose: on a CPU Hugging Face Accelerate turns fp16 off without a word (native AMP "
         "for fp16 only off the CPU) and trains in fp32; overdrive does what was asked, "
         "float16 autocast with a GradScaler on the CPU (the example pads batches to a multiple "
         "of 8 under any mixed precision, so neither run is the fp32 row's)"
@@ -40,7 +40,7 @@ REASONS: dict[tuple[str, int | None], str] = {
     ("complete_nlp_example resume from epoch_0", 2): RESUME,
     ("checkpointing resume from epoch_0", 2): RESUME,
     (FSDP, None): (
-        "not runnable on a CPU host: the described system's FSDP needs an accelerator "
+        "not runnable on a CPU host: Hugging Face Accelerate's FSDP needs an accelerator "
         "(RuntimeError: no available devices found); overdrive trains its first epoch under "
         "FSDP on CPU processes, then the example's own TorchTracemalloc fails: it reads "
         "GPU memory counters only and sets no end value on a CPU"

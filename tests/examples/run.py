@@ -1,11 +1,11 @@
-"""Run the described system's examples under it and, renamed, under overdrive; compare weights.
+"""Run Hugging Face Accelerate's examples under it and, renamed, under overdrive; compare weights.
 
     python -m tests.examples.run [--examples nlp_example,checkpointing] [--processes 1,2]
                                  [--write-docs]
 
 Fetches its examples (``fetch.py``), ports them with the mechanical rename of the
 conformance suite (``tests/conformance/rename.py``) into ``.examples/ported``, and runs every
-case of ``cases.py`` on each process count twice: the original under the described system
+case of ``cases.py`` on each process count twice: the original under Hugging Face Accelerate
 (its ``accelerate launch``, its package from ``.compat/site``), the ported copy under
 ``overdrive launch --cpu``. Both get the adaptation layer (``adapt/``) first on their path, so
 the examples build a tiny BERT (or GPT-2) and generated data instead of downloading, and every
@@ -72,7 +72,7 @@ def environment(engine: str, out: Path, backend: bool = False) -> dict[str, str]
 
 
 def command(engine: str, processes: int, case: Case, script: Path, args: list[str]) -> list[str]:
-    """The launch command line: ``overdrive launch --cpu``; for the described system, its
+    """The launch command line: ``overdrive launch --cpu``; for Hugging Face Accelerate, its
     ``launch`` with ``--cpu`` on one process and torchrun's path (``--multi_gpu``) on more,
     as its ``--cpu`` alone starts one process whatever ``--num_processes`` says."""
     count = ["--num_processes", str(processes), "--main_process_port", str(free_port())]
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not (SITE / "accelerate").is_dir():
         raise SystemExit(
-            f"error: the described system is not installed in {SITE}\n"
+            f"error: Hugging Face Accelerate is not installed in {SITE}\n"
             "  fix: run `make examples` (it installs it there)"
         )
     port_tree(fetch() / "examples", CACHE / "ported" / "examples")
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
             results_path.write_text(json.dumps(results, indent=1, sort_keys=True))
             same = row.get("max_abs_diff", "-")
             print(
-                f"{case.name} on {processes}: described system "
+                f"{case.name} on {processes}: Hugging Face Accelerate "
                 f"{'ran' if row['accelerate']['ok'] else 'failed'}, overdrive "
                 f"{'ran' if row['overdrive']['ok'] else 'failed'}, max abs diff {same}",
                 flush=True,

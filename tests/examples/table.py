@@ -35,7 +35,7 @@ def _reason(row: dict[str, Any]) -> str:
     text = reason_for(row["name"], row["processes"])
     resumed = [
         f"{label} resumed run vs its uninterrupted one: {_diff(row[e])}"
-        for e, label in (("accelerate", "described system's"), ("overdrive", "overdrive's"))
+        for e, label in (("accelerate", "Hugging Face Accelerate's"), ("overdrive", "overdrive's"))
         if "resumed_vs_uninterrupted" in row[e]
     ]
     if not text and _differs(row):
@@ -54,7 +54,7 @@ def _diff(run: dict[str, Any]) -> str:
 def table(results: dict[str, dict[str, Any]]) -> str:
     """One row per example, flags and process count; the totals last."""
     lines = [
-        "| example | flags | processes | runs under the described system | runs under overdrive"
+        "| example | flags | processes | runs under Hugging Face Accelerate | runs under overdrive"
         " | same weights (max abs diff) | reason |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]

@@ -95,7 +95,7 @@ def test_table_reports_each_engines_resume_against_its_uninterrupted_run() -> No
     row["accelerate"] = {"ok": True, "resumed_vs_uninterrupted": 0.01}
     row["overdrive"] = {"ok": True, "resumed_vs_uninterrupted": 0.0}
     line = table({"r": row}).splitlines()[2]
-    assert "described system's resumed run vs its uninterrupted one: 1.0e-02" in line
+    assert "Hugging Face Accelerate's resumed run vs its uninterrupted one: 1.0e-02" in line
     assert "overdrive's resumed run vs its uninterrupted one: equal" in line
 
 

@@ -1,4 +1,4 @@
-"""A few of the described system's examples, run under it and (renamed) under overdrive on 2
+"""A few of Hugging Face Accelerate's examples, run under it and (renamed) under overdrive on 2
 CPU processes, train to bitwise the same weights. Collected only under `make examples`
 (OVERDRIVE_EXAMPLES=1): it needs the compat site and the fetched examples, and takes a
 minute or two."""
@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 @pytest.fixture(scope="module", autouse=True)
 def ported() -> None:
     if not (SITE / "accelerate").is_dir():
-        pytest.fail(f"the described system is not installed in {SITE}: run `make examples`")
+        pytest.fail(f"Hugging Face Accelerate is not installed in {SITE}: run `make examples`")
     port_tree(fetch() / "examples", CACHE / "ported" / "examples")
 
 

@@ -1,10 +1,10 @@
-"""Run transformers' own Trainer tests, unchanged, on the described system and on overdrive.
+"""Run transformers' own Trainer tests, unchanged, on Hugging Face Accelerate and on overdrive.
 
     python -m tests.trainer_conformance.run [--files test_trainer,...] [-k EXPR]
         [--timeout S] [--write-docs]
 
 Each chosen file of ``.trainer-conformance/src/tests/trainer`` (``fetch.py`` puts it there)
-runs under pytest twice, on CPU: once with the described system (accelerate, from the
+runs under pytest twice, on CPU: once with Hugging Face Accelerate (accelerate, from the
 test-only ``.compat/site``) on the path, once under ``python -m overdrive.run -m pytest``,
 where ``import accelerate`` gives overdrive and no real accelerate is on the path. Every
 test's outcome goes to ``.trainer-conformance/results.json`` (a file run again replaces its
@@ -32,7 +32,7 @@ from tests.trainer_conformance.table import passing, write_table
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".trainer-conformance"
-# the described system, test-only (`make trainer` installs it; OVERDRIVE_COMPAT_SITE may point elsewhere)
+# Hugging Face Accelerate, test-only (`make trainer` installs it; OVERDRIVE_COMPAT_SITE may point elsewhere)
 SITE = Path(os.environ.get("OVERDRIVE_COMPAT_SITE", REPO / ".compat" / "site")).resolve()
 DEPS = CACHE / "deps"  # their test dependencies overdrive does not need (datasets, ...)
 PLUGIN = Path(__file__).resolve().parent / "plugin"
@@ -155,7 +155,7 @@ def run(names: list[str], timeout: float, selection: str | None) -> dict[str, An
         results[name] = entry
         theirs, ours = passing(entry["accelerate"]), passing(entry["overdrive"])
         print(
-            f"{name}: {len(theirs)} pass under the described system, {len(theirs & ours)} of "
+            f"{name}: {len(theirs)} pass under Hugging Face Accelerate, {len(theirs & ours)} of "
             f"them under overdrive ({len(ours - theirs)} under overdrive only)",
             flush=True,
         )
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not (SITE / "accelerate").is_dir():
         raise SystemExit(
-            f"error: the described system is not installed in {SITE}\n"
+            f"error: Hugging Face Accelerate is not installed in {SITE}\n"
             "  fix: run `make trainer` (it installs it there)"
         )
     if not is_fetched(CACHE):

@@ -25,7 +25,7 @@ def passing(outcomes: dict[str, str]) -> set[str]:
 
 def regressions(results: Results) -> list[tuple[str, str, str]]:
     """(file, test, overdrive's outcome and message) for every test that passes under the
-    described system and not under overdrive."""
+    Hugging Face Accelerate and not under overdrive."""
     found = []
     for name in sorted(results):
         theirs, ours = results[name]["accelerate"], results[name]["overdrive"]
@@ -60,7 +60,7 @@ def table(results: Results) -> str:
     """One row per file, the total, then each test overdrive does not pass that the described
     system does, with overdrive's outcome and first message."""
     lines = [
-        "| file | tests | pass under the described system | of those, pass under overdrive "
+        "| file | tests | pass under Hugging Face Accelerate | of those, pass under overdrive "
         "| pass under overdrive only | fail under both | skipped | hung |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
@@ -73,7 +73,7 @@ def table(results: Results) -> str:
     lines.append(f"| **all** | | **{total_theirs}** | **{total_both}** ({share}) | | | | |")
     found = regressions(results)
     if found:
-        lines += ["", "Pass under the described system, not under overdrive:", ""]
+        lines += ["", "Pass under Hugging Face Accelerate, not under overdrive:", ""]
         lines += [f"- `{name}.py::{test}`: {why}" for name, test, why in found]
     return "\n".join(lines)
 

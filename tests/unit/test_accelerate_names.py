@@ -1,4 +1,4 @@
-"""Names the described system's own unit tests import, with their behaviour."""
+"""Names Hugging Face Accelerate's own unit tests import, with their behaviour."""
 
 from __future__ import annotations
 

@@ -62,7 +62,7 @@ def test_code_arguments_become_settings_with_their_source(tmp_path: os.PathLike[
     )
     pc = acc.project_configuration
     assert pc.project_dir == str(tmp_path)
-    assert pc.logging_dir == str(tmp_path)  # the described system: logging_dir is project_dir
+    assert pc.logging_dir == str(tmp_path)  # Hugging Face Accelerate: logging_dir is project_dir
     assert pc.total_limit == 2
 
 

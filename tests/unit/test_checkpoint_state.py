@@ -167,7 +167,7 @@ class _Payload:
 def test_crafted_pickle_is_never_executed(saved: dict, tmp_path: Path) -> None:
     marker = tmp_path / "code_ran"
     evil = pickle.dumps(_Payload(marker))
-    # 1. A checkpoint in the described system's pickle layout.
+    # 1. A checkpoint in Hugging Face Accelerate's pickle layout.
     legacy = tmp_path / "legacy"
     legacy.mkdir()
     for name in ("pytorch_model.bin", "optimizer.bin", "random_states_0.pkl"):

@@ -1,4 +1,4 @@
-"""The described system's Accelerator methods and properties on one process (issue 12, part 2)."""
+"""Hugging Face Accelerate's Accelerator methods and properties on one process (issue 12, part 2)."""
 
 from __future__ import annotations
 
@@ -166,7 +166,7 @@ def test_gradient_state_knows_the_active_dataloader() -> None:
 
 
 def test_plugin_kwargs_hold_what_differs_from_the_plugin_defaults() -> None:
-    """As the described system's ``GradientAccumulationPlugin.to_kwargs()``: ``num_steps`` always,
+    """As Hugging Face Accelerate's ``GradientAccumulationPlugin.to_kwargs()``: ``num_steps`` always,
     ``sync_each_batch`` only when asked for (transformers' tests/trainer/
     test_trainer_accelerator.py::test_accelerator_config_empty)."""
     assert Accelerator(cpu=True).gradient_state.plugin_kwargs == {"num_steps": 1}

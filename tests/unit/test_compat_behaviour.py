@@ -1,4 +1,4 @@
-"""Behaviour the described system's users rely on (issue 20's bugs)."""
+"""Behaviour Hugging Face Accelerate's users rely on (issue 20's bugs)."""
 
 from __future__ import annotations
 

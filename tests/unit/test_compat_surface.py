@@ -1,4 +1,4 @@
-"""The described system's public names under overdrive's (issue 12, part 1)."""
+"""Hugging Face Accelerate's public names under overdrive's (issue 12, part 1)."""
 
 from __future__ import annotations
 

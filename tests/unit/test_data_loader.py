@@ -131,7 +131,7 @@ def test_no_batching_is_refused_with_a_fix() -> None:
 
 
 def test_sampler_is_the_loaders_own_without_a_seedable_one() -> None:
-    """As a plain DataLoader (and the described system's prepared one): an iterable dataset's
+    """As a plain DataLoader (and Hugging Face Accelerate's prepared one): an iterable dataset's
     loader has torch's ``_InfiniteConstantSampler``; a seedable sampler, when prepare made one,
     is the loader's sampler (transformers' tests/trainer/test_trainer_data.py::
     TrainerDynamicShapesAndIterableTest::test_training_iterable_dataset)."""

@@ -314,7 +314,7 @@ def test_a_config_dict_in_code_is_checked_when_the_accelerator_is_made() -> None
     from overdrive.plugins import DeepSpeedPlugin
     from overdrive.utils import DummyOptim as PublicDummyOptim
 
-    assert PublicDummyOptim is DummyOptim  # where the described system's users import it
+    assert PublicDummyOptim is DummyOptim  # where Hugging Face Accelerate's users import it
     plugin = DeepSpeedPlugin(zero_stage=2, hf_ds_config={"zero_optimization": {"stage": 3}})
     try:
         with pytest.raises(ConfigError) as info:

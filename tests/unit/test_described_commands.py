@@ -1,4 +1,4 @@
-"""The described system's ``accelerate.commands.*`` and ``accelerate.utils.launch`` functions,
+"""Hugging Face Accelerate's ``accelerate.commands.*`` and ``accelerate.utils.launch`` functions,
 answered by overdrive's own launch path and config files."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The described system's variables the launcher exports beside its own handover."""
+"""Hugging Face Accelerate's variables the launcher exports beside its own handover."""
 
 from __future__ import annotations
 

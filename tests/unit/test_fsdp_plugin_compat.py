@@ -1,4 +1,4 @@
-"""FullyShardedDataParallelPlugin as the described system's scripts use it: torch enum
+"""FullyShardedDataParallelPlugin as Hugging Face Accelerate's scripts use it: torch enum
 values and ``set_auto_wrap_policy(model)``."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A resume by hand, as the described system's by_feature/checkpointing.py does it:
+"""A resume by hand, as Hugging Face Accelerate's by_feature/checkpointing.py does it:
 ``load_state``, ``skip_first_batches`` for the rest of the interrupted epoch, then plain
 epochs. It must see exactly the batches of the uninterrupted run."""
 

@@ -1,5 +1,5 @@
 """``PartialState._shared_state``: whether a state was configured in this process, as the
-described system's callers (transformers' ``use_configured_state``, its tracker tests) ask."""
+Hugging Face Accelerate's callers (transformers' ``use_configured_state``, its tracker tests) ask."""
 
 from __future__ import annotations
 

@@ -105,7 +105,7 @@ def test_accelerator_schedule_count_is_one_per_step_on_one_process() -> None:
 
 
 def test_before_any_optimizer_step_the_schedule_advances_by_itself() -> None:
-    """As the described system's: a scheduler stepped before the optimizer ever was advances,
+    """As Hugging Face Accelerate's: a scheduler stepped before the optimizer ever was advances,
     unless the optimizer reports a skipped step; once optimizer steps are tried, the schedule
     follows them (a second scheduler.step() for one optimizer step does nothing)."""
     from overdrive import Accelerator
@@ -117,7 +117,7 @@ def test_before_any_optimizer_step_the_schedule_advances_by_itself() -> None:
     model, optimizer, scheduler = acc.prepare(model, optimizer, scheduler)
     scheduler.step()
     assert scheduler.get_last_lr()[0] == pytest.approx(0.9)
-    optimizer._is_overflow = True  # the described system's tests mark a skipped step so
+    optimizer._is_overflow = True  # Hugging Face Accelerate's tests mark a skipped step so
     scheduler.step()
     assert scheduler.get_last_lr()[0] == pytest.approx(0.9)
     optimizer._is_overflow = False

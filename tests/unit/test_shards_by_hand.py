@@ -1,4 +1,4 @@
-"""The described system's shard and loader classes built by hand, for a world the code
+"""Hugging Face Accelerate's shard and loader classes built by hand, for a world the code
 names: every sample reaches exactly one process per round, and the last round is completed
 from the start of the data (even_batches) or dropped (drop_last)."""
 

@@ -1,4 +1,4 @@
-"""Helpers at the described system's module paths."""
+"""Helpers at Hugging Face Accelerate's module paths."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ import importlib.metadata
 from pathlib import Path
 from typing import Any
 
-# The described system's release whose API overdrive targets (Makefile COMPAT_VERSION); transformers
+# Hugging Face Accelerate's release whose API overdrive targets (Makefile COMPAT_VERSION); transformers
 # compares against this, so it is the honest answer to "which accelerate API is here".
 COMPAT_VERSION = "1.15.0"
 

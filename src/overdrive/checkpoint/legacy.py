@@ -1,4 +1,4 @@
-"""Checkpoints written by the described system (pickle files): refused unless trusted by name.
+"""Checkpoints written by Hugging Face Accelerate (pickle files): refused unless trusted by name.
 
 Its layout: ``pytorch_model[_i].bin`` or ``model[_i].safetensors``, ``optimizer[_i].bin``,
 ``scheduler[_i].bin``, ``scaler.pt``, ``random_states_<rank>.pkl``,
@@ -28,7 +28,7 @@ def _pickles(path: Path) -> list[str]:
 
 
 def looks_legacy(path: Path) -> bool:
-    """No overdrive marker, but pickle files: a checkpoint from the described system."""
+    """No overdrive marker, but pickle files: a checkpoint from Hugging Face Accelerate."""
     return not (path / MANIFEST).exists() and bool(_pickles(path))
 
 

@@ -1,1 +1,1 @@
-"""The described system's ``accelerate.commands`` modules, for scripts that import them."""
+"""Hugging Face Accelerate's ``accelerate.commands`` modules, for scripts that import them."""

@@ -1,5 +1,5 @@
-"""The described system's ``accelerate.commands.env``: ``env_command`` prints the bug-report
-text of ``overdrive env`` and returns its main facts as a dict under the described system's
+"""Hugging Face Accelerate's ``accelerate.commands.env``: ``env_command`` prints the bug-report
+text of ``overdrive env`` and returns its main facts as a dict under Hugging Face Accelerate's
 keys (scripts that collect environment reports read them)."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def _torch_facts() -> dict[str, str]:
 
 def env_command(args: argparse.Namespace) -> dict[str, Any]:
     """Print the report; return its facts (``"`accelerate` bash location"`` is where the
-    described system's command is, "Not found" where it is not installed)."""
+    Hugging Face Accelerate's command is, "Not found" where it is not installed)."""
     import overdrive
     from overdrive.cli.env_cmd import report
 

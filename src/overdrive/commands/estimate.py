@@ -1,4 +1,4 @@
-"""The described system's ``estimate-memory`` command as functions: the size of a model's
+"""Hugging Face Accelerate's ``estimate-memory`` command as functions: the size of a model's
 largest layer and of the whole model per dtype, and Adam training memory, from a model built
 on the meta device (``overdrive estimate-memory`` gives the per-strategy, per-rank figures).
 
@@ -207,7 +207,7 @@ def gather_data(args: argparse.Namespace) -> list[list[Any]]:
 
 
 def estimate_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
-    """The ``estimate-memory`` arguments of the described system."""
+    """The ``estimate-memory`` arguments of Hugging Face Accelerate."""
     description = "Model size estimator for fitting a model into device memory."
     parser = command_parser(subparsers, "estimate-memory", description, estimate_command)
     parser.add_argument("model_name", help="a Hub repo id, or a local config.json / directory")

@@ -1,4 +1,4 @@
-"""The described system's ``accelerate.commands.launch`` as functions: ``launch_command_parser``
+"""Hugging Face Accelerate's ``accelerate.commands.launch`` as functions: ``launch_command_parser``
 (its option names, each a field of the parsed namespace), ``_validate_launch_command`` and
 ``launch_command``, which runs the launch through ``overdrive launch``'s one path (the same
 resolution, preflight and elastic agent)."""

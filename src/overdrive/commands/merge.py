@@ -1,4 +1,4 @@
-"""``merge_command_parser`` / ``merge_command``: the described system's merge-weights command
+"""``merge_command_parser`` / ``merge_command``: Hugging Face Accelerate's merge-weights command
 as functions (its test scripts call them), backed by ``overdrive.checkpoint.merge``."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The one way the described system's command modules make their parsers: under a parent's
+"""The one way Hugging Face Accelerate's command modules make their parsers: under a parent's
 subcommands when given one (the handler then set as ``func``), else standalone."""
 
 from __future__ import annotations

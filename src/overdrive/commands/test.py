@@ -1,4 +1,4 @@
-"""The described system's ``accelerate.commands.test``: ``test_command`` launches the bundled
+"""Hugging Face Accelerate's ``accelerate.commands.test``: ``test_command`` launches the bundled
 sanity check as ``overdrive test`` does (one all-reduce and one training step compared across
 ranks) with the given config file."""
 

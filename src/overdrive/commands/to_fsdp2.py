@@ -1,4 +1,4 @@
-"""The described system's ``to-fsdp2`` command: rewrite a config file's FSDP1 ``fsdp_config``
+"""Hugging Face Accelerate's ``to-fsdp2`` command: rewrite a config file's FSDP1 ``fsdp_config``
 for FSDP2 (``fsdp_version: 2``), dropping the keys FSDP2 has no use for with a warning each."""
 
 from __future__ import annotations

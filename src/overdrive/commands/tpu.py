@@ -1,4 +1,4 @@
-"""The described system's ``tpu-config`` command: run setup commands on every worker of a
+"""Hugging Face Accelerate's ``tpu-config`` command: run setup commands on every worker of a
 Cloud TPU VM pod through ``gcloud compute tpus tpu-vm ssh``. overdrive does not train on TPUs;
 this only builds (``--debug``: prints) and runs that one gcloud command."""
 

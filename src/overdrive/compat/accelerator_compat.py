@@ -1,4 +1,4 @@
-"""Everything the described system's ``Accelerator`` has that overdrive's facade keeps out of
+"""Everything Hugging Face Accelerate's ``Accelerator`` has that overdrive's facade keeps out of
 its own file: one base class made of small mixins by theme."""
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ class AcceleratorCompat(
     CheckpointArgsMixin,
     PreparedRegistry,
 ):
-    """Base of ``Accelerator``: the described system's methods and properties."""
+    """Base of ``Accelerator``: Hugging Face Accelerate's methods and properties."""
 
     _state_was_reset = False
-    step = 0  # the described system's micro-batch counter; overdrive keeps none
+    step = 0  # Hugging Face Accelerate's micro-batch counter; overdrive keeps none
 
     def _compat_init(self) -> None:
         """Called at the end of ``Accelerator.__init__``."""
@@ -37,11 +37,13 @@ class AcceleratorCompat(
         if getattr(self, "log_with", None):
             from overdrive.tracking import check_logging_dir
 
-            check_logging_dir(self)  # as the described system: refused here, not at init_trackers
+            check_logging_dir(
+                self
+            )  # as Hugging Face Accelerate: refused here, not at init_trackers
 
     def _scheduler_per_process(self) -> bool:
         """Whether a prepared scheduler advances once per process per optimizer step (the
-        described system's count without split_batches)."""
+        Hugging Face Accelerate's count without split_batches)."""
         from overdrive.kwargs_handlers import SchedulerKwargs
 
         handlers: dict[type, Any] = self.kwargs_handlers
@@ -49,7 +51,7 @@ class AcceleratorCompat(
         return not (handler.once_per_optimizer_step or self.settings["split_batches"])
 
     def _scheduler_steps_per_advance(self) -> int:
-        """Scheduler steps per optimizer step: the described system's count unless
+        """Scheduler steps per optimizer step: Hugging Face Accelerate's count unless
         ``SchedulerKwargs(once_per_optimizer_step=True)``; said once in the log."""
         world = int(self.state.num_processes)
         if not self._scheduler_per_process() or world == 1:
@@ -58,7 +60,7 @@ class AcceleratorCompat(
             self._told_scheduler_steps = True
             logging.getLogger("overdrive").warning(
                 "overdrive: a prepared LR scheduler advances %d times per optimizer step "
-                "(once per process, as the described system does without split_batches); "
+                "(once per process, as Hugging Face Accelerate does without split_batches); "
                 "pass kwargs_handlers=[SchedulerKwargs(once_per_optimizer_step=True)] to "
                 "advance it once",
                 world,

@@ -1,8 +1,8 @@
-"""The described system's optional arguments to ``save_state`` / ``load_state`` /
+"""Hugging Face Accelerate's optional arguments to ``save_state`` / ``load_state`` /
 ``unwrap_model``, checked; ``save`` and ``unscale_gradients``.
 
 An argument overdrive does not know is an error listing the valid ones (never swallowed);
-one of the described system's arguments that has nothing to do here is accepted when its
+one of Hugging Face Accelerate's arguments that has nothing to do here is accepted when its
 value asks for what overdrive does anyway, and refused (with the reason) otherwise.
 """
 
@@ -28,7 +28,7 @@ def _unknown(method: str, given: dict[str, Any], valid: tuple[str, ...]) -> None
 
 
 def save_state_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The arguments checkpoint.save_state takes, after checking the described system's."""
+    """The arguments checkpoint.save_state takes, after checking Hugging Face Accelerate's."""
     _unknown("save_state", kwargs, SAVE_STATE_ARGS)
     out = dict(kwargs)
     if out.pop("safe_serialization", True) is False:
@@ -42,7 +42,7 @@ def save_state_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def load_state_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The arguments checkpoint.load_state takes, after checking the described system's."""
+    """The arguments checkpoint.load_state takes, after checking Hugging Face Accelerate's."""
     _unknown("load_state", kwargs, LOAD_STATE_ARGS)
     out = dict(kwargs)
     if out.pop("strict", True) is not True:
@@ -104,7 +104,7 @@ class CheckpointArgsMixin:
             warnings.warn(
                 "unwrap_model(keep_torch_compile=True): overdrive returns your module without "
                 "the torch.compile wrapper (re-pointing the prepared compiled model at the "
-                "unwrapped module, as the described system does, would bypass DDP)",
+                "unwrapped module, as Hugging Face Accelerate does, would bypass DDP)",
                 UserWarning,
                 stacklevel=3,
             )

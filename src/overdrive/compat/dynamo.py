@@ -1,4 +1,4 @@
-"""``TorchDynamoPlugin``: the described system's torch.compile settings object."""
+"""``TorchDynamoPlugin``: Hugging Face Accelerate's torch.compile settings object."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ _ON = ("1", "true", "yes", "on")
 class TorchDynamoPlugin:
     """torch.compile settings (``backend``, ``mode``, ``fullgraph``, ``dynamic``, ``options``).
 
-    Fields left unset read the described system's ``ACCELERATE_DYNAMO_*`` variables."""
+    Fields left unset read Hugging Face Accelerate's ``ACCELERATE_DYNAMO_*`` variables."""
 
     backend: str | None = None
     mode: str | None = None

@@ -1,4 +1,4 @@
-"""The described system's enumerations that scripts import by name."""
+"""Hugging Face Accelerate's enumerations that scripts import by name."""
 
 from __future__ import annotations
 

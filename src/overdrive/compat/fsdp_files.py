@@ -1,6 +1,6 @@
-"""The described system's FSDP file helpers, in overdrive's pickle-free formats.
+"""Hugging Face Accelerate's FSDP file helpers, in overdrive's pickle-free formats.
 
-``save_fsdp_model`` writes what the described system's does, under its names: with a sharded
+``save_fsdp_model`` writes what Hugging Face Accelerate's does, under its names: with a sharded
 state dict a folder ``pytorch_model_fsdp_<i>`` where every process writes its own boxes
 (``checkpoint/shards.py``'s safetensors + JSON tables, not ``torch.distributed.checkpoint``'s
 pickled metadata); with a full state dict one ``pytorch_model_fsdp_<i>.safetensors`` from the
@@ -94,7 +94,7 @@ def merge_fsdp_weights(
     or ``pytorch_model.bin`` with ``safe_serialization=False``); returns the file names.
 
     In a process group only the main process writes and every process waits for it, as
-    in the described system, so a script may call it on every rank.
+    in Hugging Face Accelerate, so a script may call it on every rank.
     """
     import torch.distributed as dist
 

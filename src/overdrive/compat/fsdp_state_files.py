@@ -1,4 +1,4 @@
-"""The described system's FSDP resume helpers (transformers' Trainer calls them to checkpoint an
+"""Hugging Face Accelerate's FSDP resume helpers (transformers' Trainer calls them to checkpoint an
 FSDP run), in overdrive's pickle-free formats and under its folder names.
 
 ``save_fsdp_model`` (``fsdp_files.py``) writes ``pytorch_model_fsdp_<i>`` (a folder of

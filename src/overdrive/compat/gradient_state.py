@@ -1,4 +1,4 @@
-"""The described system's ``GradientState`` attributes about the active dataloader."""
+"""Hugging Face Accelerate's ``GradientState`` attributes about the active dataloader."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ class GradientStateCompat:
 
     @property
     def plugin_kwargs(self) -> dict[str, Any]:
-        """The accumulation settings as the described system's ``GradientAccumulationPlugin``
+        """The accumulation settings as Hugging Face Accelerate's ``GradientAccumulationPlugin``
         keywords: like its ``to_kwargs()``, only what differs from the plugin's defaults."""
         kwargs: dict[str, Any] = {"num_steps": self.num_steps}  # type: ignore[attr-defined]
         if self.sync_each_batch:  # type: ignore[attr-defined]

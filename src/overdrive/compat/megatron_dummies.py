@@ -1,4 +1,4 @@
-"""``MegatronLMDummyScheduler``: the described system's stand-in for a scheduler Megatron-LM
+"""``MegatronLMDummyScheduler``: Hugging Face Accelerate's stand-in for a scheduler Megatron-LM
 builds itself. overdrive's tensor and pipeline parallelism use torch schedulers, so a script
 that makes one only on its Megatron path imports fine; stepping one is refused."""
 

@@ -1,4 +1,4 @@
-"""The backend plugins as the described system exposes them after start-up: filled in from
+"""The backend plugins as Hugging Face Accelerate exposes them after start-up: filled in from
 the resolved settings, so code that reads ``accelerator.state.fsdp_plugin`` (transformers'
 Trainer does, to choose its checkpoint format) sees the backend this run really uses."""
 
@@ -52,7 +52,7 @@ def expose_plugins(
     state: Any, settings: Settings, strategy: Any, fsdp_plugin: Any, deepspeed_plugin: Any
 ) -> tuple[FullyShardedDataParallelPlugin | None, Any]:
     """Put the plugins in force on ``state`` (as ``state.fsdp_plugin`` / ``deepspeed_plugin``,
-    where the described system keeps them); returns both."""
+    where Hugging Face Accelerate keeps them); returns both."""
     state.fsdp_plugin = effective_fsdp_plugin(fsdp_plugin, settings, state.distributed_type)
     state.deepspeed_plugin = effective_deepspeed_plugin(deepspeed_plugin, settings, strategy)
     return state.fsdp_plugin, state.deepspeed_plugin

@@ -1,4 +1,4 @@
-"""Process-control methods of the described system's Accelerator (decorators, joins,
+"""Process-control methods of Hugging Face Accelerate's Accelerator (decorators, joins,
 forced synchronisation, profiling)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Read-only facts and settings the described system's Accelerator exposes as properties."""
+"""Read-only facts and settings Hugging Face Accelerate's Accelerator exposes as properties."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ class PropertiesMixin:
 
     @sync_gradients.setter
     def sync_gradients(self, sync: bool) -> None:
-        """Force (or stop) gradient synchronisation, as the described system's setter does."""
+        """Force (or stop) gradient synchronisation, as Hugging Face Accelerate's setter does."""
         self.gradient_state.sync_gradients = bool(sync)
 
     # --- data loading ---------------------------------------------------------------------

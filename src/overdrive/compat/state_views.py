@@ -1,11 +1,11 @@
-"""``AcceleratorState`` and ``GradientState``: the described system's state singletons as
+"""``AcceleratorState`` and ``GradientState``: Hugging Face Accelerate's state singletons as
 views of overdrive's explicit objects.
 
 overdrive has no global state: each ``Accelerator`` owns its ``PartialState`` and its
-gradient state. Scripts written for the described system call ``AcceleratorState()``
+gradient state. Scripts written for Hugging Face Accelerate call ``AcceleratorState()``
 anywhere to read the state; here that returns a view of the most recently created
 ``Accelerator`` (or, before any, of a ``PartialState`` made from the environment).
-``_reset_state()`` forgets that accelerator: like in the described system, the forgotten
+``_reset_state()`` forgets that accelerator: like in Hugging Face Accelerate, the forgotten
 accelerator then refuses to ``prepare`` anything.
 """
 
@@ -105,7 +105,7 @@ class AcceleratorState:
 class GradientState:
     """A view of the current ``Accelerator``'s gradient state (accumulation and loader end).
 
-    Without an accelerator it reads as the described system's fresh state: gradients sync
+    Without an accelerator it reads as Hugging Face Accelerate's fresh state: gradients sync
     every step, no dataloader is active.
     """
 

@@ -33,7 +33,7 @@ DISTRIBUTED_TYPES: tuple[str, ...] = (
     "MEGATRON_LM",
     "XLA",
 )
-# The described system's other vendors' backends: accepted words, refused by backends.py.
+# Hugging Face Accelerate's other vendors' backends: accepted words, refused by backends.py.
 DISTRIBUTED_TYPES += ("MULTI_NPU", "MULTI_MLU", "MULTI_SDAA", "MULTI_MUSA", "MULTI_XPU")
 DISTRIBUTED_TYPES += ("MULTI_HPU", "MULTI_NEURON")
 MIXED_PRECISIONS = ("no", "fp16", "bf16", "fp8")

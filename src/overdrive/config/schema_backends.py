@@ -221,7 +221,7 @@ BACKEND_SETTINGS: tuple[Setting, ...] = (
         aliases=("fsdp_config.use_orig_params",),
         flag=True,
     ),
-    # --- The parallel layout (the described system's parallelism_config section) ---------
+    # --- The parallel layout (Hugging Face Accelerate's parallelism_config section) ---------
     setting(
         "parallelism_config.parallelism_config_dp_replicate_size",
         Int(minimum=1),
@@ -253,7 +253,7 @@ BACKEND_SETTINGS: tuple[Setting, ...] = (
         "parallelism_config.parallelism_config_pp_size",
         Int(minimum=1),
         None,
-        "pipeline-parallel degree (stages; overdrive's, beside the described system's sizes)",
+        "pipeline-parallel degree (stages; overdrive's, beside Hugging Face Accelerate's sizes)",
         env=("PARALLELISM_CONFIG_PP_SIZE",),
         aliases=("parallelism_config.pp_size",),
         flag=True,

@@ -71,7 +71,7 @@ def _loader_kwargs(
 def _draw_seed(state: PartialState, generator: torch.Generator | None, seedable: bool) -> int:
     """One shuffle seed for all ranks, rank 0's (so set_seed there decides it).
 
-    Every rank makes the draw, as the described system does at prepare: the stream it comes
+    Every rank makes the draw, as Hugging Face Accelerate does at prepare: the stream it comes
     from (torch's global RNG when the sampler has no generator) then moves the same way on
     every rank, and what the script draws next (dropout) matches a run under it.
     """
@@ -96,7 +96,7 @@ else:
 class PreparedDataLoader(_LoaderBase):
     """This process's share of a DataLoader; reports progress to a ``LoopState``.
 
-    A ``DataLoader`` for ``isinstance`` checks (as the described system's loaders are); it
+    A ``DataLoader`` for ``isinstance`` checks (as Hugging Face Accelerate's loaders are); it
     reads through its own inner loader and never runs ``DataLoader.__init__``.
 
     Every process yields the same number of batches per epoch. ``len()`` is batches per
@@ -476,7 +476,7 @@ def _mark_last(
 
     An item whose "is last" is unknown carries "its share is empty" instead: an empty share
     can only be the epoch's last round (even_batches=False), which this rank then skips, as
-    the described system does, making the batch before it the last.
+    Hugging Face Accelerate does, making the batch before it the last.
     """
     current: Any = next(items, _END)
     while current is not _END:

@@ -156,13 +156,13 @@ class ShardedBatchSampler:
 
     @property
     def batch_sampler(self) -> Any:
-        """The user's batch sampler, as the described system exposes it."""
+        """The user's batch sampler, as Hugging Face Accelerate exposes it."""
         source = self._source
         return source.batch_sampler if isinstance(source, RecordedOrder) else source
 
     @property
     def even_batches(self) -> bool:
-        """The described system's name for ``even`` (read by its scripts)."""
+        """Hugging Face Accelerate's name for ``even`` (read by its scripts)."""
         return self.even
 
     @even_batches.setter

@@ -1,8 +1,8 @@
-"""The described system's shard classes, for code that builds a shard by hand for a world it
+"""Hugging Face Accelerate's shard classes, for code that builds a shard by hand for a world it
 names (``BatchSamplerShard(sampler, num_processes, process_index)``). ``prepare`` does not
 use them: it shards for the processes that really run (``samplers.py``).
 
-Both deal the data the described system's way. Without ``split_batches``, process ``i`` gets
+Both deal the data Hugging Face Accelerate's way. Without ``split_batches``, process ``i`` gets
 batches ``i, i + n, i + 2n...``; with it, slice ``i`` of every batch. With
 ``even_batches`` (the default) the last round is completed from the start of the data so
 every process gets as many batches, full ones where the batch size is known. With

@@ -118,7 +118,7 @@ def _section(
         _fill_section(cfg, out, name, given.hyperparameters(), f"{dummy.__name__}(...)")
 
 
-# ZeRO's bucket sizes written "auto", from the model's hidden size h (the described system's
+# ZeRO's bucket sizes written "auto", from the model's hidden size h (Hugging Face Accelerate's
 # and transformers' rule): (path, size for h).
 BUCKETS = (
     ("zero_optimization.reduce_bucket_size", lambda h: h * h),

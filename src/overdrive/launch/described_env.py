@@ -1,4 +1,4 @@
-"""The variables the described system's launcher sets in its workers and that scripts read
+"""The variables Hugging Face Accelerate's launcher sets in its workers and that scripts read
 back (transformers' ``TrainingArguments`` takes its mixed precision from
 ``ACCELERATE_MIXED_PRECISION``, for one). overdrive's own workers read only the handed-over
 settings; these are exported beside them so such code sees the launch's settings."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 from overdrive.config import Settings
 from overdrive.config.settings import display_value
 
-# setting key -> the variable the described system's launcher sets from it
+# setting key -> the variable Hugging Face Accelerate's launcher sets from it
 EXPORTED = {
     "mixed_precision": "ACCELERATE_MIXED_PRECISION",
     "use_cpu": "ACCELERATE_USE_CPU",

@@ -99,7 +99,7 @@ class LaunchPlan:
         if self.omp_num_threads is not None:
             env["OMP_NUM_THREADS"] = str(self.omp_num_threads)
         if self.settings["use_cpu"]:
-            env.update(INTEL_OPENMP_CPU)  # as the described system's launcher, on --cpu only
+            env.update(INTEL_OPENMP_CPU)  # as Hugging Face Accelerate's launcher, on --cpu only
         if self.device == "cpu" and self.settings["distributed_type"] == "DEEPSPEED":
             env["DS_ACCELERATOR"] = "cpu"  # DeepSpeed's CPU accelerator on CPU processes
         return env

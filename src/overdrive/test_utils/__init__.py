@@ -1,4 +1,4 @@
-"""Test helpers the described system's test scripts import (``accelerate.test_utils``)."""
+"""Test helpers Hugging Face Accelerate's test scripts import (``accelerate.test_utils``)."""
 
 import importlib
 from typing import Any

@@ -1,4 +1,4 @@
-"""``unittest.TestCase`` bases the described system's tests derive from."""
+"""``unittest.TestCase`` bases Hugging Face Accelerate's tests derive from."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The launch command line and the rendezvous port the described system's tests build on."""
+"""The launch command line and the rendezvous port Hugging Face Accelerate's tests build on."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ _BASE_PORT = 29500
 
 
 def get_launch_command(**kwargs: Any) -> list[str]:
-    """``["overdrive", "launch", "--key=value", ...]`` (the described system's command under
+    """``["overdrive", "launch", "--key=value", ...]`` (Hugging Face Accelerate's command under
     its rename: this package installs no ``accelerate`` command); a True flag is ``--key``;
     False and None are left out (Hugging Face Accelerate writes ``--key=False``, which a
     store-true flag refuses)."""

@@ -1,4 +1,4 @@
-"""Small MRPC dataloaders the described system's examples train on under
+"""Small MRPC dataloaders Hugging Face Accelerate's examples train on under
 ``TESTING_MOCKED_DATALOADERS`` (``mocked_dataloaders*`` in ``test_utils.training``).
 
 They read the sentence-pair CSV samples at ``tests/test_samples/MRPC/`` relative to the

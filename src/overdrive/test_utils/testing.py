@@ -1,4 +1,4 @@
-"""Assertions, markers and helpers that the described system's test scripts import
+"""Assertions, markers and helpers that Hugging Face Accelerate's test scripts import
 (``accelerate.test_utils.testing``)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A tiny regression problem for tests (y = a*x + b + noise, learned by two parameters), and
-the mocked MRPC dataloaders the described system's examples use under test."""
+the mocked MRPC dataloaders Hugging Face Accelerate's examples use under test."""
 
 from __future__ import annotations
 

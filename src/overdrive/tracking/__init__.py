@@ -120,7 +120,7 @@ def _needs_directory(item: Any) -> bool:
 
 
 def _logging_dir(accelerator: Any, items: list[Any], source: str) -> Path | None:
-    """``logging_dir``, else ``project_dir`` itself (the described system's layout: a run
+    """``logging_dir``, else ``project_dir`` itself (Hugging Face Accelerate's layout: a run
     named ``exp`` under ``project_dir='runs'`` writes to ``runs/exp``)."""
     pc = getattr(accelerator, "project_configuration", None)
     logging_dir = getattr(pc, "logging_dir", None) or getattr(pc, "project_dir", None)
@@ -150,7 +150,7 @@ def _log_with(accelerator: Any) -> tuple[Any, str]:
 
 def check_logging_dir(accelerator: Any) -> None:
     """At ``Accelerator(...)``: the trackers asked for exist, and those that write files have
-    a directory (refused now, as the described system does, not at ``init_trackers``)."""
+    a directory (refused now, as Hugging Face Accelerate does, not at ``init_trackers``)."""
     log_with, source = _log_with(accelerator)
     items = requested(log_with)
     _check([i for i in items if isinstance(i, str)], source)

@@ -12,7 +12,7 @@ from overdrive.errors import OverdriveError
 
 class TrackerError(OverdriveError, ValueError):
     """A tracker cannot start or log as asked (unknown, not installed, no logging directory,
-    already finished). A ValueError too, as the described system raises for these."""
+    already finished). A ValueError too, as Hugging Face Accelerate raises for these."""
 
 
 class Tracker:
@@ -65,7 +65,7 @@ class Tracker:
 
 
 class GeneralTracker(Tracker):
-    """The base class of your own tracker, as in the described system: set ``name`` and
+    """The base class of your own tracker, as in Hugging Face Accelerate: set ``name`` and
     ``requires_logging_directory`` on the class, override ``start``, ``tracker``,
     ``store_init_configuration``, ``log`` and ``finish``, then pass an instance in
     ``log_with`` or register the class by name with ``register_tracker_class``."""

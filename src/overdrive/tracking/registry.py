@@ -1,8 +1,8 @@
-"""The described system's tracker classes by name (``LOGGER_TYPE_TO_CLASS``), and
+"""Hugging Face Accelerate's tracker classes by name (``LOGGER_TYPE_TO_CLASS``), and
 ``register_tracker_class`` for your own.
 
 TensorBoard, Weights & Biases and MLflow are overdrive's own trackers. The others the
-described system names (Comet ML, Aim, ClearML, DVCLive, SwanLab, Trackio) exist under their
+Hugging Face Accelerate names (Comet ML, Aim, ClearML, DVCLive, SwanLab, Trackio) exist under their
 names so imports work, and say so when used: overdrive does not drive them.
 """
 
@@ -18,7 +18,7 @@ from overdrive.tracking.wandb import WandBTracker
 
 
 class _NotDriven(GeneralTracker):
-    """A tracker the described system has and overdrive does not drive."""
+    """A tracker Hugging Face Accelerate has and overdrive does not drive."""
 
     requires_logging_directory = False
     not_driven = True
@@ -28,7 +28,7 @@ class _NotDriven(GeneralTracker):
 
 
 def not_driven(name: str) -> TrackerError:
-    """The error for a tracker the described system has and overdrive does not drive."""
+    """The error for a tracker Hugging Face Accelerate has and overdrive does not drive."""
     return TrackerError(
         f"the {name} tracker is not available in overdrive\n  fix: log with tensorboard, "
         "wandb, mlflow or jsonl, or subclass overdrive.tracking.GeneralTracker and pass an "

@@ -1,4 +1,4 @@
-"""What scripts import from the described system's ``accelerate.utils``, under overdrive.
+"""What scripts import from Hugging Face Accelerate's ``accelerate.utils``, under overdrive.
 
 Names that need torch load on first use (``import overdrive.utils`` stays cheap).
 """

@@ -307,7 +307,7 @@ def is_torchdata_stateful_dataloader_available() -> bool:
 
 
 def is_aim_available() -> bool:
-    """aim before 4.0 (the tracker API the described system uses)."""
+    """aim before 4.0 (the tracker API Hugging Face Accelerate uses)."""
     if not _installed("aim"):
         return False
     from overdrive.utils.versions import compare_versions

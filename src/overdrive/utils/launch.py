@@ -1,4 +1,4 @@
-"""The described system's ``accelerate.utils.launch`` helpers, answered from overdrive's own
+"""Hugging Face Accelerate's ``accelerate.utils.launch`` helpers, answered from overdrive's own
 launch plan: the command and environment a worker gets are the ones ``overdrive launch``
 would give it (``LaunchPlan.worker_command`` / ``shared_env``), not a second recipe."""
 
@@ -25,7 +25,7 @@ _MULTI_PROCESS = (
 
 
 def _plan(args: argparse.Namespace) -> LaunchPlan:
-    """Plan the launch ``args`` (the described system's launch namespace) asks for."""
+    """Plan the launch ``args`` (Hugging Face Accelerate's launch namespace) asks for."""
     from overdrive.commands.launch import settings_from_args
     from overdrive.launch import cluster
     from overdrive.launch.ports import free_port, settle_port

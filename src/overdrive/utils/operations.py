@@ -1,6 +1,6 @@
-"""The described system's collective functions (``accelerate.utils.operations``).
+"""Hugging Face Accelerate's collective functions (``accelerate.utils.operations``).
 
-They act on the default process group, like ``overdrive.ops``, with the described system's
+They act on the default process group, like ``overdrive.ops``, with Hugging Face Accelerate's
 signatures and defaults (``reduce`` averages unless told otherwise). Setting
 ``state.debug = True`` on a process state makes them check shapes first and raise
 ``DistributedOperationException`` on every process instead of hanging.

@@ -1,4 +1,4 @@
-"""Checks of the host the described system runs at start (``check_os_kernel``)."""
+"""Checks of the host Hugging Face Accelerate runs at start (``check_os_kernel``)."""
 
 from __future__ import annotations
 

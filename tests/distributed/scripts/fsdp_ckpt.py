@@ -107,7 +107,7 @@ def main() -> None:
         step += 1
         if args.phase == "full" and step == SAVE_AT:
             acc.save_state(str(out / "ckpt"))
-            save_fsdp_model(None, acc, model, out / "fsdp_files")  # the described system's name
+            save_fsdp_model(None, acc, model, out / "fsdp_files")  # Hugging Face Accelerate's name
             at_save = acc.get_state_dict(model)
             if acc.is_main_process:
                 torch.save({k: v.clone() for k, v in at_save.items()}, out / "at_save.pt")

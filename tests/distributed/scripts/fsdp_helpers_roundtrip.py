@@ -1,4 +1,4 @@
-"""The described system's FSDP helpers (save/load_fsdp_model, save/load_fsdp_optimizer), as
+"""Hugging Face Accelerate's FSDP helpers (save/load_fsdp_model, save/load_fsdp_optimizer), as
 transformers' Trainer calls them, for tests/distributed/test_fsdp_helpers.py.
 
 save:  train 2 AdamW steps (global batch 6, split between the processes), write the model and

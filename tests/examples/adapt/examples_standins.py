@@ -1,4 +1,4 @@
-"""Tiny, download-free stand-ins for what the described system's examples fetch from the Hub.
+"""Tiny, download-free stand-ins for what Hugging Face Accelerate's examples fetch from the Hub.
 
 The examples ask for ``bert-base-cased`` (or a causal LM), GLUE MRPC (or wikitext) and the
 GLUE metric. Here a tokenizer is built from a generated word list, a model from a small

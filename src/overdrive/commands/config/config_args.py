@@ -1,7 +1,7 @@
-"""A config file as the described system's dataclasses (``ClusterConfig``, ``SageMakerConfig``).
+"""A config file as Hugging Face Accelerate's dataclasses (``ClusterConfig``, ``SageMakerConfig``).
 
 overdrive reads config files through its own schema (``overdrive.config``); these classes
-are the typed view scripts and tools written against the described system use: load a file,
+are the typed view scripts and tools written against Hugging Face Accelerate use: load a file,
 look at or change its fields, write it back. Unknown top-level keys are refused by name.
 """
 

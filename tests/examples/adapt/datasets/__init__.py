@@ -75,7 +75,7 @@ class Dataset:
 
 
 class IterableDataset:
-    """Named only: the described system checks ``isinstance(dataset, IterableDataset)`` once
+    """Named only: Hugging Face Accelerate checks ``isinstance(dataset, IterableDataset)`` once
     ``datasets`` is importable (the stand-in's metadata says it is, for ``require_version``)."""
 
 
