@@ -1,0 +1,84 @@
+"""transformers' Trainer under Hugging Face Accelerate and under overdrive, interleaved.
+
+The same script (``worker.py``: a tiny Llama, 24 optimizer steps) runs under ``accelerate
+launch`` (its package from the test-only folder ``make compat`` installs) and under
+``overdrive launch`` (the alias answers transformers' ``import accelerate``), on 1 and 2 CPU
+processes, engines alternating launch by launch. Reports the median and 10th-percentile step
+time of each (the first ``--skip`` steps of every run left out: warm-up) and the ratio.
+
+    .venv/bin/python bench/trainer/run.py [--repeats 4] [--processes 1,2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+SITE = REPO / ".compat" / "site"
+
+
+def launch(engine: str, nprocs: int, out: str, steps: int) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELERATE_", "OVERDRIVE_"))}
+    env.update(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", PYTHONWARNINGS="ignore")
+    env["XDG_CACHE_HOME"] = env["HF_HOME"] = tempfile.mkdtemp()  # no user config file
+    worker = [str(HERE / "worker.py"), "--out", out, "--steps", str(steps)]
+    if engine == "accelerate":
+        env["PYTHONPATH"] = str(SITE)
+        cmd = [sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch"]
+        cmd += ["--num_processes", str(nprocs), "--num_machines", "1", "--mixed_precision", "no"]
+        cmd += ["--dynamo_backend", "no"]
+        # Its --cpu starts one process whatever --num_processes says; on more, torchrun's
+        # path (--multi_gpu) with no visible GPU runs CPU processes on gloo.
+        cmd.append("--cpu" if nprocs == 1 else "--multi_gpu")
+    else:
+        env.pop("PYTHONPATH", None)
+        cmd = [sys.executable, "-m", "overdrive", "launch", "--cpu", "-q", "--no_rank_prefix"]
+        cmd += ["--num_processes", str(nprocs)]
+    done = subprocess.run([*cmd, *worker], capture_output=True, text=True, env=env, check=False)
+    lines = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
+    if done.returncode or not lines:
+        raise SystemExit(
+            f"{engine} on {nprocs} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+        )
+    return json.loads(lines[-1][len("RESULT ") :])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--repeats", type=int, default=4)
+    p.add_argument("--processes", default="1,2")
+    p.add_argument("--steps", type=int, default=24)
+    p.add_argument("--skip", type=int, default=4, help="warm-up steps left out of each run")
+    args = p.parse_args()
+    print("| processes | engine | median step ms | p10 step ms | runs | training loss |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for nprocs in [int(x) for x in args.processes.split(",")]:
+        times: dict[str, list[float]] = {"accelerate": [], "overdrive": []}
+        losses: dict[str, set[float]] = {"accelerate": set(), "overdrive": set()}
+        for repeat in range(args.repeats):
+            order = ["accelerate", "overdrive"] if repeat % 2 == 0 else ["overdrive", "accelerate"]
+            for engine in order:
+                row = launch(engine, nprocs, tempfile.mkdtemp(), args.steps)
+                times[engine] += row["times"][args.skip :]
+                losses[engine].add(round(row["loss"], 6))
+        med = {}
+        for engine, values in times.items():
+            med[engine] = statistics.median(values)
+            p10 = statistics.quantiles(values, n=10)[0]
+            print(f"| {nprocs} | {engine} | {med[engine] * 1e3:.1f} | {p10 * 1e3:.1f} | "
+                  f"{args.repeats} | {sorted(losses[engine])} |")  # fmt: skip
+        print(
+            f"| {nprocs} | overdrive / Accelerate | **{med['overdrive'] / med['accelerate']:.3f}x** | | | |"
+        )
+
+
+if __name__ == "__main__":
+    main()
