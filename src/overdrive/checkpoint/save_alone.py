@@ -82,7 +82,7 @@ class MainSide:
         theirs into ``temp``; their file records (an error names any that failed)."""
         if not self.active:
             return {}
-        assert self.store is not None
+        assert self.store is not None and self.wait is not None
         here = [r for r in range(1, self.world) if self.store.check([f"{self.key}/here/{r}"])]
         self.store.set(f"{self.key}/decision", json.dumps({"temp": str(temp), "join": here}))
         if not here:
@@ -94,7 +94,7 @@ class MainSide:
             missing = [r for r, k in zip(here, keys) if not self.store.check([k])]
             raise CollectiveTimeoutError(
                 f"save_state on process 0: process(es) {missing} began the save but did not "
-                f"write their state within {self.wait.total_seconds():g}s\n"  # type: ignore[union-attr]
+                f"write their state within {self.wait.total_seconds():g}s\n"
                 "  fix: see those processes' errors"
             ) from None
         files: dict[str, Any] = {}
