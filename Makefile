@@ -10,7 +10,7 @@ DEMO_STAMP := $(VENV)/.installed-demo
 STAMP := $(VENV)/.installed-test
 
 .PHONY: demo test extended faults compat compat-site conformance trainer deepspeed parallel lint typecheck \
-	venv clean gpu gpu-smoke gpu-wheels examples
+	venv clean gpu gpu-smoke gpu-wheels examples ecosystem
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -116,6 +116,26 @@ examples: $(STAMP) $(COMPAT_SITE)/.installed-$(COMPAT_VERSION) .examples/deps/.i
 	OVERDRIVE_EXAMPLES=1 $(BIN)/python -m pytest -q tests/examples
 	$(BIN)/python -m tests.examples.run --write-docs
 
+# TRL's trainers (its scripts and shipped accelerate config files, from its wheel), PEFT and
+# diffusers' training scripts (its repository's examples/, fetched into the ignored
+# .ecosystem/src by tests/ecosystem/fetch.py; ECOSYSTEM_DIFFUSERS_REPO=<mirror> where GitHub is
+# out of reach), unchanged, under the described system and under overdrive (`overdrive launch
+# --cpu --as_accelerate`) on 1 and 2 CPU processes, with tiny models and data built here; the
+# losses, final weights and checkpoints are compared and the per-case table goes into
+# docs/ecosystem.md. The libraries go to the test-only .ecosystem/site, never the virtualenv
+# (torchvision for diffusers' scripts; datasets and its needs for TRL). Minutes and GitHub, so
+# not part of `make test`.
+ECOSYSTEM_SITE := .ecosystem/site
+ECOSYSTEM_DEPS := trl==1.16.0 peft==0.21.2 diffusers==0.42.1 datasets==5.2.0 dill==0.4.1 \
+	multiprocess==0.70.19 torchvision==0.28.0
+$(ECOSYSTEM_SITE)/.installed: | $(BIN)/python
+	$(PIP) install --quiet --no-deps --target $(ECOSYSTEM_SITE) $(ECOSYSTEM_DEPS)
+	touch $@
+
+ecosystem: $(STAMP) $(COMPAT_SITE)/.installed-$(COMPAT_VERSION) $(ECOSYSTEM_SITE)/.installed
+	$(BIN)/python -m tests.ecosystem.run --write-docs
+	OVERDRIVE_ECOSYSTEM=1 $(BIN)/python -m pytest -q tests/ecosystem
+
 # A real run with the default settings: 2 CPU processes (one gloo group) train on
 # scikit-learn's bundled digits and report held-out accuracy gathered across ranks.
 demo: $(DEMO_STAMP)
@@ -149,4 +169,4 @@ gpu-wheels:
 	$(BIN)/python bench/gpu/wheels.py --dest .whl
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache .mypy_cache .compat .conformance .trainer-conformance .examples
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache .mypy_cache .compat .conformance .trainer-conformance .examples .ecosystem

@@ -338,6 +338,7 @@ class Accelerator(AcceleratorCompat):
             use_seedable_sampler=s["use_seedable_sampler"],
             non_blocking=s["non_blocking"],
             data_seed=self.dataloader_config.data_seed,
+            use_stateful_dataloader=self.dataloader_config.use_stateful_dataloader,
             device=self.device if place else None,
             rng_types=self.rng_types,
             data_parallel=self.strategy.data_parallel_coordinates(

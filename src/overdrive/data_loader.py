@@ -155,6 +155,9 @@ class DataLoaderDispatcher(DataLoaderShard):
         )
         self.split_batches = split_batches
         self.slice_fn = slice_fn
+        from overdrive.compat.state_views import GradientState
+
+        GradientState()  # as in Hugging Face Accelerate, a dispatcher sets up the gradient state
 
     def __len__(self) -> int:
         """Batches per process: the loader's, shared out over the processes unless each
@@ -176,6 +179,15 @@ class DataLoaderDispatcher(DataLoaderShard):
         state = current_partial_state()
         if state.num_processes == 1:
             return super()._batches()
+        if self.use_stateful_dataloader:
+            raise ConfigError(
+                "DataLoaderDispatcher(use_stateful_dataloader=True) built by hand on "
+                f"{state.num_processes} processes: its state would not follow the batches "
+                "process 0 reads and sends",
+                key="use_stateful_dataloader",
+                fix="prepare a DataLoader with accelerator.prepare and "
+                "DataLoaderConfiguration(dispatch_batches=True, use_stateful_dataloader=True)",
+            )
         self.device = state.device
         plain = DataLoader(self.dataset, **self._loader_kwargs)
         dispatched = prepare(

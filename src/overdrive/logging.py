@@ -42,6 +42,15 @@ class MultiProcessAdapter(logging.LoggerAdapter[logging.Logger]):
         if not main_only or (local_rank if local else rank) == 0:
             self._emit(level, msg, args, kwargs)
 
+    def warning_once(self, *args: Any, **kwargs: Any) -> None:
+        """``warning``, once per distinct arguments on this logger (TRL's trainers call it,
+        as the described system's adapter has it)."""
+        seen: set[Any] = self.__dict__.setdefault("_warned_once", set())
+        key = (args, tuple(sorted(kwargs.items())))
+        if key not in seen:
+            seen.add(key)
+            self.warning(*args, **kwargs)
+
     def _emit(self, level: int, msg: object, args: Any, kwargs: dict[str, Any]) -> None:
         msg, kwargs = self.process(msg, kwargs)
         self.logger.log(level, msg, *args, **kwargs)

@@ -3,17 +3,18 @@ main process needs no other process to write a complete checkpoint.
 
 Libraries call ``save_state`` from the main process alone (``if accelerator.is_main_process:
 accelerator.save_state(...)``, the pattern of diffusers' training scripts), so the main
-process never waits for the others to arrive. Each other process that calls ``save_state``
-says so on arrival. Once the main process has written its own files it looks who has
-arrived: those write their state (random generators, data position) into the checkpoint
-being written, and the commit waits for them, so a save that every process makes is as
-complete and atomic as any other. A process that arrives later adds its state after the
+process does not depend on the others. Each other process that calls ``save_state`` says
+so on arrival. Once the main process has written its own files it waits a few seconds at most
+(``ARRIVAL_GRACE``) for the others to arrive: those that did write their state (random
+generators, data position) into the checkpoint being written, and the commit waits for them,
+so a save that every process makes is as complete and atomic as any other. A process that arrives later adds its state after the
 commit (``rank_<i>/`` with its own ``record.json``); a process that never calls is resumed
 from the main process's state, and ``load_state`` says so.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -39,6 +40,10 @@ ADDED_BY_EACH = "added by each process"
 """The manifest's ``rank_states`` for such a checkpoint: rank directories it does not list
 were added after the commit, each with its own ``record.json``."""
 RECORD = "record.json"
+ARRIVAL_GRACE = timedelta(seconds=5)
+"""How long the main process, its own files written, waits for the others to arrive before it
+commits with those that did: a save every process makes lands in one atomic commit, and a
+save the main process makes alone costs at most this much more."""
 
 _CALLS: Counter[str] = Counter()
 """Per-process count of saves to each target: the n-th call of every process that calls
@@ -83,6 +88,11 @@ class MainSide:
         if not self.active:
             return {}
         assert self.store is not None and self.wait is not None
+        arrivals = [f"{self.key}/here/{r}" for r in range(1, self.world)]
+        # The others, if they call too, arrive at about the same time as this one; past the
+        # grace (the store raises), those that did arrive join.
+        with contextlib.suppress(Exception):
+            self.store.wait(arrivals, ARRIVAL_GRACE)
         here = [r for r in range(1, self.world) if self.store.check([f"{self.key}/here/{r}"])]
         self.store.set(f"{self.key}/decision", json.dumps({"temp": str(temp), "join": here}))
         if not here:

@@ -14,6 +14,7 @@ class PropertiesMixin:
     project_configuration: Any
     _dataloaders: list[Any]
     gradient_state: Any
+    dataloader_config: Any
 
     # --- accumulation ---------------------------------------------------------------------
     @property
@@ -59,8 +60,9 @@ class PropertiesMixin:
 
     @property
     def use_stateful_dataloader(self) -> bool:
-        """Prepared loaders are always resumable (``state_dict``/``load_state_dict``)."""
-        return True
+        """Whether prepared loaders read through torchdata's ``StatefulDataLoader`` (they are
+        resumable either way: ``state_dict``/``load_state_dict``)."""
+        return bool(self.dataloader_config.use_stateful_dataloader)
 
     # --- backend facts ------------------------------------------------------------------
     @property

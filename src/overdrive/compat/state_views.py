@@ -109,11 +109,17 @@ class GradientState:
     every step, no dataloader is active.
     """
 
+    # Non-empty once a gradient state was asked for (Hugging Face Accelerate's borg marker).
+    _shared_state: ClassVar[dict[str, Any]] = {}
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         accelerator = current_accelerator()
         object.__setattr__(self, "_target", getattr(accelerator, "gradient_state", None))
+        GradientState._shared_state = {"initialized": True}
 
-    _reset_state = staticmethod(lambda *args, **kwargs: None)
+    @staticmethod
+    def _reset_state(*args: Any, **kwargs: Any) -> None:
+        GradientState._shared_state = {}
 
     def __getattr__(self, name: str) -> Any:
         target = object.__getattribute__(self, "_target")

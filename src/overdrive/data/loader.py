@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
+import copy
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ from overdrive import ops
 from overdrive.data.batches import to_device
 from overdrive.data.rounds import dispatched_shares, global_rounds, local_shares
 from overdrive.data.samplers import RecordedOrder, SeedableRandomSampler, ShardedBatchSampler
+from overdrive.data.stateful import Pulls, stateful_loader_class
 from overdrive.errors import ConfigError
 from overdrive.loop_state import LoaderProgress, LoopState
 from overdrive.random_state import synchronize_rng_states
@@ -26,6 +28,8 @@ if TYPE_CHECKING:
     from overdrive.state import PartialState
 
 _END = object()
+# (batch, real samples of its round, share empty, is last or None, StatefulDataLoader state)
+_Share = tuple[Any, int, bool, bool | None, dict[str, Any] | None]
 
 
 @dataclass
@@ -39,6 +43,10 @@ class _Epoch:
     explicit_epoch: bool = False
     worker_seed: int | None = None  # what this epoch's reader was seeded with
     resume_seed: int | None = None  # the saved epoch's worker_seed, for the resumed iteration
+    # use_stateful_dataloader: the StatefulDataLoader's position after the last batch handed
+    # out ({"state", "sampler_skip"}), and the one a loaded checkpoint resumes from.
+    inner_state: dict[str, Any] | None = None
+    resume_inner: dict[str, Any] | None = None
 
 
 def _rounds_per_epoch(batches: int, world: int, split: bool, drop_last: bool) -> int:
@@ -121,6 +129,7 @@ class PreparedDataLoader(_LoaderBase):
         pin_memory: bool,
         rng_types: list[str] | None = None,
         data_parallel: tuple[int, int] | None = None,
+        stateful: bool = False,
     ) -> None:
         self.base_dataloader = base
         self.state = state
@@ -141,6 +150,12 @@ class PreparedDataLoader(_LoaderBase):
         self._drop_last = bool(getattr(batch_sampler, "drop_last", base.drop_last))
         self._progress = _Epoch()
         self._skip_once: int | None = None
+        # use_stateful_dataloader: this process reads through torchdata's StatefulDataLoader,
+        # whose state is part of this loader's; _restored is the sampler skip of a resumed one.
+        self.use_stateful_dataloader = stateful
+        self._restored: int | None = None
+        self._restored_first: dict[str, Any] = {}  # its epoch's first round (padding source)
+        make = stateful_loader_class() if stateful else DataLoader
         self.progress = LoaderProgress(loader=self)
         # The DataLoader this process reads (None on dispatch ranks other than 0). It draws
         # its workers' base seed from this private generator, which each epoch start seeds
@@ -165,14 +180,14 @@ class PreparedDataLoader(_LoaderBase):
                 drop_last=self._drop_last,
                 sync_indices=self._order is not None and state.num_processes > 1,
             )
-            self._inner = DataLoader(base.dataset, batch_sampler=self._sharded, **kwargs)
+            self._inner = make(base.dataset, batch_sampler=self._sharded, **kwargs)
         elif mode == "iterable" or self._rank == 0:
             if batch_sampler is None:  # an iterable dataset
-                self._inner = DataLoader(
+                self._inner = make(
                     base.dataset, batch_size=base.batch_size, drop_last=base.drop_last, **kwargs
                 )
             else:
-                self._inner = DataLoader(base.dataset, batch_sampler=ordered, **kwargs)
+                self._inner = make(base.dataset, batch_sampler=ordered, **kwargs)
 
     # ------------------------------------------------------------------ facts
     @property
@@ -227,6 +242,7 @@ class PreparedDataLoader(_LoaderBase):
         if epoch != p.epoch or not p.resume_skip:
             p.resume_skip = 0
             p.yielded = 0
+            p.resume_inner = None
         p.epoch, p.in_epoch = int(epoch), False
         self._tell_epoch(p.epoch)
 
@@ -241,7 +257,7 @@ class PreparedDataLoader(_LoaderBase):
             pass
         generator = self.base_dataloader.generator
         own = self._sampler_generator()
-        return {
+        state = {
             "epoch": epoch,
             "batches_yielded": yielded,
             "seed": self.seed,
@@ -256,6 +272,11 @@ class PreparedDataLoader(_LoaderBase):
             # Mid-epoch, for a sampler that draws its order: the streams it drew it from.
             "order_rng": self._order_record() if yielded else None,
         }
+        if self.use_stateful_dataloader:
+            # Mid-epoch: the StatefulDataLoader's own state, which the resumed one continues.
+            inner = p.inner_state if p.in_epoch else p.resume_inner
+            state["stateful_dataloader"] = inner if yielded else None
+        return state
 
     def _sampler_generator(self) -> torch.Generator | None:
         """The shuffling sampler's generator, unless it is the DataLoader's own."""
@@ -307,12 +328,14 @@ class PreparedDataLoader(_LoaderBase):
         p.epoch, p.resume_skip, p.yielded, p.in_epoch = int(state["epoch"]), yielded, 0, False
         seed = state.get("worker_seed")
         p.resume_seed = None if seed is None or not yielded else int(seed)
+        inner = state.get("stateful_dataloader") if self.use_stateful_dataloader else None
+        p.resume_inner = inner if yielded and self._inner is not None else None
         if self._order is not None:
             self._order.replay = state.get("order_rng") if yielded else None
 
     def skipping(self, num_batches: int) -> PreparedDataLoader:
         """A view whose next iteration starts ``num_batches`` into the current epoch."""
-        view = object.__new__(PreparedDataLoader)
+        view = object.__new__(type(self))
         view.__dict__.update(self.__dict__)
         view._skip_once = int(num_batches)
         view.progress = LoaderProgress(loader=view)
@@ -334,6 +357,16 @@ class PreparedDataLoader(_LoaderBase):
                 p.epoch += 1
             skip = 0
         seed = p.resume_seed if resumed else None
+        self._restored, self._restored_first = None, {}
+        inner = p.resume_inner if resumed and skip == p.resume_skip else None
+        if inner is not None and self._inner is not None:
+            # The StatefulDataLoader continues from its own saved state (its dataset's, its
+            # workers'); only the batches its sampler skipped before it are skipped here.
+            self._inner.load_state_dict(inner["state"])
+            self._restored = int(inner.get("sampler_skip", 0))
+            if inner.get("first") is not None:
+                self._restored_first = {"first": inner["first"]}
+        p.inner_state, p.resume_inner = inner, None
         p.resume_skip, p.resume_seed, p.in_epoch, p.yielded = 0, None, True, skip
         # A resumed iteration continues an epoch whose start already happened before the
         # save: every process's RNG streams were restored as they were then, so neither the
@@ -371,9 +404,11 @@ class PreparedDataLoader(_LoaderBase):
                 told.append(obj)
 
     # ------------------------------------------------------------------ iteration
-    def _shares(self, skip: int, resumed: bool) -> Iterator[tuple[Any, int, bool, bool | None]]:
+    def _shares(self, skip: int, resumed: bool) -> Iterator[_Share]:
         """(batch, real samples of its round, is this rank's share empty, is it the epoch's
-        last batch, or None where only reading the next one can tell)."""
+        last batch, or None where only reading the next one can tell, the StatefulDataLoader's
+        state after it or None)."""
+        restored = self._restored  # the StatefulDataLoader resumes by itself
         if self.mode == "shard":
             assert self._inner is not None
             workers = self._inner.num_workers
@@ -382,7 +417,9 @@ class PreparedDataLoader(_LoaderBase):
             # to continue exactly; the batches are dropped here. (Persistent workers carry
             # their streams across epochs, which no resume can replay.)
             replay = skip if resumed and workers and not self._inner.persistent_workers else 0
-            self._sharded.skip_rounds = skip - replay
+            if restored is not None:
+                replay = 0
+            self._sharded.skip_rounds = skip - replay if restored is None else restored
             sampler = self._sharded
             for index, batch in enumerate(self._inner):
                 if index < replay:
@@ -391,13 +428,24 @@ class PreparedDataLoader(_LoaderBase):
                 # the sampler knows if it is the last one: the next batch is not read (nor
                 # its random draws made) before the training step on this one.
                 last = sampler.yielded_final if workers == 0 else None
+                snap = None
+                if self.use_stateful_dataloader:
+                    snap = {"state": copy.deepcopy(self._inner.state_dict())}
+                    snap["sampler_skip"] = sampler.skip_rounds
                 # (the sampler leaves out a final share that is empty for this rank)
-                yield batch, sampler.final_real, False, last
+                yield batch, sampler.final_real, False, last, snap
             return
         rounds = None
+        pulls, memo = None, dict(self._restored_first)
+        if restored is not None:
+            skip = 0  # the StatefulDataLoader's state holds the rounds read before
         if self._inner is not None:
+            source: Any = self._inner
+            if self.use_stateful_dataloader:
+                source = pulls = Pulls(self._inner)
             rounds = global_rounds(
-                self._inner,
+                source,
+                memo=memo,
                 world=self._world,
                 per_rank=self._per_rank,
                 split=self.split_batches,
@@ -413,7 +461,11 @@ class PreparedDataLoader(_LoaderBase):
             shares = local_shares(rounds, self._rank, skip)
         for batch, lay in shares:
             start, stop = lay.slice_for(self._rank)
-            yield batch, lay.real, stop == start, None
+            # (rounds read one batch ahead: the state before that read is after this round)
+            snap = None
+            if pulls is not None:
+                snap = {"state": copy.deepcopy(pulls.before), "first": memo.get("first")}
+            yield batch, lay.real, stop == start, None, snap
 
     def __iter__(self) -> Iterator[Any]:
         skip, resumed = self._start_epoch()
@@ -422,14 +474,14 @@ class PreparedDataLoader(_LoaderBase):
         try:
             index = skip
             fewer = False
-            for batch, real, short, last in _mark_last(self._shares(skip, resumed)):
+            for batch, real, short, last, snap in _mark_last(self._shares(skip, resumed)):
                 fewer = fewer or short
                 if self.device is not None:
                     batch = to_device(batch, self.device, self.non_blocking)
                 lp.batch_index, lp.end_of_dataloader = index, last
                 lp.remainder = real if last else -1
                 index += 1
-                p.yielded = index
+                p.yielded, p.inner_state = index, snap
                 yield batch
             if fewer or (self.mode == "shard" and self._sharded.fewer):
                 self._warn_fewer()  # the epoch's last round held nothing for this rank
@@ -468,11 +520,10 @@ class PreparedDataLoader(_LoaderBase):
         )
 
 
-def _mark_last(
-    items: Iterator[tuple[Any, int, bool, bool | None]],
-) -> Iterator[tuple[Any, int, bool, bool]]:
+def _mark_last(items: Iterator[_Share]) -> Iterator[tuple[Any, int, bool, bool, Any]]:
     """(batch, real samples of the epoch's last round, this rank got one batch fewer, is
-    last), filling in an unknown "is last" by reading one item ahead.
+    last, the StatefulDataLoader's state after it), filling in an unknown "is last" by
+    reading one item ahead.
 
     An item whose "is last" is unknown carries "its share is empty" instead: an empty share
     can only be the epoch's last round (even_batches=False), which this rank then skips, as
@@ -480,9 +531,9 @@ def _mark_last(
     """
     current: Any = next(items, _END)
     while current is not _END:
-        batch, real, flag, last = current
+        batch, real, flag, last, snap = current
         if last is not None:
-            yield batch, real, flag, last
+            yield batch, real, flag, last, snap
             current = next(items, _END)
             continue
         if flag:  # this rank's only batch would be an empty share: it gets none
@@ -493,9 +544,9 @@ def _mark_last(
         if upcoming is not _END and upcoming[2]:
             for _ in items:
                 pass
-            yield batch, -1, True, True
+            yield batch, -1, True, True, snap
             return
-        yield batch, real, False, upcoming is _END
+        yield batch, real, False, upcoming is _END, snap
         current = upcoming
 
 

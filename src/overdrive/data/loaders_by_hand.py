@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +19,7 @@ from torch.utils.data import BatchSampler, DataLoader
 
 from overdrive.data.batches import to_device
 from overdrive.data.loader import PreparedDataLoader
+from overdrive.data.stateful import is_stateful_class, stateful_variant
 
 
 class DataLoaderStateMixin:
@@ -131,6 +133,42 @@ def _rebuild_adapter(cls: type, state: dict[str, Any]) -> Any:
     return adapter
 
 
+class _ReadsStateful:
+    """A hand-built loader that reads through torchdata's ``StatefulDataLoader`` (made by
+    ``use_stateful_dataloader=True``): its ``state_dict`` is the stateful loader's as of the
+    last batch handed out (it reads one batch ahead), marked finished at the last one."""
+
+    dl_state_dict: dict[str, Any] | None = None
+    end_of_dataloader: bool
+
+    def state_dict(self) -> dict[str, Any]:
+        if self.dl_state_dict is None:  # not iterated yet: the stateful loader's own
+            base: Any = super()
+            return dict(base.state_dict())
+        return self.dl_state_dict
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """The next iteration continues where ``state_dict`` was taken."""
+        base: Any = super()
+        base.load_state_dict(state_dict)
+        self.dl_state_dict = None
+
+    def _snapshot(self) -> None:
+        base: Any = super()
+        state = copy.deepcopy(base.state_dict())
+        state["_iterator_finished"] = self.end_of_dataloader
+        self.dl_state_dict = state
+
+
+def _wants_stateful(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether ``cls(*args, **kwargs)`` asks for ``use_stateful_dataloader``."""
+    try:
+        bound = inspect.signature(cls.__init__).bind(None, *args, **kwargs)
+    except TypeError:
+        return False  # __init__ reports the bad call
+    return bool(bound.arguments.get("use_stateful_dataloader", False))
+
+
 class _CountsPrepared(type):
     """``isinstance(prepared_loader, DataLoaderShard)`` holds for overdrive's prepared loaders."""
 
@@ -144,7 +182,13 @@ class DataLoaderShard(DataLoader[Any], DataLoaderStateMixin, metaclass=_CountsPr
     and moves to the next epoch (``iteration``) after each full pass. It shards nothing by
     itself: pass a sharded sampler (``BatchSamplerShard``) or use ``accelerator.prepare``.
     ``torch_device_mesh`` is kept, as Hugging Face Accelerate keeps it (a shard reads its
-    own batches whatever the mesh)."""
+    own batches whatever the mesh). With ``use_stateful_dataloader`` it reads through
+    torchdata's ``StatefulDataLoader`` and is one (``state_dict`` / ``load_state_dict``)."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        if _wants_stateful(cls, args, kwargs) and not is_stateful_class(cls):
+            cls = stateful_variant(cls, _ReadsStateful)
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -160,20 +204,13 @@ class DataLoaderShard(DataLoader[Any], DataLoaderStateMixin, metaclass=_CountsPr
         iteration: int = 0,
         **kwargs: Any,
     ) -> None:
-        if use_stateful_dataloader:
-            raise ValueError(
-                f"{type(self).__name__}(use_stateful_dataloader=True) built by hand is not "
-                "available; loaders from accelerator.prepare are resumable (state_dict / "
-                "load_state_dict), and DataLoaderAdapter(use_stateful_dataloader=True) "
-                "holds torchdata's StatefulDataLoader"
-            )
         super().__init__(dataset, **kwargs)
         self._loader_kwargs = kwargs
         self.device = torch.device(device) if device is not None else None
         self.rng_types = rng_types
         self.synchronized_generator = synchronized_generator
         self.skip_batches = skip_batches
-        self.use_stateful_dataloader = False
+        self.use_stateful_dataloader = bool(use_stateful_dataloader)
         self._drop_last = _drop_last
         self._non_blocking = _non_blocking
         self.torch_device_mesh = torch_device_mesh
@@ -219,11 +256,16 @@ class DataLoaderShard(DataLoader[Any], DataLoaderStateMixin, metaclass=_CountsPr
         self.begin()
         self.set_epoch(self.iteration)
         batches = self._batches()
+        snapshot = getattr(self, "_snapshot", None)  # reading through a StatefulDataLoader
         index, current = 0, next(batches, _NONE)
         while current is not _NONE:
+            if snapshot is not None:
+                snapshot()  # its state after the batch about to be handed out
             following = next(batches, _NONE)
             if following is _NONE:
                 self.end()
+                if snapshot is not None:
+                    snapshot()
             if index >= self.skip_batches:
                 moved = current
                 if self.device is not None:

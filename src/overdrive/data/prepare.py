@@ -10,6 +10,7 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSa
 
 from overdrive.data.loader import PreparedDataLoader, _draw_seed, _loader_kwargs
 from overdrive.data.samplers import SeedableRandomSampler
+from overdrive.data.stateful import stateful_variant
 from overdrive.errors import ConfigError
 from overdrive.loop_state import LoopState
 from overdrive.random_state import check_rng_types
@@ -40,6 +41,7 @@ def prepare_data_loader(
     put_on_device: bool = True,
     rng_types: Sequence[str] = (),
     data_parallel: tuple[int, int] | None = None,
+    use_stateful_dataloader: bool = False,
 ) -> PreparedDataLoader:
     """Shard ``dataloader`` so each process sees its own part of every global batch.
 
@@ -53,7 +55,9 @@ def prepare_data_loader(
     process at the start of each epoch (see ``overdrive.random_state``).
     ``data_parallel`` is (rank, size) among the processes that read different data (the
     strategy's; under tensor parallelism the processes of one tp group read the same
-    batches); None: every process reads its own.
+    batches); None: every process reads its own. ``use_stateful_dataloader`` reads through
+    torchdata's ``StatefulDataLoader`` (the result is one), whose state the loader's
+    ``state_dict`` carries and a resume continues from.
     """
     if not isinstance(dataloader, DataLoader):
         raise TypeError(f"prepare_data_loader needs a torch DataLoader, not {type(dataloader)}")
@@ -131,7 +135,8 @@ def prepare_data_loader(
             key="dispatch_batches",
             fix="use a map-style dataset, or set dispatch_batches to false",
         )
-    return PreparedDataLoader(
+    cls = stateful_variant(PreparedDataLoader) if use_stateful_dataloader else PreparedDataLoader
+    prepared: PreparedDataLoader = cls(
         dataloader,
         state=state,
         loop_state=loop_state,
@@ -146,7 +151,9 @@ def prepare_data_loader(
         pin_memory=pin,
         rng_types=check_rng_types(rng_types),
         data_parallel=data_parallel,
+        stateful=use_stateful_dataloader,
     )
+    return prepared
 
 
 class _SkipBatchSampler:

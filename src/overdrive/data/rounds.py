@@ -35,12 +35,17 @@ def global_rounds(
     split: bool,
     even: bool,
     drop_last: bool,
+    memo: dict[str, Any] | None = None,
 ) -> Iterator[tuple[Any, RoundLayout, bool]]:
-    """(round padded for even_batches, its layout, is it the last) from user batches."""
+    """(round padded for even_batches, its layout, is it the last) from user batches.
+
+    ``memo["first"]`` holds the epoch's first round (the padding source): given, a resumed
+    epoch whose first rounds are not read again pads as the whole epoch would."""
     group = 1 if split else world
     it = iter(batches)
     pending = next(it, _END)
-    first: Any = None  # the epoch's first round, the source of even_batches padding
+    # the epoch's first round, the source of even_batches padding
+    first: Any = None if memo is None else memo.get("first")
     while pending is not _END:
         parts: list[Any] = []
         while pending is not _END and len(parts) < group:
@@ -64,6 +69,8 @@ def global_rounds(
         joined = concat_batches(parts)
         if first is None:
             first = joined
+            if memo is not None:
+                memo["first"] = first
         yield pad_rows(joined, first, lay.padding), lay, is_last
 
 
