@@ -53,6 +53,7 @@ from overdrive.scheduler import AcceleratedScheduler, is_scheduler
 from overdrive.state import PartialState
 from overdrive.strategies import check_available
 from overdrive.strategies.base import TrainingLoop
+from overdrive.utils.imports import is_bitsandbytes_multi_backend_available, is_xpu_available
 
 F = TypeVar("F", bound=Callable[..., Any])
 logger = get_logger(__name__)
@@ -270,6 +271,7 @@ class Accelerator(AcceleratorCompat):
             if model is prepared or model is self.strategy.unwrap(prepared):
                 return prepared  # prepared before (or its inner module): one wrapper per model
         place = self.device_placement if device_placement is None else device_placement
+        self._check_quantized(model, is_bitsandbytes_multi_backend_available, is_xpu_available)
         if evaluation_mode:
             model = self.precision.convert_module(model)
             return model.to(self.device) if place else model
@@ -370,9 +372,9 @@ class Accelerator(AcceleratorCompat):
         keep_torch_compile: bool | None = None,
     ) -> nn.Module:
         """The user's module, under DDP and torch.compile wrappers."""
-        self._unwrap_args(model, keep_torch_compile)
         module = self.strategy.unwrap(model)
-        return module if keep_fp32_wrapper else self.precision.revert_module(module)
+        module = module if keep_fp32_wrapper else self.precision.revert_module(module)
+        return self._keep_compiled(model, module, keep_torch_compile)
 
     # --- the training step ----------------------------------------------------------------
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
@@ -576,22 +578,14 @@ class Accelerator(AcceleratorCompat):
         if not self.trackers and self.is_main_process:
             from overdrive.tracking import check_started
 
-            # log_with set but never started on the main process: the values would be lost.
-            # Off the main process log() does nothing, as in Hugging Face Accelerate, where
-            # scripts start their trackers on the main process only.
-            check_started(self.log_with, self.trackers)
+            check_started(self.log_with, self.trackers)  # elsewhere a no-op, as in Accelerate
         for tracker in self.trackers:
             tracker.log(values, step=step, **(log_kwargs or {}).get(tracker.name, {}))
 
     def get_tracker(self, name: str, unwrap: bool = False) -> Any:
-        for tracker in self.trackers:
-            if tracker.name == name:
-                return tracker.tracker if unwrap else tracker
-        raise OverdriveError(
-            f"no tracker named {name!r} is running (running: "
-            f"{[t.name for t in self.trackers] or 'none'}); start it with init_trackers() and "
-            "log_with"
-        )
+        from overdrive.tracking import find_tracker
+
+        return find_tracker(self.trackers, name, unwrap)
 
     def end_training(self) -> None:
         """Finish an asynchronous save and every tracker, then wait for all processes."""

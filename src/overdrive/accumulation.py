@@ -23,7 +23,14 @@ from overdrive.compat.gradient_state import GradientStateCompat
 class GradientState(GradientStateCompat):
     """Shared by the Accelerator and its optimizers: is this micro-batch the window's last?"""
 
-    __slots__ = ("micro_batches", "num_steps", "rescale", "sync_each_batch", "sync_gradients")
+    __slots__ = (
+        "__weakref__",
+        "micro_batches",
+        "num_steps",
+        "rescale",
+        "sync_each_batch",
+        "sync_gradients",
+    )
 
     def __init__(self, num_steps: int, *, sync_each_batch: bool = False) -> None:
         self.num_steps = num_steps

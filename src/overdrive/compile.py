@@ -65,3 +65,16 @@ def uncompiled(module: torch.nn.Module) -> torch.nn.Module:
     from torch._dynamo.eval_frame import OptimizedModule
 
     return module._orig_mod if isinstance(module, OptimizedModule) else module
+
+
+def compiled_like(compiled: torch.nn.Module, module: torch.nn.Module) -> torch.nn.Module | None:
+    """A new ``torch.compile`` wrapper around ``module`` with ``compiled``'s settings (backend,
+    mode...), or None when ``compiled`` is not a whole-model compiled module. ``compiled``
+    itself still wraps what it wrapped (a prepared model keeps its DDP wrapper)."""
+    if "torch._dynamo" not in sys.modules:
+        return None
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    if not isinstance(compiled, OptimizedModule):
+        return None
+    return OptimizedModule(module, compiled.dynamo_ctx)

@@ -4,8 +4,8 @@
 ``(dataloader, device, num_processes, process_index, split_batches, put_on_device, ...)``
 and shards for the processes that run (an Accelerator's, else one made from the
 environment). ``DataLoaderShard``, ``DataLoaderDispatcher``, ``SkipDataLoader``,
-``BatchSamplerShard`` and ``IterableDatasetShard`` can be built by hand as in the described
-system; a prepared loader counts as a ``DataLoaderShard`` for ``isinstance``.
+``BatchSamplerShard`` and ``IterableDatasetShard`` can be built by hand as in Hugging Face
+Accelerate; a prepared loader counts as a ``DataLoaderShard`` for ``isinstance``.
 ``DataLoaderAdapter`` holds a DataLoader (or torchdata's ``StatefulDataLoader``) and
 ``get_sampler`` finds the sampler under a loader's batches.
 """

@@ -7,18 +7,49 @@ the properties describe the innermost active loader.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
 
 @dataclass
 class LoaderProgress:
-    """What one prepared dataloader reports about the batch the loop is processing."""
+    """What one prepared dataloader reports about the batch the loop is processing.
+
+    The loader reporting is held weakly (``loader`` reads it): a loader owns its progress,
+    and a loader nobody holds any more is freed at once, not left to the cycle collector."""
 
     batch_index: int = 0
     end_of_dataloader: bool = False
     remainder: int = -1
-    loader: Any = field(default=None, repr=False, compare=False)  # the loader reporting
+    _loader_ref: Any = field(default=None, repr=False, compare=False)
+
+    def __init__(
+        self,
+        batch_index: int = 0,
+        end_of_dataloader: bool = False,
+        remainder: int = -1,
+        loader: Any = None,
+    ) -> None:
+        self.batch_index = batch_index
+        self.end_of_dataloader = end_of_dataloader
+        self.remainder = remainder
+        self._loader_ref = None if loader is None else weakref.ref(loader)
+
+    @property
+    def loader(self) -> Any:
+        """The loader reporting (None once it is gone, or for a progress made without one)."""
+        return None if self._loader_ref is None else self._loader_ref()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_loader_ref"] = self.loader  # pickled with the loader that holds it
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        loader = state.pop("_loader_ref")
+        self.__dict__.update(state)
+        self._loader_ref = None if loader is None else weakref.ref(loader)
 
 
 @dataclass

@@ -351,10 +351,30 @@ class ParallelismConfig(Plugin):
         for name, default in (("cp_backend", "torch"), ("sp_backend", "deepspeed")):
             if getattr(self, name) is None:
                 setattr(self, name, os.environ.get(f"PARALLELISM_CONFIG_{name.upper()}", default))
+        self._default_handlers()
         if self.tp_plan is not None:
             from overdrive.parallel.tp_plan import check_plan
 
             check_plan(self.tp_plan, "ParallelismConfig(tp_plan=...)")
+
+    def _default_handlers(self) -> None:
+        """As Hugging Face Accelerate does: ``cp_size`` / ``sp_size`` above 1 get their
+        backend's options object (read from ``PARALLELISM_CONFIG_*``) unless one is given."""
+        from overdrive.compat.parallel_handlers import (
+            DeepSpeedSequenceParallelConfig,
+            TorchContextParallelConfig,
+        )
+
+        if (self.cp_size or 1) > 1:
+            if self.cp_handler is None:
+                self.cp_handler = TorchContextParallelConfig()
+            elif not isinstance(self.cp_handler, TorchContextParallelConfig):
+                raise ValueError(
+                    f"ParallelismConfig's cp_backend={self.cp_backend} requires "
+                    f"TorchContextParallelConfig, but cp_handler was set to {type(self.cp_handler)}"
+                )
+        if (self.sp_size or 1) > 1 and self.sp_handler is None:
+            self.sp_handler = DeepSpeedSequenceParallelConfig()
 
     def to_settings(self) -> dict[str, Any]:
         """Refuses context parallelism: describing a layout with it is fine (a mesh for

@@ -48,7 +48,7 @@ def test_dataloader_settings_as_properties() -> None:
     acc = Accelerator(cpu=True, dataloader_config=config)
     assert acc.even_batches is False and acc.use_seedable_sampler is True
     assert acc.non_blocking is False and acc.dispatch_batches is None
-    assert acc.use_stateful_dataloader is True
+    assert acc.use_stateful_dataloader is False  # torchdata's loader only when asked for
     acc.even_batches = True
     assert acc.even_batches is True
     assert str(acc.settings.source("even_batches")).startswith("code")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from overdrive.compat.checkpoint_args import CheckpointArgsMixin
@@ -66,6 +67,17 @@ class AcceleratorCompat(
                 world,
             )
         return world
+
+    def _check_quantized(
+        self, model: Any, multi_backend: Callable[[], bool], on_xpu: Callable[[], bool]
+    ) -> None:
+        """Refuse an 8-bit or 4-bit model placed where it cannot train (Hugging Face
+        Accelerate's check in ``prepare_model``; the bitsandbytes probes come from the
+        ``accelerator`` module, where its tests patch them)."""
+        from overdrive.quantize.placement import check_quantized_placement
+
+        state = self.state
+        check_quantized_placement(model, state.device, state.use_distributed, multi_backend, on_xpu)
 
     def _check_not_reset(self) -> None:
         if self._state_was_reset:

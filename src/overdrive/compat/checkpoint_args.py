@@ -99,15 +99,25 @@ class CheckpointArgsMixin:
                 )
             prepared.prepare_grads()
 
-    def _unwrap_args(self, model: Any, keep_torch_compile: bool | None) -> None:
-        if keep_torch_compile and hasattr(model, "_orig_mod"):
+    def _keep_compiled(self, model: Any, module: Any, keep_torch_compile: bool | None) -> Any:
+        """``module`` (unwrapped from ``model``), compiled again with ``model``'s compile
+        settings when ``keep_torch_compile=True`` asks for it. The wrapper is a new one:
+        re-pointing the prepared compiled model at the unwrapped module, as Hugging Face
+        Accelerate does, would make it bypass DDP afterwards."""
+        if not keep_torch_compile or not hasattr(model, "_orig_mod"):
+            return module
+        from overdrive.compile import compiled_like
+
+        again = compiled_like(model, module)
+        if again is None:  # regional compilation: the compiled blocks are inside ``module``
             warnings.warn(
-                "unwrap_model(keep_torch_compile=True): overdrive returns your module without "
-                "the torch.compile wrapper (re-pointing the prepared compiled model at the "
-                "unwrapped module, as Hugging Face Accelerate does, would bypass DDP)",
+                "unwrap_model(keep_torch_compile=True) of a regionally compiled model returns "
+                "your module, whose compiled blocks stay compiled",
                 UserWarning,
                 stacklevel=3,
             )
+            return module
+        return again
 
 
 def _as_list(value: Any) -> list[Any]:

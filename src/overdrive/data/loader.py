@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections.abc import Iterator
-import copy
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -168,7 +168,7 @@ class PreparedDataLoader(_LoaderBase):
         ordered = batch_sampler
         if batch_sampler is not None and _needs_index_sync(batch_sampler):
             self._order = ordered = RecordedOrder(batch_sampler)
-        self._inner: DataLoader | None = None
+        self._inner: Any = None  # a DataLoader (a StatefulDataLoader with stateful)
         if mode == "shard":
             self._sharded = ShardedBatchSampler(
                 ordered,

@@ -163,10 +163,22 @@ class _ReadsStateful:
 def _wants_stateful(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Whether ``cls(*args, **kwargs)`` asks for ``use_stateful_dataloader``."""
     try:
-        bound = inspect.signature(cls.__init__).bind(None, *args, **kwargs)
+        init: Any = cls.__init__  # type: ignore[misc]
+        bound = inspect.signature(init).bind(None, *args, **kwargs)
     except TypeError:
         return False  # __init__ reports the bad call
     return bool(bound.arguments.get("use_stateful_dataloader", False))
+
+
+class _StatefulOnRequest:
+    """Makes ``cls(..., use_stateful_dataloader=True)`` an instance of ``cls``'s stateful
+    variant (a base of its own, so ``inspect.signature(cls)`` still shows ``__init__``'s)."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        made: type = cls
+        if _wants_stateful(made, args, kwargs) and not is_stateful_class(made):
+            made = stateful_variant(made, _ReadsStateful)
+        return super().__new__(made)
 
 
 class _CountsPrepared(type):
@@ -176,7 +188,9 @@ class _CountsPrepared(type):
         return type.__instancecheck__(cls, obj) or isinstance(obj, PreparedDataLoader)
 
 
-class DataLoaderShard(DataLoader[Any], DataLoaderStateMixin, metaclass=_CountsPrepared):
+class DataLoaderShard(
+    _StatefulOnRequest, DataLoader[Any], DataLoaderStateMixin, metaclass=_CountsPrepared
+):
     """A DataLoader that moves batches to ``device``, skips the first ``skip_batches``,
     knows its last batch (``end_of_dataloader``), copies the ``rng_types`` RNGs from rank 0
     and moves to the next epoch (``iteration``) after each full pass. It shards nothing by
@@ -184,11 +198,6 @@ class DataLoaderShard(DataLoader[Any], DataLoaderStateMixin, metaclass=_CountsPr
     ``torch_device_mesh`` is kept, as Hugging Face Accelerate keeps it (a shard reads its
     own batches whatever the mesh). With ``use_stateful_dataloader`` it reads through
     torchdata's ``StatefulDataLoader`` and is one (``state_dict`` / ``load_state_dict``)."""
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        if _wants_stateful(cls, args, kwargs) and not is_stateful_class(cls):
-            cls = stateful_variant(cls, _ReadsStateful)
-        return super().__new__(cls)
 
     def __init__(
         self,

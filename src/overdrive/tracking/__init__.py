@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from overdrive.effective_settings import tracker_config
+from overdrive.errors import OverdriveError
 from overdrive.logging import get_logger
 from overdrive.tracking.available import filter_trackers, get_available_trackers, on_main_process
 from overdrive.tracking.base import GeneralTracker, NoOpTracker, Tracker, TrackerError
@@ -49,6 +50,7 @@ __all__ = [
     "WandBTracker",
     "check_logging_dir",
     "check_started",
+    "find_tracker",
     "filter_trackers",
     "get_available_trackers",
     "on_main_process",
@@ -244,4 +246,16 @@ def check_started(log_with: Any, trackers: list[Tracker]) -> None:
         f"log() was called before init_trackers(): log_with names {', '.join(names)}, but "
         "no tracker is running, so these values would be lost\n"
         "  fix: call accelerator.init_trackers('project_name') once before logging"
+    )
+
+
+def find_tracker(trackers: list[Tracker], name: str, unwrap: bool = False) -> Any:
+    """The running tracker called ``name`` (its own object with ``unwrap``), or an error
+    naming the running ones."""
+    for tracker in trackers:
+        if tracker.name == name:
+            return tracker.tracker if unwrap else tracker
+    raise OverdriveError(
+        f"no tracker named {name!r} is running (running: "
+        f"{[t.name for t in trackers] or 'none'}); start it with init_trackers() and log_with"
     )

@@ -15,13 +15,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from overdrive.tracking.base import Tracker, TrackerError, plain, scalar
 
-_MAX_PARAM_LENGTH = 500  # the limit of older MLflow servers
 STORES = ("sqlite", "file")
 
 
@@ -133,13 +133,33 @@ class MLflowTracker(Tracker):
     def tracker(self) -> Any:
         return self.run
 
+    @property
+    def active_run(self) -> Any:
+        """The run ``start()`` opened (Hugging Face Accelerate's attribute)."""
+        return self.run
+
     def store_init_configuration(self, config: dict[str, Any]) -> None:
-        params = {}
+        """Log ``config`` (nested keys joined with dots) as the run's parameters; a value longer
+        than MLflow takes is left out with a warning. ``config`` itself is not changed."""
+        from mlflow.utils import validation
+
+        limit = validation.MAX_PARAM_VAL_LENGTH
+        params, dropped = {}, []
         for key, value in _flat(plain(config)).items():
-            text = str(value)
-            params[key] = text if len(text) <= _MAX_PARAM_LENGTH else text[:_MAX_PARAM_LENGTH]
-        if params:
-            self._mlflow.log_params(params, run_id=self.run.info.run_id)
+            if len(str(value)) > limit:
+                dropped.append(key)
+            else:
+                params[key] = str(value)
+        if dropped:
+            warnings.warn(
+                f"MLflow parameters hold at most {limit} characters: left out {dropped}",
+                UserWarning,
+                stacklevel=2,
+            )
+        items, batch = list(params.items()), validation.MAX_PARAMS_TAGS_PER_BATCH
+        for start in range(0, len(items), batch):
+            chunk = dict(items[start : start + batch])
+            self._mlflow.log_params(chunk, run_id=self.run.info.run_id)
 
     def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
         self.check_open("log")
@@ -147,6 +167,23 @@ class MLflowTracker(Tracker):
         numbers = {k: float(v) for k, v in metrics.items() if v is not None}
         if numbers:
             self._mlflow.log_metrics(numbers, step=step, run_id=self.run.info.run_id, **kwargs)
+
+    def log_figure(self, figure: Any, artifact_file: str, **save_kwargs: Any) -> None:
+        """Save ``figure`` (matplotlib or plotly) as ``artifact_file`` among the run's
+        artifacts; ``save_kwargs`` go to ``mlflow.log_figure``."""
+        self.check_open("log_figure")
+        client = self._mlflow.MlflowClient(self.tracking_uri)
+        client.log_figure(self.run.info.run_id, figure, artifact_file, **save_kwargs)
+
+    def log_artifact(self, local_path: str, artifact_path: str | None = None) -> None:
+        """Copy the file ``local_path`` into the run's artifacts (under ``artifact_path``)."""
+        self.check_open("log_artifact")
+        self._mlflow.log_artifact(local_path, artifact_path, run_id=self.run.info.run_id)
+
+    def log_artifacts(self, local_dir: str, artifact_path: str | None = None) -> None:
+        """Copy everything in ``local_dir`` into the run's artifacts (under ``artifact_path``)."""
+        self.check_open("log_artifacts")
+        self._mlflow.log_artifacts(local_dir, artifact_path, run_id=self.run.info.run_id)
 
     def finish(self) -> None:
         if not self.mark_finished() or self.run is None:
