@@ -18,8 +18,7 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 from tqdm import tqdm
 
-from overdrive.accelerator import Accelerator
-from overdrive.random_state import set_seed
+from overdrive import Accelerator, SchedulerKwargs, set_seed
 
 
 def datasets() -> tuple[TensorDataset, TensorDataset]:
@@ -41,7 +40,9 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=3e-3)
     args = parser.parse_args()
 
-    accelerator = Accelerator()
+    # The schedule below is sized in optimizer steps of one process (len(train_dl) after
+    # prepare), so it must advance once per optimizer step, whatever the number of processes.
+    accelerator = Accelerator(kwargs_handlers=[SchedulerKwargs(once_per_optimizer_step=True)])
     set_seed(0)
     train, test = datasets()
     model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
@@ -74,7 +75,7 @@ def main() -> None:
             scheduler.step()
             optimizer.zero_grad()
             bar.update(1)
-            bar.set_postfix(loss=f"{loss.item():.3f}")
+            bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
     bar.close()
 
     model.eval()

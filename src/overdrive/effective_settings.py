@@ -2,8 +2,10 @@
 
 The launcher's banner can only know the config file, the environment and the flags; the
 script's code may change any of them (``Accelerator(mixed_precision="bf16")``). At the end of
-``Accelerator.__init__`` the main process reports, in one line, every setting that differs
-from its default or was set in code, each with its source; nothing when nothing is set.
+``Accelerator.__init__`` the main process reports every setting that differs from its
+default, each with its source (one line, or a few lines of whole settings when there are many,
+as under transformers' Trainer); nothing when nothing is set. Trackers record, besides, the
+settings code set to their default values.
 
 The line is an INFO record of the ``overdrive.settings`` logger. Silence it with
 ``logging.getLogger("overdrive").setLevel(logging.WARNING)`` (or
@@ -40,13 +42,40 @@ def effective(settings: Settings) -> list[tuple[str, Any, Source]]:
     return rows
 
 
+ONE_LINE = 200
+"""Longest summary kept on one line; a longer one lists its settings on lines of ``WIDTH``."""
+WIDTH = 100
+
+
+def _pack(items: list[str]) -> list[str]:
+    """Whole items, comma-separated, on indented lines of at most ``WIDTH`` characters."""
+    lines: list[str] = []
+    for item in items:
+        if lines and len(lines[-1]) + len(item) + 2 <= WIDTH:
+            lines[-1] += f" {item}"
+        else:
+            lines.append(f"  {item}")
+        lines[-1] += ","
+    lines[-1] = lines[-1][:-1]
+    return lines
+
+
 def summary(settings: Settings, world_size: int = 1) -> str | None:
-    """``effective settings (rank 0 of 2): key=value (source), ...``, or None if none is set."""
+    """``effective settings (rank 0 of 2): key=value (source), ...`` for the settings not at
+    their default (a count of those code set to their default), or None if there are none.
+    Past ``ONE_LINE`` characters the settings go on lines of their own."""
     rows = effective(settings)
-    if not rows:
+    changed = [row for row in rows if row[1] != schema.get(row[0]).default]
+    if not changed:
         return None
-    items = ", ".join(f"{key}={display_value(value)} ({source})" for key, value, source in rows)
-    return f"effective settings (rank 0 of {world_size}): {items}"
+    items = [f"{key}={display_value(value)} ({source})" for key, value, source in changed]
+    head = f"effective settings (rank 0 of {world_size})"
+    same = len(rows) - len(changed)
+    tail = f"; {same} more set in code to their default values" if same else ""
+    line = f"{head}: {', '.join(items)}{tail}"
+    if len(line) <= ONE_LINE:
+        return line
+    return "\n".join([f"{head}, {len(changed)} not at their default{tail}:", *_pack(items)])
 
 
 def tracker_config(settings: Settings | None, config: dict[str, Any] | None) -> Any:

@@ -19,5 +19,18 @@ class ConfigError(OverdriveError, ValueError):
         super().__init__(text)
 
 
+class ConfigErrors(ConfigError):
+    """Several settings are wrong at once: every one is reported, each with its own fix."""
+
+    def __init__(self, errors: list[ConfigError]) -> None:
+        self.errors = list(errors)
+        items = []
+        for number, error in enumerate(self.errors, 1):
+            first, *rest = str(error).splitlines()
+            items.append("\n".join([f"  {number}. {first}", *(f"   {line}" for line in rest)]))
+        body = "\n".join(items)
+        super().__init__(f"{len(self.errors)} problems in the settings:\n{body}", key=errors[0].key)
+
+
 class LaunchError(OverdriveError):
     """The launch cannot go ahead as asked (no script, busy port on several machines, ...)."""

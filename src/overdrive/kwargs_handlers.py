@@ -1,4 +1,4 @@
-"""Keyword-argument handlers (seed 000, table 3) passed as ``Accelerator(kwargs_handlers=[...])``."""
+"""Keyword-argument handlers, as in Hugging Face Accelerate, passed as ``Accelerator(kwargs_handlers=[...])``."""
 
 from __future__ import annotations
 

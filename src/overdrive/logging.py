@@ -44,7 +44,7 @@ class MultiProcessAdapter(logging.LoggerAdapter[logging.Logger]):
 
     def warning_once(self, *args: Any, **kwargs: Any) -> None:
         """``warning``, once per distinct arguments on this logger (TRL's trainers call it,
-        as the described system's adapter has it)."""
+        as Hugging Face Accelerate's adapter has it)."""
         seen: set[Any] = self.__dict__.setdefault("_warned_once", set())
         key = (args, tuple(sorted(kwargs.items())))
         if key not in seen:

@@ -1,33 +1,111 @@
-"""``python -m overdrive.run script.py [args]`` (or ``-m module [args]``): run with the accelerate alias on."""
+"""``python -m overdrive.run [--as_accelerate] script.py [args]`` (or ``-m module [args]``): one
+process, no launcher, ``import accelerate`` answered by overdrive."""
 
 from __future__ import annotations
 
+import os
 import runpy
 import sys
 
-from overdrive.alias import OPT_IN_ENV, install, real_accelerate
+from overdrive.errors import OverdriveError
 
-USAGE = "usage: python -m overdrive.run script.py [args...] | -m module [args...]"
+USAGE = (
+    "usage: python -m overdrive.run [--as_accelerate] script.py [args...] | "
+    "[--as_accelerate] -m module [args...]"
+)
+HELP = f"""{USAGE}
+
+Run a script (or a module, as python -m does) in this process with `import accelerate`
+answered by overdrive, as transformers' Trainer needs.
+
+options (before the script):
+  --as_accelerate  answer to `import accelerate` even where Hugging Face Accelerate's package
+                   is installed (also OVERDRIVE_AS_ACCELERATE=1, or `as_accelerate: true` in
+                   the config file)
+  -h, --help       show this help"""
+OPTIONS = ("--as_accelerate", "--as-accelerate")
+PROG = "overdrive.run"
+
+
+class _UsageError(OverdriveError):
+    """A command line this module cannot run."""
+
+
+def _parse(argv: list[str]) -> tuple[bool, bool, str, list[str]]:
+    """(as_accelerate given, run a module, target, the target's arguments)."""
+    as_accelerate = False
+    rest = list(argv)
+    while rest and rest[0].startswith("-") and rest[0] != "-m":
+        option = rest.pop(0)
+        if option in ("-h", "--help"):
+            print(HELP)
+            raise SystemExit(0)
+        if option == "--":
+            break
+        if option not in OPTIONS:
+            raise _UsageError(
+                f"unknown option {option} (before the script)\n  fix: {USAGE}; everything after "
+                "the script goes to the script"
+            )
+        as_accelerate = True
+    is_module = bool(rest) and rest[0] == "-m"
+    if is_module:
+        rest = rest[1:]
+    if not rest:
+        raise _UsageError(f"no {'module' if is_module else 'script'} to run\n  fix: {USAGE}")
+    return as_accelerate, is_module, rest[0], rest[1:]
+
+
+def _engine(as_accelerate: bool) -> str:
+    """Install the alias as the settings ask; return the engine line, with its source."""
+    from overdrive import alias
+    from overdrive.config import load_settings
+
+    flags = {"as_accelerate": True} if as_accelerate else {}
+    settings = load_settings(flags=flags, flag_names={"as_accelerate": "as_accelerate"})
+    asked_by = str(settings.source("as_accelerate")) if settings["as_accelerate"] else None
+    if not alias.install(force=asked_by is not None):
+        raise _UsageError(
+            f"accelerate {alias.real_accelerate()} is installed, so overdrive will not answer to "
+            "`import accelerate` unasked\n  fix: python -m overdrive.run --as_accelerate "
+            f"SCRIPT (or set {alias.OPT_IN_ENV}=1, or write `as_accelerate: true` in the config "
+            "file) to run it on overdrive; plain python runs it on the installed accelerate"
+        )
+    return alias.engine_line(asked_by)
+
+
+def _prepare(argv: list[str]) -> tuple[bool, str, list[str]]:
+    """Every check before the script runs: its path, our options after it, the alias."""
+    from overdrive.alias.notice import announce
+    from overdrive.cli.launch_cmd import after_script_note, check_script, flags_after_script
+
+    as_accelerate, is_module, target, args = _parse(argv)
+    if not is_module:
+        check_script(target, command="python -m overdrive.run")
+    note = after_script_note(flags_after_script(args, OPTIONS), target, "python -m overdrive.run")
+    if note:
+        sys.stderr.write(f"{PROG}: note: {note}\n")
+    line = _engine(as_accelerate)
+    if os.environ.get("RANK", "0") == "0":
+        announce(line)  # said when the script imports accelerate, if it does
+    return is_module, target, args
 
 
 def main(argv: list[str]) -> None:
-    """Install the alias, then run the script or module as ``__main__`` with the remaining arguments."""
-    if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE)
-        raise SystemExit(0 if argv else 2)
-    if not install():
-        raise SystemExit(
-            f"overdrive.run: accelerate {real_accelerate()} is installed, so overdrive will not shadow it "
-            f"unasked. Set {OPT_IN_ENV}=1 to run this script on overdrive, or run it with plain python."
-        )
-    if argv[0] == "-m":
-        if len(argv) < 2:
-            raise SystemExit(USAGE)
-        sys.argv = argv[1:]
-        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    """Check the command line, install the alias, then run the script or module as
+    ``__main__`` with its arguments, as ``python script.py`` would."""
+    try:
+        is_module, target, args = _prepare(argv)
+    except OverdriveError as exc:
+        sys.stderr.write(f"{PROG}: error: {exc}\n")
+        raise SystemExit(exc.exit_code) from None
+    sys.argv = [target, *args]
+    if is_module:
+        runpy.run_module(target, run_name="__main__", alter_sys=True)
     else:
-        sys.argv = list(argv)
-        runpy.run_path(argv[0], run_name="__main__")
+        path = os.path.abspath(target)  # `python script.py` puts the script's folder first
+        sys.path[0] = path if os.path.isdir(path) else os.path.dirname(path)
+        runpy.run_path(target, run_name="__main__")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ from enum import Enum
 
 
 class DistributedType(str, Enum):
-    """Which backend runs the training (seed 000, table 1).
+    """Which backend runs the training (Hugging Face Accelerate's names).
 
     Every member Hugging Face Accelerate has exists; asking for one that this version cannot
     run (the other vendors' accelerators, XLA, ...) is refused before any process starts,

@@ -1,4 +1,4 @@
-"""The shipped examples run: the digits demo on 2 processes, seed 001's loop on one."""
+"""The shipped examples run: the digits demo on 2 processes, the text classifier on one."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ def test_digits_demo_trains_on_two_processes() -> None:
     assert len(bars) == 1, "the progress bar must show on the main process only"
 
 
-def test_seed001_loop_runs_on_one_process(tmp_path: Path) -> None:
+def test_text_classifier_runs_on_one_process(tmp_path: Path) -> None:
     out = tmp_path / "model"
-    result = run_python(EXAMPLES / "seed001_loop.py", "--output_dir", str(out), cwd=tmp_path)
+    result = run_python(EXAMPLES / "text_classifier.py", "--output_dir", str(out), cwd=tmp_path)
     assert_ok(result)
     assert "epoch 2 finished" in result.stdout
     assert (out / "model.safetensors").is_file()

@@ -3,7 +3,7 @@
 Explicit and reversible: nothing happens until :func:`install` runs (``overdrive launch`` and
 ``python -m overdrive.run`` call it), and :func:`uninstall` removes every trace. Where a real
 ``accelerate`` distribution is installed, the alias refuses unless asked for by name
-(``OVERDRIVE_AS_ACCELERATE=1``, ``overdrive launch --as_accelerate``).
+(``--as_accelerate``, ``OVERDRIVE_AS_ACCELERATE=1`` or ``as_accelerate: true`` in the config file).
 """
 
 from __future__ import annotations
@@ -68,14 +68,22 @@ def uninstall() -> None:
     drop_alias_modules()
 
 
-def engine_line() -> str:
-    """One line saying which engine ``import accelerate`` gets here."""
+def engine_line(asked_by: str | None = None) -> str:
+    """One line saying which engine ``import accelerate`` gets here.
+
+    ``asked_by`` is where ``as_accelerate`` was switched on, as provenance writes it (``flag
+    --as_accelerate``, ``file cfg.yaml:3``, ``env OVERDRIVE_AS_ACCELERATE``); None: not asked,
+    unless the environment variable is set here.
+    """
     real = real_accelerate()
     if real is None:
         return f"`import accelerate` -> overdrive (answering as accelerate {COMPAT_VERSION}; no accelerate installed)"
-    if opted_in():
-        return f"`import accelerate` -> overdrive (shadows installed accelerate {real}: {OPT_IN_ENV}=1)"
+    if asked_by is None and opted_in():
+        asked_by = f"env {OPT_IN_ENV}"
+    if asked_by is not None:
+        return f"`import accelerate` -> overdrive (shadows installed accelerate {real}; as_accelerate from {asked_by})"
     return (
-        f"`import accelerate` -> the installed accelerate {real} (set {OPT_IN_ENV}=1 or pass "
-        "--as_accelerate to use overdrive)"
+        f"`import accelerate` -> the installed accelerate {real} (to use overdrive: pass "
+        f"--as_accelerate to overdrive launch or python -m overdrive.run, set {OPT_IN_ENV}=1, or "
+        "write `as_accelerate: true` in the config file)"
     )

@@ -122,3 +122,27 @@ def merge_weights(
             (str(part["file"]), target, write_model_files(state, target, max_shard_size, safe))
         )
     return done
+
+
+MODEL_CONFIG_FILES = ("config.json", "generation_config.json")
+
+
+def config_places(checkpoint: Path) -> list[Path]:
+    """Where a model's ``config.json`` may sit: in the checkpoint, beside it (a Trainer
+    checkpoint holds the ``pytorch_model_fsdp_0`` folder and the config), one level above."""
+    checkpoint = Path(checkpoint).resolve()
+    return [checkpoint, checkpoint.parent, checkpoint.parent.parent]
+
+
+def copy_model_config(checkpoint: Path, output: Path) -> Path | None:
+    """Copy the model's config files found nearest ``checkpoint`` into ``output`` (already
+    written) so ``from_pretrained(output)`` loads it; returns the folder they came from."""
+    import shutil
+
+    for place in config_places(checkpoint):
+        if (place / MODEL_CONFIG_FILES[0]).is_file():
+            for name in MODEL_CONFIG_FILES:
+                if (place / name).is_file() and not (Path(output) / name).exists():
+                    shutil.copyfile(place / name, Path(output) / name)
+            return place
+    return None

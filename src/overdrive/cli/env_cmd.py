@@ -117,6 +117,21 @@ def _deepspeed_lines() -> list[str]:
     ]
 
 
+def _engine(config_file: str | None) -> str:
+    """The engine line for this environment and config file, naming where ``as_accelerate``
+    came from; without the file's word where the file cannot be read (shown below)."""
+    from overdrive.alias import engine_line
+    from overdrive.config import load_settings
+    from overdrive.errors import ConfigError
+
+    try:
+        settings = load_settings(config_file=config_file, flags={})
+    except ConfigError:
+        return engine_line()
+    asked = settings["as_accelerate"]
+    return engine_line(str(settings.source("as_accelerate")) if asked else None)
+
+
 def report(config_file: str | None = None) -> str:
     """The full report as text."""
     import overdrive
@@ -131,9 +146,7 @@ def report(config_file: str | None = None) -> str:
     for name, version in backend_versions().items():
         lines.append(f"  {name}: {version or 'not installed'}")
     lines += _deepspeed_lines()
-    from overdrive.alias import engine_line
-
-    lines.append(f"under overdrive launch / python -m overdrive.run: {engine_line()}")
+    lines.append(f"under overdrive launch / python -m overdrive.run: {_engine(config_file)}")
     lines += _config_lines(config_file)
     relevant = sorted(k for k in os.environ if k.startswith(("ACCELERATE_", "OVERDRIVE_")))
     lines.append("environment: " + (", ".join(relevant) if relevant else "no ACCELERATE_* set"))

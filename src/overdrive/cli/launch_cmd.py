@@ -11,6 +11,7 @@ import os
 import stat
 import sys
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from overdrive.cli.flags import TypedStore, add_flag, typed_name
@@ -140,7 +141,7 @@ _FILE_KINDS = (
 )
 
 
-def check_script(target: str) -> None:
+def check_script(target: str, *, command: str = "overdrive launch") -> None:
     """Refuse a script path Python could not run, saying what the path is."""
     fix = "  fix: give the path of a Python file (or add -m to run a module)"
     try:
@@ -148,7 +149,7 @@ def check_script(target: str) -> None:
     except FileNotFoundError:
         raise LaunchError(
             f"script {target!r} does not exist\n  fix: check the path, or add -m to run a "
-            "module; options for overdrive launch go before the script"
+            f"module; options for {command} go before the script"
         ) from None
     except OSError as error:
         raise LaunchError(f"script {target!r} cannot be read: {error.strerror}\n{fix}") from None
@@ -161,6 +162,35 @@ def check_script(target: str) -> None:
         raise LaunchError(f"script {target!r} is not a regular file ({kind})\n{fix}")
     if not os.access(target, os.R_OK):
         raise LaunchError(f"script {target!r} cannot be read (permission denied)\n{fix}")
+
+
+def flags_after_script(script_args: list[str], known: Iterable[str]) -> list[str]:
+    """The options in ``known`` written after the script: they go to the script, not to us."""
+    ours = set(known) - {"--help"}
+    found: list[str] = []
+    for arg in script_args:
+        name = arg.split("=", 1)[0]
+        if name in ours and name not in found:
+            found.append(name)
+    return found
+
+
+def after_script_note(found: list[str], target: str, command: str) -> str | None:
+    """One line naming options of ``command`` that reach the script instead, or None."""
+    if not found:
+        return None
+    names = " and ".join([", ".join(found[:-1]), found[-1]] if len(found) > 1 else found)
+    them, verb = ("them", "come") if len(found) > 1 else ("it", "comes")
+    return (
+        f"{names} {verb} after the script, so {target} gets {them}, not {command}; to give "
+        f"{them} to {command}, write {them} before {target}"
+    )
+
+
+def _long_options(parser: argparse.ArgumentParser | None) -> list[str]:
+    if parser is None:
+        return []
+    return [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
 
 
 def _log_dir(args: argparse.Namespace, project_dir: str | None) -> str | None:
@@ -190,6 +220,10 @@ def handle(args: argparse.Namespace) -> int:
     target, script_args = command[0], command[1:]
     if not args.module:
         check_script(target)
+    found = flags_after_script(script_args, _long_options(getattr(args, "cli_parser", None)))
+    note = after_script_note(found, target, "overdrive launch")
+    if note and not args.quiet:
+        _say(f"overdrive: note: {note}")
     settings = load_settings(
         flags={s.key: getattr(args, _dest(s.key)) for _, s in flag_settings()},
         flag_names={s.key: typed_name(args, _dest(s.key), n) for n, s in flag_settings()},
@@ -213,16 +247,21 @@ def handle(args: argparse.Namespace) -> int:
         print(dry_run_text(plan, show_all=args.verbose))
         return 0
     from overdrive import alias
+    from overdrive.alias.notice import LINE_VARIABLE
 
+    asked_by = None
     if settings["as_accelerate"]:  # flag, config file or environment
         os.environ[alias.OPT_IN_ENV] = "1"  # the workers inherit it; their bootstrap reads it
+        asked_by = str(settings.source("as_accelerate"))
+    os.environ.pop(LINE_VARIABLE, None)
     if not args.quiet:
         hint = cluster.scheduler_hint(settings, os.environ)
         if hint:
             _say(f"overdrive: note: {hint}")
         if plan.is_main_machine:
             _say(banner(plan))  # first line of a launch: what runs, and how
-            _say(f"overdrive: {alias.engine_line()}")
+            # Rank 0 says it if and when the script imports accelerate (Trainer does).
+            os.environ[LINE_VARIABLE] = alias.engine_line(asked_by)
         if plan.load_note:
             _say(f"overdrive: note: {plan.load_note}")
         if plan.log_dir:

@@ -17,7 +17,9 @@ def register(commands: Any) -> None:
         description="Read a checkpoint that save_state() wrote (sharded over processes or not) "
         "and write each model's full weights in the Hugging Face layout: model_0 into "
         "OUTPUT_DIR, model_<i> into OUTPUT_DIR/model_<i>. A pytorch_model_fsdp_<i> folder "
-        "that save_fsdp_model() wrote is one model. Needs no process group.",
+        "that save_fsdp_model() wrote is one model. The model's config.json found in or beside "
+        "CHECKPOINT_DIR (save_fsdp_model writes it there) is copied into OUTPUT_DIR, so "
+        "transformers' from_pretrained(OUTPUT_DIR) loads the result. Needs no process group.",
         allow_abbrev=False,
     )
     parser.add_argument("checkpoint_dir", metavar="CHECKPOINT_DIR", help="checkpoint directory")
@@ -43,6 +45,20 @@ def register(commands: Any) -> None:
     parser.set_defaults(handler=handle)
 
 
+def _config_line(checkpoint: Path, output: Path) -> str:
+    """Copy the model's config.json beside the weights, or say where one must go."""
+    from overdrive.checkpoint.merge import config_places, copy_model_config
+
+    found = copy_model_config(checkpoint, output)
+    if found is not None:
+        return f"config.json copied from {found}: from_pretrained({str(output)!r}) loads it"
+    places = ", ".join(str(p) for p in config_places(checkpoint))
+    return (
+        f"note: no config.json in {places}; transformers' from_pretrained({str(output)!r}) "
+        f"needs the model's config there: model.config.save_pretrained({str(output)!r})"
+    )
+
+
 def handle(args: argparse.Namespace) -> int:
     import shutil
 
@@ -54,6 +70,7 @@ def handle(args: argparse.Namespace) -> int:
     )
     for part, directory, files in done:
         print(f"{part}: {directory} ({', '.join(files)})")
+    print(_config_line(checkpoint, Path(args.output_dir)))
     if args.remove_checkpoint_dir:
         shutil.rmtree(checkpoint)
         print(f"removed {checkpoint}")

@@ -52,6 +52,8 @@ def save_fsdp_model(
         save_shards(
             tree, folder, SHARDED_STEM, rank=accelerator.process_index, what=f"model {model_index}"
         )
+        if accelerator.is_main_process:
+            _save_model_config(accelerator.unwrap_model(model), output)
         accelerator.wait_for_everyone()
         _say_how_to_merge(accelerator, folder)
         return folder
@@ -66,21 +68,40 @@ def save_fsdp_model(
     return path
 
 
+def _save_model_config(model: Any, output: Path) -> None:
+    """A transformers model's ``config.json`` (and ``generation_config.json``) beside the
+    shards, where Trainer's full-state-dict checkpoints have them: ``overdrive merge-weights``
+    copies them next to the merged weights, so ``from_pretrained`` loads the result."""
+    save_config = getattr(getattr(model, "config", None), "save_pretrained", None)
+    if not callable(save_config):
+        return
+    save_config(output)
+    generation = getattr(model, "generation_config", None)
+    can_generate = getattr(model, "can_generate", None)
+    if generation is not None and callable(can_generate) and can_generate():
+        generation.save_pretrained(output)
+
+
 _MERGE_NOTED: set[str] = set()
+STATE_DICT_KEY = "fsdp_config.fsdp_state_dict_type"
 
 
 def _say_how_to_merge(accelerator: Any, folder: Path) -> None:
-    """Once per output directory: how to get full weights from the shards (transformers'
-    Trainer.save_model writes none under a sharded state dict)."""
+    """Once per output directory, at the first checkpoint: transformers' Trainer.save_model
+    writes no weights under a sharded state dict, and the one command that gets them."""
     parent = str(folder.parent.parent)
     if accelerator.is_main_process and parent not in _MERGE_NOTED:
         _MERGE_NOTED.add(parent)
         import sys
 
+        settings = getattr(accelerator, "settings", None)
+        source = f" ({settings.source(STATE_DICT_KEY)})" if settings is not None else ""
         sys.stderr.write(
-            f"overdrive: note: {folder} holds each process's shards of the weights; for full "
-            f"weights that from_pretrained loads, run `overdrive merge-weights {folder} "
-            "OUT_DIR` and put the model's config.json beside them (docs/trainer.md)\n"
+            f"overdrive: warning: fsdp_state_dict_type is SHARDED_STATE_DICT{source}, so "
+            f"{folder} holds each process's shards of the weights and transformers' "
+            "Trainer.save_model() writes no weights at all. Full weights that from_pretrained "
+            f"loads: `overdrive merge-weights {folder} {folder.parent}-merged` (on the last "
+            "checkpoint), or set fsdp_state_dict_type: FULL_STATE_DICT\n"
         )
 
 

@@ -37,12 +37,23 @@ class HooksMixin:
             setattr(self, name, hooks)
         return hooks
 
+    def _hook_models(self) -> list[Any]:
+        """The models as Hugging Face Accelerate hands them to hooks: under DDP the module
+        inside the wrapper (it keeps the model from before wrapping), otherwise as prepared.
+        diffusers' hooks call the model's own methods on them (``save_pretrained``,
+        ``register_to_config``), which a ``DistributedDataParallel`` does not have."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        models = self._models  # type: ignore[attr-defined]
+        return [m.module if isinstance(m, DistributedDataParallel) else m for m in models]
+
     def _run_save_state_hooks(self, output_dir: Any) -> None:
         hooks = self._hooks("_save_hooks")
         if not hooks:
             return
-        models = list(self._models)  # type: ignore[attr-defined]
-        weights = [self.get_state_dict(m) for m in models]  # type: ignore[attr-defined]
+        prepared = list(self._models)  # type: ignore[attr-defined]
+        weights = [self.get_state_dict(m) for m in prepared]  # type: ignore[attr-defined]
+        models = self._hook_models()
         for hook in list(hooks.values()):
             hook(models, weights, str(output_dir))
 
@@ -50,7 +61,7 @@ class HooksMixin:
         hooks = self._hooks("_load_hooks")
         if not hooks:
             return
-        models = list(self._models)  # type: ignore[attr-defined]
+        models = self._hook_models()
         for hook in list(hooks.values()):
             hook(models, str(input_dir))
 

@@ -243,9 +243,15 @@ RULES: tuple[Callable[[Values], None], ...] = (
 )
 
 
-def apply(values: Values) -> Values:
-    """Run every rule on a copy of ``values``; return the completed values."""
+def apply(values: Values, errors: list[ConfigError] | None = None) -> Values:
+    """Run every rule on a copy of ``values``; return the completed values. With ``errors``,
+    a rule that fails adds its error there and the other rules still run."""
     out = dict(values)
     for rule in RULES:
-        rule(out)
+        try:
+            rule(out)
+        except ConfigError as exc:
+            if errors is None:
+                raise
+            errors.append(exc)
     return out

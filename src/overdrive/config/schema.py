@@ -192,8 +192,8 @@ SETTINGS: tuple[Setting, ...] = (
         "as_accelerate",
         ON_OFF,
         False,
-        "let `import accelerate` in the workers get overdrive even where the described "
-        "system's package is installed (transformers' Trainer imports it by that name)",
+        "let `import accelerate` in the workers get overdrive even where Hugging Face "
+        "Accelerate's package is installed (transformers' Trainer imports it by that name)",
         env=("OVERDRIVE_AS_ACCELERATE",),
         flag=True,
     ),

@@ -1,4 +1,4 @@
-"""`overdrive config`: the question flow of seed 001, producing a config-file mapping."""
+"""`overdrive config`: the question flow of Hugging Face Accelerate's `accelerate config`, producing a config-file mapping."""
 
 from __future__ import annotations
 

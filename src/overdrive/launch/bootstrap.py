@@ -13,7 +13,7 @@ import runpy
 import signal
 import sys
 import traceback
-from types import TracebackType
+from types import FrameType, TracebackType
 
 from overdrive.launch.failure import write_error_file
 from overdrive.launch.rankfiles import register_worker, report_collective_timeout
@@ -56,13 +56,46 @@ def _traceback_text(exc: BaseException) -> str:
 
 
 def _record(exc: BaseException) -> None:
-    """Print the traceback as Python would (minus launcher frames) and keep a copy."""
+    """Print the traceback as Python would (minus launcher frames) and keep a copy; after a
+    SIGINT, only keep it. (Read here, not by the caller: entering this function runs a
+    SIGINT handler still pending, so ``received`` is up to date.)"""
     text = _traceback_text(exc)
     summary = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    sys.stderr.write(text)
-    sys.stderr.flush()
+    if not _Interrupt.received:
+        sys.stderr.write(text)
+        sys.stderr.flush()
     write_error_file(summary, text, os.environ)
     report_collective_timeout(exc, summary, os.environ)
+
+
+class _Interrupt:
+    """SIGINT reaches a worker when the launcher stops the run (a user's Ctrl-C). The script
+    still gets its ``KeyboardInterrupt`` (a ``finally`` or ``except`` runs); what follows from
+    it (that traceback, a peer's "Connection closed by peer") is not printed: the launcher
+    says "stopped by SIGINT" once."""
+
+    received = False
+    reporting = False
+
+
+def _on_interrupt(signum: int, frame: FrameType | None) -> None:
+    _Interrupt.received = True
+    if not _Interrupt.reporting:  # never inside the report below: it would print a traceback
+        raise KeyboardInterrupt
+
+
+def _quiet_interrupts() -> None:
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _on_interrupt)
+
+
+def _announce_engine() -> None:
+    """Rank 0 says which engine `import accelerate` gets, once the script imports it."""
+    from overdrive.alias.notice import LINE_VARIABLE, announce
+
+    line = os.environ.pop(LINE_VARIABLE, None)  # not for the script's own subprocesses
+    if line and os.environ.get("RANK", "0") == "0":
+        announce(line)
 
 
 def _exit_code(exc: SystemExit) -> int:
@@ -89,6 +122,8 @@ def run(argv: list[str]) -> int:
     from overdrive.alias import install
 
     install()  # `import accelerate` gets overdrive unless a real one is installed and not opted out of
+    _announce_engine()
+    _quiet_interrupts()
     try:
         if is_module:
             sys.argv = [target, *args]  # run_module replaces argv[0] with the module's file
@@ -102,8 +137,11 @@ def run(argv: list[str]) -> int:
     except SystemExit as exc:
         return _exit_code(exc)
     except BaseException as exc:  # noqa: BLE001 - every failure is reported, then exit 1
+        _Interrupt.reporting = True  # first: a SIGINT arriving now must not raise in here
         _record(exc)
-        return 1
+        return 128 + signal.SIGINT if _Interrupt.received else 1
+    finally:
+        _Interrupt.reporting = True  # a SIGINT during teardown ends nothing with a traceback
     return 0
 
 

@@ -21,8 +21,8 @@ MASTER_BYTES = 4
 
 
 def normalize_dtype(name: str) -> str:
-    """``fp32``/``bf16``/``fp16`` from either spelling (``float32`` ... as the described
-    system's ``--dtypes`` writes them); int8/int4 and the rest are an error."""
+    """``fp32``/``bf16``/``fp16`` from either spelling (``float32`` ... as Hugging Face
+    Accelerate's ``--dtypes`` writes them); int8/int4 and the rest are an error."""
     key = _ALIASES.get(name.lower(), name.lower())
     if key not in DTYPE_BYTES:
         raise ConfigError(

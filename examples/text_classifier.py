@@ -1,21 +1,20 @@
-"""Seed 001's example training loop, written against overdrive.
+"""A fuller training loop: settings in code, gradient accumulation, split batches, a prepared
+LR scheduler, logging and saving the model. A small text classifier built from code, on random
+token ids, stands in for a downloaded model, so the script runs anywhere in seconds:
 
-The seed trains ``bert-base-uncased`` (a download); here a small text classifier built from
-code stands in, on random token ids, so the script runs anywhere in seconds:
+    overdrive launch --num_processes 2 examples/text_classifier.py
+    python examples/text_classifier.py
 
-    overdrive launch --num_processes 2 examples/seed001_loop.py
-    python examples/seed001_loop.py
+Notes for a loop ported from Hugging Face Accelerate:
 
-Differences from the seed, each deliberate:
-
-* ``num_processes=4`` is not passed: a process count in code must match the launch
+* no ``num_processes`` in code: a process count in code must match the launch
   (``overdrive launch --num_processes 4 ...``), otherwise overdrive stops with an error.
 * gradient accumulation uses ``accelerator.accumulate(model)``; ``accelerator.backward``
-  already divides the loss by ``gradient_accumulation_steps``, so the seed's manual
-  ``loss / steps`` and ``batch_idx % steps`` bookkeeping would divide twice.
+  already divides the loss by ``gradient_accumulation_steps``, so a manual ``loss / steps``
+  and ``batch_idx % steps`` bookkeeping would divide twice.
 * the scheduler is prepared too, so it advances once per optimizer step that really ran.
 * ``mixed_precision`` defaults to ``no`` here so the script runs on any CPU; pass
-  ``--mixed_precision bf16`` as in the seed.
+  ``--mixed_precision bf16`` to train in bf16.
 """
 
 from __future__ import annotations
