@@ -1,4 +1,4 @@
-"""The described system's own unit tests, as its source distribution on PyPI ships them.
+"""Hugging Face Accelerate's own unit tests, as its source distribution on PyPI ships them.
 
 Its repository has no tag for the pinned version; the sdist of exactly that version does
 carry ``tests/``, so that is the copy used (downloaded once into ``.conformance/``).

@@ -1,4 +1,4 @@
-"""The mechanical rename that ports the described system's unit tests to overdrive.
+"""The mechanical rename that ports Hugging Face Accelerate's unit tests to overdrive.
 
 Three things change, nothing else: import statements (``import accelerate``, ``from
 accelerate.x import y``), string literals that name one of its modules or its logger
@@ -23,7 +23,7 @@ _COMMAND = re.compile(
 
 
 def rename(source: str) -> str:
-    """``source`` with the described system's imports, module strings and command renamed."""
+    """``source`` with Hugging Face Accelerate's imports, module strings and command renamed."""
     source = _IMPORT.sub(r"\1overdrive", source)
     source = _MODULE_STRING.sub("overdrive", source)
     return _COMMAND.sub("overdrive", source)

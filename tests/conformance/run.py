@@ -1,10 +1,10 @@
-"""Run the described system's unit tests against it and, renamed, against overdrive.
+"""Run Hugging Face Accelerate's unit tests against it and, renamed, against overdrive.
 
     python -m tests.conformance.run [--files accelerator,cli,...] [--write-docs]
 
 Downloads its tests (``fetch.py``), ports them with the mechanical rename (``rename.py``)
 into ``.conformance/ported``, runs each file under pytest twice (the original against the
-described system installed in ``.compat/site``, a test-only folder never on overdrive's
+Hugging Face Accelerate installed in ``.compat/site``, a test-only folder never on overdrive's
 path; the ported copy against overdrive), and records every test's outcome in
 ``.conformance/results.json``. ``--write-docs`` puts the per-file table into
 docs/migrating.md. A file that runs past ``--timeout`` seconds is recorded as hung.
@@ -64,14 +64,14 @@ def _env(engine: str) -> dict[str, str]:
     deps = str(CACHE / "deps")  # its test dependencies (parameterized), for both runs
     env["PYTHONPATH"] = os.pathsep.join([str(SITE), deps] if engine == "accelerate" else [deps])
     # The tests run each engine's command by name: overdrive's from the virtualenv, the
-    # described system's through a shim (its package sits in a folder, not installed).
+    # Hugging Face Accelerate's through a shim (its package sits in a folder, not installed).
     commands = [str(_command_shim())] if engine == "accelerate" else []
     env["PATH"] = os.pathsep.join([*commands, str(Path(sys.executable).parent), env["PATH"]])
     return env
 
 
 def _command_shim() -> Path:
-    """A folder holding an ``accelerate`` command that runs the described system's CLI."""
+    """A folder holding an ``accelerate`` command that runs Hugging Face Accelerate's CLI."""
     folder = CACHE / "bin"
     shim = folder / "accelerate"
     if not shim.is_file():
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not (SITE / "accelerate").is_dir():
         raise SystemExit(
-            f"error: the described system is not installed in {SITE}\n"
+            f"error: Hugging Face Accelerate is not installed in {SITE}\n"
             "  fix: run `make conformance` (it installs it there)"
         )
     original = fetch(CACHE) / "tests"

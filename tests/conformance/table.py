@@ -12,10 +12,10 @@ END = "<!-- conformance:end -->"
 
 
 def table(results: dict[str, dict[str, dict[str, str]]]) -> str:
-    """One row per file: tests that pass under the described system, and how many of those
+    """One row per file: tests that pass under Hugging Face Accelerate, and how many of those
     pass under overdrive; the total and its share."""
     lines = [
-        "| file | tests | pass under the described system | of those, pass under overdrive |"
+        "| file | tests | pass under Hugging Face Accelerate | of those, pass under overdrive |"
         " also pass under overdrive only | skipped or hung here |",
         "| --- | --- | --- | --- | --- | --- |",
     ]

@@ -32,7 +32,7 @@ def test_everything_else_is_left_as_it_is() -> None:
     source = (
         'os.environ["ACCELERATE_USE_CPU"] = "1"\n'
         'path = "accelerate_config.yaml"\n'
-        "# accelerate launch is the described system's command\n"
+        "# accelerate launch is Hugging Face Accelerate's command\n"
         'msg = "use accelerate to train"\n'
         "import accelerated_thing\n"
     )

@@ -24,6 +24,7 @@ __all__ = [
     "install",
     "is_installed",
     "opted_in",
+    "script_imports_accelerate",
     "uninstall",
 ]
 
@@ -87,3 +88,11 @@ def engine_line(asked_by: str | None = None) -> str:
         f"--as_accelerate to overdrive launch or python -m overdrive.run, set {OPT_IN_ENV}=1, or "
         "write `as_accelerate: true` in the config file)"
     )
+
+
+def script_imports_accelerate() -> bool:
+    """Whether this process runs code written for Hugging Face Accelerate: something imported
+    ``accelerate`` and got overdrive (the alias)."""
+    from overdrive.alias.finder import AliasPackage
+
+    return isinstance(sys.modules.get("accelerate"), AliasPackage)

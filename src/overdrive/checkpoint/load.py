@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import traceback
 import warnings
 from collections.abc import Callable
@@ -102,10 +103,20 @@ def _restore_part(accelerator: CheckpointHost, part: Part, state: Any) -> None:
 
 
 def _restore_rank(accelerator: CheckpointHost, state: dict[str, Any]) -> None:
+    from overdrive.alias import script_imports_accelerate
     from overdrive.random_state import restore_rng_state
 
+    # A script written for Hugging Face Accelerate skips the batches it already trained on by
+    # itself after load_state (skip_first_batches, or counting steps): its loaders restart the
+    # saved epoch, in the saved order, or those batches would be skipped twice.
+    restart = script_imports_accelerate()
     for loader, loader_state in zip(accelerator.prepared.dataloaders, state["dataloaders"]):
-        loader.load_state_dict(loader_state)
+        if restart and "from_epoch_start" in inspect.signature(loader.load_state_dict).parameters:
+            loader.load_state_dict(loader_state, from_epoch_start=True)
+            if loader_state.get("batches_yielded") and accelerator.state.is_main_process:
+                _note_epoch_restart(int(loader_state["batches_yielded"]))
+        else:
+            loader.load_state_dict(loader_state)
     gradient_state = getattr(accelerator, "gradient_state", None)
     if gradient_state is not None and "accumulation" in state:
         gradient_state.load_state_dict(state["accumulation"])
@@ -114,6 +125,19 @@ def _restore_rank(accelerator: CheckpointHost, state: dict[str, Any]) -> None:
             if name in grads:
                 p.grad = _like_param(grads[name], p)
     restore_rng_state(state["rng"])
+
+
+def _note_epoch_restart(batches: int) -> None:
+    warnings.warn(
+        f"load_state: the checkpoint stopped {batches} batch(es) into an epoch; this script "
+        "imports accelerate, so its prepared loaders start that epoch again from its first "
+        "batch, in the saved order, and the script skips what it already trained on "
+        "(skip_first_batches, or counting steps), as under Hugging Face Accelerate. A loop "
+        "that does not skip trains on those batches again; a script that imports overdrive "
+        "continues where the checkpoint stopped.",
+        UserWarning,
+        stacklevel=4,
+    )
 
 
 def _like_param(grad: torch.Tensor, param: Any) -> torch.Tensor:

@@ -40,6 +40,9 @@ class _Epoch:
     yielded: int = 0  # batches handed out in the current epoch
     in_epoch: bool = False
     resume_skip: int = 0  # batches the next iteration skips (set by load_state_dict)
+    # The resumed epoch starts again from its first batch, in its saved order: the script
+    # skips what it already trained on (Hugging Face Accelerate's resume, for its scripts).
+    from_epoch_start: bool = False
     explicit_epoch: bool = False
     worker_seed: int | None = None  # what this epoch's reader was seeded with
     resume_seed: int | None = None  # the saved epoch's worker_seed, for the resumed iteration
@@ -301,8 +304,9 @@ class PreparedDataLoader(_LoaderBase):
             return None
         return self._order.recorded if self._progress.in_epoch else self._order.replay
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue at the saved position: the next iteration resumes mid-epoch."""
+    def load_state_dict(self, state: dict[str, Any], from_epoch_start: bool = False) -> None:
+        """Continue at the saved position: the next iteration resumes mid-epoch (with
+        ``from_epoch_start``, at the start of the saved epoch, in its saved order)."""
         yielded = int(state.get("batches_yielded", 0))
         saved_total = state.get("total_batch_size")
         if yielded and saved_total is not None and saved_total != self.total_batch_size:
@@ -326,6 +330,7 @@ class PreparedDataLoader(_LoaderBase):
             own.set_state(torch.tensor(state["sampler_generator"], dtype=torch.uint8))
         p = self._progress
         p.epoch, p.resume_skip, p.yielded, p.in_epoch = int(state["epoch"]), yielded, 0, False
+        p.from_epoch_start = from_epoch_start and bool(yielded) and not self.use_stateful_dataloader
         seed = state.get("worker_seed")
         p.resume_seed = None if seed is None or not yielded else int(seed)
         inner = state.get("stateful_dataloader") if self.use_stateful_dataloader else None
@@ -351,7 +356,7 @@ class PreparedDataLoader(_LoaderBase):
             skip, self._skip_once = self._skip_once, None
             resumed = bool(p.resume_skip)
         elif p.resume_skip:
-            skip, resumed = p.resume_skip, True
+            skip, resumed = (0 if p.from_epoch_start else p.resume_skip), True
         else:
             if p.in_epoch:  # the previous iteration was abandoned: move on
                 p.epoch += 1
@@ -368,6 +373,7 @@ class PreparedDataLoader(_LoaderBase):
                 self._restored_first = {"first": inner["first"]}
         p.inner_state, p.resume_inner = inner, None
         p.resume_skip, p.resume_seed, p.in_epoch, p.yielded = 0, None, True, skip
+        p.from_epoch_start = False
         # A resumed iteration continues an epoch whose start already happened before the
         # save: every process's RNG streams were restored as they were then, so neither the
         # rank-0 copy nor the seed draw of an epoch start may happen again.
