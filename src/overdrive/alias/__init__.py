@@ -9,6 +9,7 @@ Explicit and reversible: nothing happens until :func:`install` runs (``overdrive
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 from overdrive.alias.finder import AliasFinder, drop_alias_modules
@@ -24,7 +25,7 @@ __all__ = [
     "install",
     "is_installed",
     "opted_in",
-    "script_imports_accelerate",
+    "caller_imports_accelerate",
     "uninstall",
 ]
 
@@ -90,9 +91,26 @@ def engine_line(asked_by: str | None = None) -> str:
     )
 
 
-def script_imports_accelerate() -> bool:
-    """Whether this process runs code written for Hugging Face Accelerate: something imported
-    ``accelerate`` and got overdrive (the alias)."""
-    from overdrive.alias.finder import AliasPackage
+_IMPORTS_ACCELERATE = re.compile(
+    r"^\s*(from\s+accelerate[\s.]|import\s+accelerate\b)", re.MULTILINE
+)
 
-    return isinstance(sys.modules.get("accelerate"), AliasPackage)
+
+def caller_imports_accelerate() -> bool:
+    """Whether the code that called into overdrive (the first frame outside overdrive) is in
+    a file that imports ``accelerate`` by that name: a script written for Hugging Face
+    Accelerate (a library that imports it for its own needs does not make its caller one)."""
+    frame = sys._getframe(1)
+    while frame is not None and str(frame.f_globals.get("__name__", "")).startswith("overdrive"):
+        frame = frame.f_back  # type: ignore[assignment]
+    if frame is None:
+        return False
+    path = frame.f_globals.get("__file__")
+    if not isinstance(path, str) or not os.path.isfile(path):
+        return False
+    try:
+        with open(path, encoding="utf-8", errors="replace") as source:
+            text = source.read(1 << 20)
+    except OSError:
+        return False
+    return _IMPORTS_ACCELERATE.search(text) is not None

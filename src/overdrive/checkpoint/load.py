@@ -103,13 +103,12 @@ def _restore_part(accelerator: CheckpointHost, part: Part, state: Any) -> None:
 
 
 def _restore_rank(accelerator: CheckpointHost, state: dict[str, Any]) -> None:
-    from overdrive.alias import script_imports_accelerate
     from overdrive.random_state import restore_rng_state
 
     # A script written for Hugging Face Accelerate skips the batches it already trained on by
     # itself after load_state (skip_first_batches, or counting steps): its loaders restart the
     # saved epoch, in the saved order, or those batches would be skipped twice.
-    restart = script_imports_accelerate()
+    restart = bool(getattr(accelerator, "written_for_accelerate", False))
     for loader, loader_state in zip(accelerator.prepared.dataloaders, state["dataloaders"]):
         if restart and "from_epoch_start" in inspect.signature(loader.load_state_dict).parameters:
             loader.load_state_dict(loader_state, from_epoch_start=True)

@@ -38,9 +38,11 @@ class AcceleratorCompat(
         if getattr(self, "log_with", None):
             from overdrive.tracking import check_logging_dir
 
-            check_logging_dir(
-                self
-            )  # as Hugging Face Accelerate: refused here, not at init_trackers
+            check_logging_dir(self)  # as Hugging Face Accelerate: here, not at init_trackers
+        from overdrive.alias import caller_imports_accelerate
+
+        # Code written for Hugging Face Accelerate resumes the way it expects (load_state).
+        self.written_for_accelerate = caller_imports_accelerate()
 
     def _scheduler_per_process(self) -> bool:
         """Whether a prepared scheduler advances once per process per optimizer step (the
