@@ -46,10 +46,22 @@ def cpu_offload(
     """Keep one copy of ``model``'s weights on the CPU (``state_dict``, default: its own);
     each module's weights visit ``execution_device`` (default: where its first parameter is)
     for its forward only."""
-    device = _first_parameter_device(model) if execution_device is None else execution_device
     weights = state_dict
     if weights is None:
         weights = {name: t.to("cpu") for name, t in model.state_dict().items()}
+    return _offload_all(model, execution_device, offload_buffers, weights, preload_module_classes)
+
+
+def _offload_all(
+    model: nn.Module,
+    execution_device: Any,
+    offload_buffers: bool,
+    weights: Any,
+    preload_module_classes: list[str] | None,
+) -> nn.Module:
+    """Every module's weights from ``weights``, onto the execution device for its forward;
+    the output back where the input came from."""
+    device = _first_parameter_device(model) if execution_device is None else execution_device
     add_hook_to_module(model, AlignDevicesHook(io_same_device=True), append=True)
     attach_align_device_hook(
         model,
@@ -91,17 +103,8 @@ def disk_offload(
     ``execution_device`` for its forward only."""
     if not _has_index(offload_dir):
         offload_state_dict(offload_dir, model.state_dict())
-    device = _first_parameter_device(model) if execution_device is None else execution_device
-    add_hook_to_module(model, AlignDevicesHook(io_same_device=True), append=True)
-    attach_align_device_hook(
-        model,
-        execution_device=device,
-        offload=True,
-        offload_buffers=offload_buffers,
-        weights_map=OffloadedWeightsLoader(save_folder=offload_dir),
-        preload_module_classes=preload_module_classes,
-    )
-    return model
+    weights = OffloadedWeightsLoader(save_folder=offload_dir)
+    return _offload_all(model, execution_device, offload_buffers, weights, preload_module_classes)
 
 
 def _warn_on_move(method: Any, model: nn.Module) -> Any:
