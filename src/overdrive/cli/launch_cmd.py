@@ -14,95 +14,32 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from overdrive.cli.flags import TypedStore, add_flag, typed_name
-from overdrive.config import load_settings, schema
-from overdrive.config.kinds import Bool
+from overdrive.cli.flags import TypedStore, typed_name
+from overdrive.cli.launch_options import add_option, container_for, flag_settings, launch_options
+from overdrive.config import load_settings
 from overdrive.errors import LaunchError
-
-# Boolean settings that work as plain switches (``--use_fsdp``); other booleans take a value.
-SWITCHES = (
-    "use_cpu",
-    "use_fsdp",
-    "use_deepspeed",
-    "use_megatron_lm",
-    "debug",
-    "downcast_bf16",
-    "as_accelerate",
-)
-SWITCH_NAMES = {"use_cpu": "cpu"}
-
-
-def flag_name(setting: schema.Setting) -> str:
-    """The flag for a setting: its short name, with Megatron's prefix kept for clarity."""
-    if setting.key in SWITCH_NAMES:
-        return SWITCH_NAMES[setting.key]
-    if setting.section == "megatron_lm_config" and not setting.name.startswith("megatron_lm_"):
-        return f"megatron_lm_{setting.name}"
-    return setting.name
 
 
 def _dest(key: str) -> str:
     return "setting__" + key.replace(".", "__")
 
 
-def flag_settings() -> list[tuple[str, schema.Setting]]:
-    """(flag name, setting) for every launch flag, in schema order."""
-    return [(flag_name(s), s) for s in schema.SETTINGS if s.flag]
-
-
-def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("settings (a flag overrides env and config file)")
-    for name, setting in flag_settings():
-        dest = _dest(setting.key)
-        if setting.key in SWITCHES:
-            extra = ["--use_cpu", "--use-cpu"] if setting.key == "use_cpu" else []
-            add_flag(
-                group, name, *extra, dest=dest, action=TypedStore, const=True, default=None,
-                help=setting.help,
-            )  # fmt: skip
-        else:
-            metavar = "BOOL" if isinstance(setting.kind, Bool) else setting.name.upper()
-            add_flag(
-                group, name, dest=dest, action=TypedStore, default=None, metavar=metavar,
-                help=setting.help,
-            )  # fmt: skip
-        if setting.key == "distributed_type":
-            add_flag(
-                group, "multi_gpu", dest=dest, action=TypedStore, const="MULTI_GPU",
-                help="several GPU processes (same as --distributed_type MULTI_GPU)",
-            )  # fmt: skip
-
-
-def add_launch_options(parser: argparse.ArgumentParser) -> None:
-    """The launcher's own options and every setting flag (shared with `overdrive test`)."""
-    add_flag(parser, "config_file", default=None, help="config file (default: the cached one)")
-    add_flag(parser, "max_restarts", type=int, default=0, help="restart the group this often")
-    add_flag(
-        parser, "monitor_interval", type=float, default=0.1,
-        help="seconds between checks of the workers",
-    )  # fmt: skip
-    add_flag(parser, "dry_run", action="store_true", help="print the plan, start nothing")
-    add_flag(
-        parser, "oversubscribe", action="store_true",
-        help="start more CPU processes than the machine is allowed by default (4 per core, "
-        "at least 64)",
-    )  # fmt: skip
-    add_flag(
-        parser, "no_rank_prefix", action="store_true",
-        help="relay the workers' lines without the '[rank N] ' prefix",
-    )  # fmt: skip
-    add_flag(
-        parser, "tee", action="store_true",
-        help="also write each rank's output to <project_dir or .>/logs/launch-<time>/rank_N.log",
-    )  # fmt: skip
-    add_flag(
-        parser, "log_dir", default=None, metavar="DIR",
-        help="also write each rank's output to DIR/rank_N.log",
-    )  # fmt: skip
-    noise = parser.add_mutually_exclusive_group()
-    noise.add_argument("-q", "--quiet", action="store_true", help="no banner")
-    noise.add_argument("-v", "--verbose", action="store_true", help="show the agent's logs")
-    _add_setting_flags(parser)
+def add_launch_options(parser: argparse.ArgumentParser, *, script: bool = False) -> None:
+    """The launcher's own options and every setting flag (shared with `overdrive test`);
+    with ``script``, also those that say what to run (``-m``)."""
+    settings = parser.add_argument_group("settings (a flag overrides env and config file)")
+    exclusive: dict[str, Any] = {}
+    for option in launch_options():
+        if option.script and not script:
+            continue
+        if option.setting is None:
+            add_option(container_for(parser, option, exclusive), option)
+        elif option.switch:
+            dest = _dest(option.setting.key)
+            add_option(settings, option, dest=dest, action=TypedStore, const=option.const)
+        else:  # the text as typed: the resolution converts it and names the flag it refuses
+            dest = _dest(option.setting.key)
+            add_option(settings, option, dest=dest, action=TypedStore, type=None)
 
 
 def register(commands: Any) -> None:
@@ -115,10 +52,7 @@ def register(commands: Any) -> None:
         "supervised by PyTorch's elastic agent.",
         allow_abbrev=False,
     )
-    parser.add_argument(
-        "-m", "--module", action="store_true", help="run a module (python -m) instead of a file"
-    )
-    add_launch_options(parser)
+    add_launch_options(parser, script=True)
     parser.add_argument(
         "command",
         nargs=argparse.REMAINDER,
@@ -209,6 +143,12 @@ def handle(args: argparse.Namespace) -> int:
     from overdrive.launch.describe import banner, dry_run_text
     from overdrive.preflight import plan_launch
 
+    if getattr(args, "no_python", False):
+        raise LaunchError(
+            "--no_python: overdrive starts every worker with Python (its bootstrap reports "
+            "failures and keeps the ranks in step)\n  fix: launch the Python script itself, or "
+            "a module with -m"
+        )
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]

@@ -12,11 +12,18 @@ import subprocess
 import sys
 from typing import Any
 
-from overdrive.cli.flags import add_flag
-from overdrive.cli.launch_cmd import SWITCHES, flag_settings
+from overdrive.cli.launch_options import (
+    GENERAL,
+    GROUPS,
+    LAUNCHER_OPTIONS,
+    add_option,
+    container_for,
+    flag_settings,
+    launch_options,
+    setting_options,
+)
 from overdrive.commands.parser import command_parser
 from overdrive.config import Settings, load_settings
-from overdrive.config.kinds import Float, Int
 
 DESCRIPTION = (
     "Run a training script on several processes (CPU or GPU) and machines. Every option "
@@ -27,10 +34,6 @@ FORMAT = "%(message)s"
 """The log record format of the launch command's messages."""
 
 logger = logging.getLogger(__name__)
-
-PLAIN_TYPES: dict[type, Any] = {Int: int, Float: float}
-"""Numbers parse as numbers here (``args.num_processes == 4``); anything else stays the text
-typed, which the settings resolution checks and converts."""
 
 options_to_group = {
     "multi_gpu": "Distributed GPUs",
@@ -51,25 +54,6 @@ _ALWAYS_SHOWN = (
     "options",
 )
 _SELECTING = ("Hardware Selection Arguments", "Training Paradigm Arguments")
-_SECTION_GROUPS = {
-    "deepspeed_config": "DeepSpeed Arguments",
-    "fsdp_config": "FSDP Arguments",
-    "megatron_lm_config": "Megatron-LM Arguments",
-    "parallelism_config": "ParallelismConfig Arguments",
-    "dynamo_config": "Resource Selection Arguments",
-}
-_KEY_GROUPS = {
-    "distributed_type": "Hardware Selection Arguments",
-    "use_cpu": "Hardware Selection Arguments",
-    "use_deepspeed": "Training Paradigm Arguments",
-    "use_fsdp": "Training Paradigm Arguments",
-    "use_megatron_lm": "Training Paradigm Arguments",
-    "num_processes": "Resource Selection Arguments",
-    "num_machines": "Resource Selection Arguments",
-    "mixed_precision": "Resource Selection Arguments",
-    "downcast_bf16": "Resource Selection Arguments",
-    "gradient_accumulation_steps": "Resource Selection Arguments",
-}
 
 
 def clean_option(option: str) -> str | None:
@@ -124,48 +108,16 @@ class CustomHelpFormatter(argparse.HelpFormatter):
 OneSpellingHelpFormatter = CustomHelpFormatter
 
 
-def _group_of(key: str, section: str | None) -> str:
-    if key in _KEY_GROUPS:
-        return _KEY_GROUPS[key]
-    if section in _SECTION_GROUPS:
-        return _SECTION_GROUPS[section]
-    return "Distributed GPUs"
-
-
 def launch_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     """The ``launch`` arguments under Hugging Face Accelerate's names (``args.num_processes``,
     ``args.multi_gpu``, ``args.training_script``, ...), in its help groups."""
     kwargs: dict[str, Any] = {"formatter_class": CustomHelpFormatter, "allow_abbrev": False}
     parser = command_parser(subparsers, "launch", DESCRIPTION, launch_command, **kwargs)
-    add_flag(parser, "config_file", default=None, help="config file (default: the cached one)")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no banner")
-    parser.add_argument("-v", "--verbose", action="store_true", help="show the agent's logs")
-    groups: dict[str, Any] = {}
-
-    def group(title: str) -> Any:
-        if title not in groups:
-            groups[title] = parser.add_argument_group(title)
-        return groups[title]
-
-    add_flag(group("Hardware Selection Arguments"), "multi_gpu", action="store_true",
-             help="several GPU processes")  # fmt: skip
-    for name, setting in flag_settings():
-        target = group(_group_of(setting.key, setting.section))
-        if setting.key in SWITCHES:
-            add_flag(target, name, action="store_true", help=setting.help)
-        else:
-            kind = PLAIN_TYPES.get(type(setting.kind))
-            add_flag(target, name, default=None, type=kind, help=setting.help)
-    agent = group("Distributed GPUs")
-    add_flag(agent, "max_restarts", type=int, default=0, help="restart the group this often")
-    add_flag(agent, "monitor_interval", type=float, default=0.1, help="seconds between checks")
-    add_flag(agent, "tee", action="store_true", help="also write each rank's output to a file")
-    add_flag(agent, "log_dir", default=None, help="write each rank's output to DIR/rank_N.log")
-    add_flag(parser, "dry_run", action="store_true", help="print the plan, start nothing")
-    add_flag(parser, "oversubscribe", action="store_true", help="allow more CPU processes")
-    add_flag(parser, "no_rank_prefix", action="store_true", help="no '[rank N] ' prefix")
-    parser.add_argument("-m", "--module", action="store_true", help="run a module (python -m)")
-    add_flag(parser, "no_python", action="store_true", help="refused: workers run Python")
+    groups: dict[str, Any] = {GENERAL: parser}
+    groups.update((title, parser.add_argument_group(title)) for title in GROUPS)
+    exclusive: dict[str, Any] = {}
+    for option in launch_options():  # each lands on its own name: args.<name>
+        add_option(container_for(groups[option.group], option, exclusive), option)
     parser.add_argument("training_script", help="the script (or module with -m) to run")
     parser.add_argument("training_script_args", nargs=argparse.REMAINDER, help="its arguments")
     return parser
@@ -181,14 +133,12 @@ def given_flags(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str
     """(setting key -> value, setting key -> flag name) for the options given in ``args``."""
     flags: dict[str, Any] = {}
     names: dict[str, str] = {}
-    for name, setting in flag_settings():
-        value = _given(args, name)
-        if value is not None:
-            flags[setting.key] = value
-            names[setting.key] = name
-    if _given(args, "multi_gpu") and "distributed_type" not in flags:
-        flags["distributed_type"] = "MULTI_GPU"
-        names["distributed_type"] = "multi_gpu"
+    for option in setting_options():
+        assert option.setting is not None
+        key, value = option.setting.key, _given(args, option.name)
+        if value is not None and key not in flags:  # --distributed_type over --multi_gpu
+            flags[key] = option.const if option.switch else value
+            names[key] = option.name
     return flags, names
 
 
@@ -223,32 +173,9 @@ def _launch_namespace(args: argparse.Namespace) -> argparse.Namespace:
     from overdrive.cli.launch_cmd import _dest
 
     flags, names = given_flags(args)
-    if getattr(args, "no_python", False):
-        from overdrive.errors import LaunchError
-
-        raise LaunchError(
-            "--no_python: overdrive starts every worker with Python (its bootstrap reports "
-            "failures and keeps the ranks in step)\n  fix: launch the Python script itself, or "
-            "a module with -m"
-        )
     namespace = argparse.Namespace(
-        module=bool(getattr(args, "module", False)),
         command=[args.training_script, *getattr(args, "training_script_args", [])],
-        config_file=getattr(args, "config_file", None),
-        **{
-            option: getattr(args, option, default)
-            for option, default in (
-                ("max_restarts", 0),
-                ("monitor_interval", 0.1),
-                ("dry_run", False),
-                ("oversubscribe", False),
-                ("no_rank_prefix", False),
-                ("tee", False),
-                ("log_dir", None),
-                ("quiet", False),
-                ("verbose", False),
-            )
-        },  # fmt: skip
+        **{option.name: getattr(args, option.name, option.unset) for option in LAUNCHER_OPTIONS},
     )
     for _, setting in flag_settings():
         setattr(namespace, _dest(setting.key), flags.get(setting.key))
