@@ -9,11 +9,11 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-# Hugging Face Accelerate's floors for its beta tensor and context parallelism
-# (overdrive.utils.constants re-exports them).
-BETA_TP_AVAILABLE_PYTORCH_VERSION = "2.3.0"
-BETA_TP_AVAILABLE_TRANSFORMERS_VERSION = "4.52.0"
-BETA_CP_AVAILABLE_PYTORCH_VERSION = "2.6.0"
+from overdrive.utils.constants import (
+    BETA_CP_AVAILABLE_PYTORCH_VERSION,
+    BETA_TP_AVAILABLE_PYTORCH_VERSION,
+    BETA_TP_AVAILABLE_TRANSFORMERS_VERSION,
+)
 
 CP_COMM_STRATEGIES = ("allgather", "alltoall")
 SP_BUILTIN_ATTENTION = ("flash_attention_2", "flash_attention_3", "sdpa")

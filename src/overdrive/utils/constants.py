@@ -12,15 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 # Lowest versions at which Hugging Face Accelerate offers its beta parallel layouts.
-from overdrive.compat.parallel_handlers import (
-    BETA_CP_AVAILABLE_PYTORCH_VERSION as BETA_CP_AVAILABLE_PYTORCH_VERSION,
-)
-from overdrive.compat.parallel_handlers import (
-    BETA_TP_AVAILABLE_PYTORCH_VERSION as BETA_TP_AVAILABLE_PYTORCH_VERSION,
-)
-from overdrive.compat.parallel_handlers import (
-    BETA_TP_AVAILABLE_TRANSFORMERS_VERSION as BETA_TP_AVAILABLE_TRANSFORMERS_VERSION,
-)
+BETA_TP_AVAILABLE_PYTORCH_VERSION = "2.3.0"
+BETA_TP_AVAILABLE_TRANSFORMERS_VERSION = "4.52.0"
+BETA_CP_AVAILABLE_PYTORCH_VERSION = "2.6.0"
 
 SCALER_NAME = "scaler.pt"
 MODEL_NAME = "pytorch_model"

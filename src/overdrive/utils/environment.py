@@ -58,15 +58,10 @@ def are_libraries_initialized(*library_names: str) -> list[str]:
 
 
 def get_current_device_type() -> tuple[str, str]:
-    """``(device type, distributed type)`` of this machine's accelerator, found without
-    initialising any device: ``("cuda", "MULTI_GPU")`` unless another kind is installed and
-    present (MLU, SDAA, MUSA, NPU, HPU, XPU, Neuron, checked in Hugging Face Accelerate's
-    order), which overdrive can then name but not run on."""
-    from overdrive.utils import imports
-
-    for kind in ("mlu", "sdaa", "musa", "npu", "hpu", "xpu", "neuron"):
-        if getattr(imports, f"is_{kind}_available")():
-            return kind, f"MULTI_{kind.upper()}"
+    """``(device type, distributed type)`` of this machine's accelerator: always
+    ``("cuda", "MULTI_GPU")``. Hugging Face Accelerate checks MLU, SDAA, MUSA, NPU, HPU, XPU
+    and Neuron first; overdrive runs on none of them, and its ``is_<kind>_available`` answer
+    False for each, so the answer is the same."""
     return "cuda", "MULTI_GPU"
 
 

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any, TypeVar
 
+from overdrive.utils.environment import parse_flag_from_env, patch_environment
+
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
@@ -35,8 +37,6 @@ def _version_at_least(distribution: str, floor: str) -> bool:
 
 
 def _flag(name: str, default: bool) -> bool:
-    from overdrive.utils.environment import parse_flag_from_env
-
     return parse_flag_from_env(name, default)
 
 
@@ -62,8 +62,6 @@ def is_torch_distributed_available() -> bool:
 def is_cuda_available() -> bool:
     """A CUDA GPU is usable; asked through NVML so CUDA itself stays uninitialised."""
     import torch
-
-    from overdrive.utils.environment import patch_environment
 
     with patch_environment(PYTORCH_NVML_BASED_CUDA_CHECK="1"):
         return torch.cuda.is_available()
