@@ -25,8 +25,9 @@ from torch import nn
 from overdrive.parallel.activation_checkpointing import apply_activation_checkpointing
 from overdrive.parallel.fsdp_policy import FSDPPolicy
 from overdrive.parallel.mesh import data_parallel_mesh
-from overdrive.parallel.tp import TPSettings, apply_tp
+from overdrive.parallel.tp import apply_tp
 from overdrive.parallel.tp_replicate import replicate_leftovers
+from overdrive.parallel.tp_settings import TPSettings
 from overdrive.parallel.wrap import policy_units
 
 if TYPE_CHECKING:

@@ -9,7 +9,6 @@ Sequence parallelism changes the layouts between the split modules
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from torch import nn
@@ -17,23 +16,10 @@ from torch import nn
 from overdrive.errors import ConfigError
 from overdrive.parallel import tp_sequence
 from overdrive.parallel.tp_plan import check_plan, model_plan, resolve
+from overdrive.parallel.tp_settings import TPSettings
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
-
-
-@dataclass(frozen=True)
-class TPSettings:
-    """The degree, where it was set (``key``, ``source``), a plan given in code, and whether
-    sequence parallelism was asked for (``sp_key``, ``sp_source``: where)."""
-
-    degree: int
-    key: str
-    source: str
-    plan: dict[str, str] | None = None
-    sequence_parallel: bool = False
-    sp_key: str = "megatron_lm_config.sequence_parallelism"
-    sp_source: str = "default"
 
 
 def _style(name: str) -> Any:

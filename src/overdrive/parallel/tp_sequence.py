@@ -34,7 +34,7 @@ from overdrive.errors import ConfigError
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
-    from overdrive.parallel.tp import TPSettings
+    from overdrive.parallel.tp_settings import TPSettings
 
 SEQ = "sequence_parallel"
 ROW_SEQ = "rowwise_seq"  # rowwise whose output is split over the sequence

@@ -150,7 +150,7 @@ def _tp_settings(
                     stacklevel=5,
                 )
         return None
-    from overdrive.parallel.tp import TPSettings
+    from overdrive.parallel.tp_settings import TPSettings
 
     return TPSettings(
         degree=degree,

@@ -28,7 +28,7 @@ from overdrive.parallel.mesh import data_parallel_mesh
 from overdrive.parallel.meta_init import empty_ranks, is_empty
 from overdrive.parallel.rebind import named_params, rebind, replacement_map
 from overdrive.parallel.topology import Topology
-from overdrive.parallel.tp import TPSettings
+from overdrive.parallel.tp_settings import TPSettings
 from overdrive.parallel.wrap import policy_units
 from overdrive.strategies.base import Params, Strategy, _raw
 from overdrive.strategies.rules import NO_RULES, LoopRules

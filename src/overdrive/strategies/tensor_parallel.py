@@ -16,7 +16,7 @@ import torch
 
 from overdrive.parallel.fsdp_policy import FSDPPolicy
 from overdrive.parallel.layout import ParallelLayout
-from overdrive.parallel.tp import TPSettings
+from overdrive.parallel.tp_settings import TPSettings
 from overdrive.strategies.fsdp import FSDPStrategy
 from overdrive.strategies.rules import NO_RULES, LoopRules
 
