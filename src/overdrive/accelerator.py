@@ -31,7 +31,6 @@ from overdrive.accumulation import GradientState
 from overdrive.compat.accelerator_compat import AcceleratorCompat
 from overdrive.compat.plugin_views import expose_plugins
 from overdrive.config import Settings, load_settings
-from overdrive.errors import OverdriveError
 from overdrive.kwargs_handlers import AutocastKwargs, GradScalerKwargs, InitProcessGroupKwargs
 from overdrive.logging import get_logger
 from overdrive.loop_state import LoopState
@@ -47,6 +46,7 @@ from overdrive.plugins import (
     plugin_aliases,
 )
 from overdrive.precision import FP8RecipeKwargs, make_precision
+from overdrive.prepare_order import placements_for, prepare_order
 from overdrive.prepared import mark_prepared
 from overdrive.random_state import check_rng_types
 from overdrive.scheduler import AcceleratedScheduler, is_scheduler
@@ -232,25 +232,26 @@ class Accelerator(AcceleratorCompat):
         Models move to the device (``device_placement``) and are wrapped for the backend;
         optimizers step only when an accumulation window closes; dataloaders shard data
         across processes; schedulers advance once per optimizer step that really ran.
-        Schedulers are prepared last, so they find their optimizer in the same call.
+        The order is ``prepare_order``'s; the strategy builds what it must build together.
         """
         self._check_not_reset()
-        if device_placement is None:
-            device_placement = [self.device_placement] * len(objects)
-        elif len(device_placement) != len(objects):
-            raise OverdriveError(
-                f"prepare() got {len(objects)} objects but {len(device_placement)} "
-                "device_placement values; pass one per object"
-            )
+        placements = placements_for(objects, device_placement, self.device_placement)
+        self.strategy.check_prepare(objects)
         loop = TrainingLoop(
             self.gradient_state, self.loop_state, self._dataloaders, self.num_processes
         )
-        out = self.strategy.prepare(objects, device_placement, self._prepare_one, loop)
+        loaders, rest = prepare_order(objects)
+        out = list(objects)
+        for i in loaders:
+            out[i] = self._prepare_one(objects[i], placements[i])
+        built = self.strategy.prepare_engine(objects, out, loop)  # placed already
+        for i in rest:
+            out[i] = self._prepare_one(built.get(i, objects[i]), placements[i] and i not in built)
         mark_prepared(objects, out)
         return out[0] if len(out) == 1 else tuple(out)
 
     def _prepare_one(self, obj: Any, place: bool) -> Any:
-        """One object, as the strategy's ``prepare`` hands it over."""
+        """One object of a ``prepare`` call, by its kind."""
         if is_scheduler(obj):
             return self.prepare_scheduler(obj)
         if isinstance(obj, nn.Module):

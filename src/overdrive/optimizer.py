@@ -8,8 +8,8 @@ from typing import Any
 import torch
 
 from overdrive.accumulation import GradientState
+from overdrive.optimizer_steps import OptimizerSteps, PlainSteps
 from overdrive.precision import Precision
-from overdrive.strategies.base import Strategy
 
 
 def move_to_device(state: Any, device: torch.device | str) -> Any:
@@ -103,7 +103,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         *,
         gradient_state: GradientState | None = None,
         precision: Precision | None = None,
-        strategy: Strategy | None = None,
+        strategy: OptimizerSteps | None = None,
     ) -> None:
         # Deliberately no super().__init__: the wrapped optimizer owns params and hooks.
         self.optimizer = optimizer
@@ -118,7 +118,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
             precision = _GivenScaler(scaler) if scaler is not None else Precision()
         self._gradient_state = gradient_state
         self._precision = precision
-        self._strategy = strategy if strategy is not None else Strategy(torch.device("cpu"))
+        self._strategy: OptimizerSteps = strategy if strategy is not None else PlainSteps()
         self.step_was_skipped = False
         self.steps_taken = 0  # optimizer steps that really ran; schedulers follow this
         self.steps_tried = 0  # step() calls at the end of a window, run or skipped
@@ -136,7 +136,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         optimizer: torch.optim.Optimizer,
         gradient_state: GradientState,
         precision: Precision,
-        strategy: Strategy | None = None,
+        strategy: OptimizerSteps | None = None,
     ) -> AcceleratedOptimizer:
         """The wrapper ``accelerator.prepare`` makes: the loop's gradient state, precision
         policy and strategy; the optimizer's state is where the strategy put it."""

@@ -7,13 +7,14 @@ A new backend is a new file implementing these methods.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
+from overdrive.optimizer_steps import PlainSteps
 from overdrive.strategies.rules import NO_RULES, LoopRules
 
 if TYPE_CHECKING:
@@ -23,8 +24,6 @@ if TYPE_CHECKING:
     from overdrive.precision import Precision
 
 Params = Iterable[torch.Tensor] | torch.Tensor
-PrepareOne = Callable[[Any, bool], Any]
-"""The Accelerator's routine for one object: ``prepare_one(obj, device_placement)``."""
 
 
 @dataclass(frozen=True)
@@ -37,7 +36,7 @@ class TrainingLoop:
     num_processes: int
 
 
-class Strategy:
+class Strategy(PlainSteps):
     """The interface, with the plain behaviour (no wrapping, local gradients) as defaults."""
 
     name = "base"
@@ -82,29 +81,22 @@ class Strategy:
     optimizer_holds_a_part = False
 
     # --- models and optimizers -------------------------------------------------------
-    def prepare(
-        self,
-        objects: Sequence[Any],
-        placements: Sequence[bool],
-        prepare_one: PrepareOne,
-        loop: TrainingLoop,
-    ) -> list[Any]:
-        """Prepare ``objects`` for ``accelerator.prepare``; returns them in order.
-
-        By default each object goes through ``prepare_one`` on its own, schedulers last (so
-        they find their optimizer prepared). A backend whose engine must see the model,
-        optimizer, scheduler and dataloader together (DeepSpeed) overrides this.
-        """
-        from overdrive.scheduler import is_scheduler
-
+    def check_prepare(self, objects: Sequence[Any]) -> None:
+        """Refuse what this backend cannot prepare, before anything of the call is prepared."""
         for obj in objects:
             _refuse_stand_in(obj, self.name)
-        out = list(objects)
-        for schedulers in (False, True):
-            for i, obj in enumerate(objects):
-                if is_scheduler(obj) == schedulers:
-                    out[i] = prepare_one(obj, placements[i])
-        return out
+
+    def prepare_engine(
+        self, objects: Sequence[Any], prepared: Sequence[Any], loop: TrainingLoop
+    ) -> dict[int, Any]:
+        """Build what must see several of one ``prepare`` call's objects together, once the
+        Accelerator prepared its dataloaders (``prepared``: the call's objects so far).
+
+        Returns, by position, the objects built in place of the given ones (on their device
+        already); the Accelerator then prepares every model, optimizer and scheduler, these
+        instead of the originals. Nothing is built together here; an engine that takes the
+        model, optimizer, scheduler and batch size at once (DeepSpeed) overrides this."""
+        return {}
 
     def model_init_context(self) -> contextlib.AbstractContextManager[Any]:
         """Where a model is built so this backend can create it efficiently (nothing here)."""
@@ -173,25 +165,14 @@ class Strategy:
     def optimizer_step(
         self, optimizer: torch.optim.Optimizer, precision: Precision, closure: Any = None
     ) -> bool:
-        """One optimizer step when a window closes; returns whether it really ran."""
+        """One optimizer step when a window closes (clipped first when the loop's rules
+        say so); returns whether it really ran."""
         clip = self.rules.clip_grad_norm
         if clip is not None:
             precision.unscale_(optimizer)
             params = [p for group in optimizer.param_groups for p in group["params"]]
             self.clip_grad_norm_(params, clip)
-        if closure is None:
-            return precision.optimizer_step(optimizer)
-        return precision.optimizer_step(optimizer, closure=closure)
-
-    def zero_grad(self, optimizer: torch.optim.Optimizer, set_to_none: bool = True) -> None:
-        """Clear the gradients ``optimizer`` steps (after a window closed)."""
-        optimizer.zero_grad(set_to_none=set_to_none)
-
-    def rescale_grads(self, optimizer: torch.optim.Optimizer, factor: float) -> None:
-        """Multiply the summed gradients by ``factor`` (a window closed early: k/m)."""
-        grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
-        if grads:
-            torch._foreach_mul_(grads, factor)
+        return super().optimizer_step(optimizer, precision, closure)
 
     # --- state dicts (used by overdrive.checkpoint) -------------------------------------
     def state_dict(self, obj: nn.Module | torch.optim.Optimizer, *, sharded: bool = False) -> Any:

@@ -41,7 +41,7 @@ from overdrive.ds.finish import finish
 from overdrive.ds.window import WindowScale
 from overdrive.errors import ConfigError, OverdriveError
 from overdrive.parallel.topology import Topology
-from overdrive.strategies.base import Params, PrepareOne, Strategy, TrainingLoop
+from overdrive.strategies.base import Params, Strategy, TrainingLoop
 
 
 def _trains(obj: Any) -> bool:
@@ -109,29 +109,39 @@ class DeepSpeedStrategy(Strategy):
         return self.deepspeed.zero.Init(config_dict_or_path=self._init_config())
 
     # --- prepare: one deepspeed.initialize for model, optimizer, scheduler, batch size -------
-    def prepare(
-        self,
-        objects: Sequence[Any],
-        placements: Sequence[bool],
-        prepare_one: PrepareOne,
-        loop: TrainingLoop,
-    ) -> list[Any]:
-        self._loop = loop
+    def _engine_parts(self, objects: Sequence[Any]) -> tuple[list[int], list[int], list[int]]:
+        """Positions of the model, optimizer and scheduler a new engine is built from."""
         models = [i for i, o in enumerate(objects) if _trains(o) and not self._is_ours(o)]
         optimizers = [
             i for i, o in enumerate(objects) if isinstance(o, (torch.optim.Optimizer, DummyOptim))
         ]
         optimizers = [i for i in optimizers if objects[i] is not self.basic_optimizer]
         schedulers = [i for i, o in enumerate(objects) if _is_new_scheduler(o, self)]
-        if not models and not optimizers and not schedulers:
-            return self._prepare_plain(objects, placements, prepare_one)
-        self._check_one_engine(objects, models, optimizers, schedulers)
-        out = list(objects)
-        engine_parts = {*models, *optimizers, *schedulers}
-        for i, obj in enumerate(objects):  # dataloaders first: they give the micro-batch size
-            if i not in engine_parts:
-                out[i] = prepare_one(obj, placements[i])
-        micro, micro_source = self._micro_batch(objects, out, loop)
+        return models, optimizers, schedulers
+
+    def check_prepare(self, objects: Sequence[Any]) -> None:
+        models, optimizers, schedulers = self._engine_parts(objects)
+        if models or optimizers or schedulers:
+            self._check_one_engine(objects, models, optimizers, schedulers)
+            return
+        dummies = [o for o in objects if isinstance(o, (DummyOptim, DummyScheduler))]
+        if dummies:
+            raise ConfigError(
+                f"prepare() got {type(dummies[0]).__name__} without the model it belongs to",
+                key="distributed_type",
+                fix="pass the model, DummyOptim and DummyScheduler to one prepare() call",
+            )
+
+    def prepare_engine(
+        self, objects: Sequence[Any], prepared: Sequence[Any], loop: TrainingLoop
+    ) -> dict[int, Any]:
+        """One ``deepspeed.initialize`` for the model, optimizer, scheduler and the prepared
+        dataloaders' micro-batch size."""
+        self._loop = loop
+        models, optimizers, schedulers = self._engine_parts(objects)
+        if not models:
+            return {}  # dataloaders, evaluation-only models, or objects prepared before
+        micro, micro_source = self._micro_batch(objects, prepared, loop)
         model = objects[models[0]]
         optimizer = objects[optimizers[0]] if optimizers else None
         scheduler = objects[schedulers[0]] if schedulers else None
@@ -147,40 +157,19 @@ class DeepSpeedStrategy(Strategy):
             caller_clipping=_caller_clipping(loop),
         )
         self._use_accumulation(loop)
-        deepspeed = self.deepspeed
         fitted = fit_optimizer(optimizer, self.config, config)
         self._replaced = optimizer if fitted is not optimizer else None
-        self.engine = initialize(deepspeed, model, fitted, config, scheduler)
+        self.engine = initialize(self.deepspeed, model, fitted, config, scheduler)
         self.basic_optimizer = self.engine.basic_optimizer
-        out[models[0]] = prepare_one(self.engine, False)
+        built: dict[int, Any] = {models[0]: self.engine}
         if optimizers:
-            out[optimizers[0]] = prepare_one(self.basic_optimizer, False)
+            built[optimizers[0]] = self.basic_optimizer
         if schedulers:
-            built = scheduler
-            if isinstance(scheduler, DummyScheduler):
-                built = EngineScheduler(self.engine.lr_scheduler)
-            out[schedulers[0]] = prepare_one(built, False)
-        return out
-
-    def _prepare_plain(
-        self, objects: Sequence[Any], placements: Sequence[bool], prepare_one: PrepareOne
-    ) -> list[Any]:
-        """Dataloaders, evaluation-only models, or objects prepared before: one by one."""
-        dummies = [o for o in objects if isinstance(o, (DummyOptim, DummyScheduler))]
-        if dummies:
-            raise ConfigError(
-                f"prepare() got {type(dummies[0]).__name__} without the model it belongs to",
-                key="distributed_type",
-                fix="pass the model, DummyOptim and DummyScheduler to one prepare() call",
+            engine_made = isinstance(scheduler, DummyScheduler)
+            built[schedulers[0]] = (
+                EngineScheduler(self.engine.lr_scheduler) if engine_made else scheduler
             )
-        from overdrive.scheduler import is_scheduler
-
-        out = list(objects)
-        for schedulers in (False, True):
-            for i, obj in enumerate(objects):
-                if is_scheduler(obj) == schedulers:
-                    out[i] = prepare_one(obj, placements[i])
-        return out
+        return built
 
     def _is_ours(self, obj: Any) -> bool:
         return self.engine is not None and (obj is self.engine or obj is self.engine.module)
@@ -210,9 +199,9 @@ class DeepSpeedStrategy(Strategy):
 
     @staticmethod
     def _micro_batch(
-        objects: Sequence[Any], out: list[Any], loop: TrainingLoop
+        objects: Sequence[Any], prepared: Sequence[Any], loop: TrainingLoop
     ) -> tuple[int | None, str]:
-        loaders = [out[i] for i, o in enumerate(objects) if isinstance(o, DataLoader)]
+        loaders = [prepared[i] for i, o in enumerate(objects) if isinstance(o, DataLoader)]
         loaders += loop.dataloaders
         for loader in loaders:
             size = getattr(loader, "batch_size", None)

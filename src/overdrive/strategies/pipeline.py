@@ -30,7 +30,7 @@ from overdrive.parallel.pipeline import Stage, split_model
 from overdrive.parallel.pipeline_loss import LossChannel
 from overdrive.parallel.rebind import named_params, rebind, replacement_map
 from overdrive.parallel.topology import Topology
-from overdrive.strategies.base import Params, PrepareOne, Strategy, TrainingLoop, _raw
+from overdrive.strategies.base import Params, Strategy, TrainingLoop, _raw
 from overdrive.strategies.rules import NO_RULES, LoopRules
 
 MICRO_BATCHES_KEY = "megatron_lm_config.num_micro_batches"
@@ -152,15 +152,11 @@ class PipelineParallelStrategy(Strategy):
         return int(self.mesh["pp"].get_local_rank())
 
     # --- models and optimizers -------------------------------------------------------
-    def prepare(
-        self,
-        objects: Sequence[Any],
-        placements: Sequence[bool],
-        prepare_one: PrepareOne,
-        loop: TrainingLoop,
-    ) -> list[Any]:
+    def prepare_engine(
+        self, objects: Sequence[Any], prepared: Sequence[Any], loop: TrainingLoop
+    ) -> dict[int, Any]:
         self._accumulation = loop.gradient_state  # the loss inside the schedule divides by k
-        return super().prepare(objects, placements, prepare_one, loop)
+        return {}
 
     def setup_model(self, model: nn.Module, *, device_placement: bool) -> nn.Module:
         if any(model is m or model is m.module for m in self._models):
