@@ -27,9 +27,7 @@ class AliasDistribution(importlib.metadata.Distribution):
         return None
 
     def locate_file(self, path: Any) -> Path:
-        import overdrive
-
-        return Path(overdrive.__file__).parent.parent / str(path)
+        return Path(__file__).resolve().parents[2] / str(path)  # beside the overdrive package
 
 
 def find_distributions(context: Any = None) -> list[importlib.metadata.Distribution]:
