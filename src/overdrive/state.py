@@ -27,6 +27,7 @@ from overdrive.config import Settings, load_settings
 from overdrive.errors import ConfigError
 from overdrive.kwargs_handlers import InitProcessGroupKwargs
 from overdrive.launch.suggest import suggest_command
+from overdrive.lazy import lazy_getattr, same_names
 from overdrive.logging import get_logger
 from overdrive.process_env import DEFAULT_MASTER_PORT, ProcessEnv, detect_process_env
 from overdrive.types import DistributedType
@@ -456,13 +457,16 @@ class PartialState:
         self._backend = None
 
 
-def __getattr__(name: str) -> Any:
-    # Hugging Face Accelerate's state classes, as views (``from overdrive.state import ...``).
-    if name in ("AcceleratorState", "GradientState"):
-        from overdrive.compat import state_views
-
-        return getattr(state_views, name)
-    raise AttributeError(f"module 'overdrive.state' has no attribute {name!r}")
+# Hugging Face Accelerate's state classes, as views (``from overdrive.state import ...``).
+__getattr__ = lazy_getattr(
+    __name__,
+    same_names(
+        {
+            "AcceleratorState": "overdrive.compat.state_views",
+            "GradientState": "overdrive.compat.state_views",
+        }
+    ),
+)
 
 
 def _init_kwargs_from(
