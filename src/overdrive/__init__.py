@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from overdrive import lazy as _lazy
 from overdrive.errors import ConfigError, LaunchError, OverdriveError
 from overdrive.kwargs_handlers import (
     AutocastKwargs,
@@ -73,6 +74,9 @@ _LAZY = {
 }
 
 
+_lazy_getattr = _lazy.lazy_getattr(__name__, _lazy.same_names(_LAZY))
+
+
 def __getattr__(name: str) -> Any:
     if name == "rich":  # Hugging Face Accelerate's rich tracebacks, present with `rich` only
         try:
@@ -81,12 +85,7 @@ def __getattr__(name: str) -> Any:
             raise AttributeError(
                 "module 'overdrive' has no attribute 'rich' (install rich)"
             ) from None
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'overdrive' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    return _lazy_getattr(name)
 
 
 __all__ = [

@@ -5,10 +5,8 @@ Names that need torch load on first use (``import overdrive.utils`` stays cheap)
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from overdrive.kwargs_handlers import SchedulerKwargs
+from overdrive.lazy import lazy_getattr, same_names
 from overdrive.utils.dataclasses import *  # noqa: F403  (plugins, kwargs handlers, enums)
 from overdrive.utils.dataclasses import __all__ as _DATACLASSES
 from overdrive.utils.environment import (
@@ -222,15 +220,9 @@ _LAZY = {
 _SUBMODULES = ("bnb",)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _SUBMODULES:
-        return importlib.import_module(f"{__name__}.{name}")
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'overdrive.utils' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(
+    __name__, {**same_names(_LAZY), **{name: f"{__name__}.{name}" for name in _SUBMODULES}}
+)
 
 
 def __dir__() -> list[str]:

@@ -11,6 +11,8 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+from overdrive.lazy import lazy_getattr
+
 # Lowest versions at which Hugging Face Accelerate offers its beta parallel layouts.
 BETA_TP_AVAILABLE_PYTORCH_VERSION = "2.3.0"
 BETA_TP_AVAILABLE_TRANSFORMERS_VERSION = "4.52.0"
@@ -129,11 +131,10 @@ _UPCASTING_LAYERS = (
 )
 
 
-def __getattr__(name: str) -> Any:
-    if name == "SUPPORTED_PYTORCH_LAYERS_FOR_UPCASTING":
-        from torch import nn
+def _upcasting_layers() -> tuple[type, ...]:
+    from torch import nn
 
-        layers = tuple(getattr(nn, layer) for layer in _UPCASTING_LAYERS)
-        globals()[name] = layers
-        return layers
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return tuple(getattr(nn, layer) for layer in _UPCASTING_LAYERS)
+
+
+__getattr__ = lazy_getattr(__name__, {"SUPPORTED_PYTORCH_LAYERS_FOR_UPCASTING": _upcasting_layers})

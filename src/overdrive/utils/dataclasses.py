@@ -8,7 +8,6 @@ which build on torch, load on first use.
 from __future__ import annotations
 
 import enum
-import importlib
 import logging
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -30,6 +29,7 @@ from overdrive.kwargs_handlers import (
     KwargsHandler,
     ProfileKwargs,
 )
+from overdrive.lazy import lazy_getattr, same_names
 from overdrive.plugins import (
     DataLoaderConfiguration,
     DeepSpeedPlugin,
@@ -143,13 +143,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, same_names(_LAZY))
 
 
 __all__ = [
