@@ -433,17 +433,19 @@ class ParallelismConfig(Plugin):
         return self._active(("cp", "sp", "tp"))
 
     def _get_mesh(self) -> tuple[tuple[str, ...], tuple[int, ...]]:
-        """(dimension names, sizes) of the mesh: the dimensions above 1, outermost first."""
-        names = self._active(("pp", "dp_replicate", "dp_shard", "cp", "sp", "tp"))
-        return names, tuple(self._sizes()[n] for n in names)
+        """(dimension names, sizes) of the mesh: the dimensions above 1, outermost first
+        (the order every overdrive mesh has: ``parallel/mesh_shape.py``)."""
+        from overdrive.parallel.mesh_shape import mesh_shape
+
+        return mesh_shape(self._sizes())
 
     def build_device_mesh(self, device_type: str) -> Any:
         """The device mesh of this layout, with the flattened ``dp``, ``dp_shard_cp`` and
-        ``dp_cp`` dimensions Hugging Face Accelerate adds; needs a process group."""
-        from torch.distributed import device_mesh
+        ``dp_cp`` dimensions Hugging Face Accelerate adds; needs a process group. Built by the
+        code that builds a strategy's mesh (``parallel/mesh.py``)."""
+        from overdrive.parallel.mesh import init_mesh
 
-        names, shape = self._get_mesh()
-        mesh = device_mesh.init_device_mesh(device_type, shape, mesh_dim_names=names)
+        mesh = init_mesh(device_type, self._sizes())
         for dims, flat in (
             (self.dp_dim_names, "dp"),
             (self.dp_shard_cp_dim_names, "dp_shard_cp"),

@@ -9,12 +9,17 @@ does not factor before it starts a worker.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from overdrive.errors import ConfigError
+from overdrive.parallel.mesh_shape import MESH_ORDER, mesh_shape
 from overdrive.parallel.pipeline_rules import check_pipeline_settings
 
-DIMENSIONS = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
+if TYPE_CHECKING:
+    from overdrive.config.settings import Settings
+
+# the mesh's order without ``sp`` (DeepSpeed's sequence parallelism, which is not a layout's)
+DIMENSIONS = tuple(n for n in MESH_ORDER if n != "sp")
 _DP = ("dp_replicate", "dp_shard")
 
 
@@ -47,8 +52,7 @@ class ParallelLayout:
         ``dp_shard`` stays even at size 1 so replicate-only FSDP2 (NO_SHARD) is a 2-D
         ``(dp_replicate, dp_shard=1)`` mesh, as ``fully_shard`` expects for replication.
         """
-        kept = [(n, d) for n, d in self.degrees().items() if d > 1 or n == "dp_shard"]
-        return tuple(n for n, _ in kept), tuple(d for _, d in kept)
+        return mesh_shape(self.degrees(), keep=("dp_shard",))
 
     def coordinates(self, rank: int) -> dict[str, int]:
         """The coordinate of ``rank`` on every dimension (row-major, ``tp`` innermost)."""
@@ -80,7 +84,7 @@ class ParallelLayout:
         return " x ".join(parts) or "one process"
 
 
-def _hybrid_degrees(settings: Any, world: int) -> tuple[int, int]:
+def _hybrid_degrees(settings: Settings, world: int) -> tuple[int, int]:
     """(replicate, shard) for HYBRID_SHARD: an explicit size, else one group per machine."""
     replicate = settings["parallelism_config.parallelism_config_dp_replicate_size"]
     shard = settings["parallelism_config.parallelism_config_dp_shard_size"]
@@ -104,7 +108,7 @@ def _hybrid_degrees(settings: Any, world: int) -> tuple[int, int]:
     return replicate, shard
 
 
-def _distributed_optimizer(settings: Any) -> bool:
+def _distributed_optimizer(settings: Settings) -> bool:
     """MEGATRON_LM's ``use_distributed_optimizer``: the data-parallel processes shard."""
     return settings["distributed_type"] == "MEGATRON_LM" and bool(
         settings["megatron_lm_config.use_distributed_optimizer"]
@@ -114,7 +118,7 @@ def _distributed_optimizer(settings: Any) -> bool:
 TP_KEYS = ("megatron_lm_config.tp_degree", "parallelism_config.parallelism_config_tp_size")
 
 
-def tp_setting(settings: Any) -> tuple[int, str]:
+def tp_setting(settings: Settings) -> tuple[int, str]:
     """(tensor-parallel degree, the key that set it): ``megatron_lm_config.tp_degree`` under
     MEGATRON_LM, else ``parallelism_config.parallelism_config_tp_size``; 1 when neither."""
     megatron = settings["distributed_type"] == "MEGATRON_LM"
@@ -135,7 +139,7 @@ def tp_setting(settings: Any) -> tuple[int, str]:
     return 1, TP_KEYS[1]
 
 
-def _tp_degree(settings: Any, world: int) -> int:
+def _tp_degree(settings: Settings, world: int) -> int:
     tp, key = tp_setting(settings)
     backend = settings["distributed_type"]
     if tp > 1 and (
@@ -171,13 +175,13 @@ PP_SIZE_KEY = "parallelism_config.parallelism_config_pp_size"
 MICRO_BATCHES_KEY = "megatron_lm_config.num_micro_batches"
 
 
-def pp_key(settings: Any) -> str:
+def pp_key(settings: Settings) -> str:
     """The key that sets the pipeline degree here: ``megatron_lm_config.pp_degree`` under
     MEGATRON_LM, else ``parallelism_config.parallelism_config_pp_size``."""
     return PP_KEY if settings["distributed_type"] == "MEGATRON_LM" else PP_SIZE_KEY
 
 
-def pp_setting(settings: Any) -> int:
+def pp_setting(settings: Settings) -> int:
     """The pipeline-parallel degree (1 when the key of ``pp_key`` is not set)."""
     key = pp_key(settings)
     if not settings.is_set(key):
@@ -185,19 +189,20 @@ def pp_setting(settings: Any) -> int:
     return int(settings[key] or 1)
 
 
-def pp_micro_batches(settings: Any) -> int:
+def pp_micro_batches(settings: Settings, degree: int | None = None) -> int:
     """Micro-batches per pipelined batch: ``megatron_lm_config.num_micro_batches``, or as
-    many as stages when a ``parallelism_config`` pipeline leaves it unset."""
+    many as stages (``degree``, read from the settings when not given) when a
+    ``parallelism_config`` pipeline leaves it unset."""
     if pp_key(settings) == PP_SIZE_KEY and not settings.is_set(MICRO_BATCHES_KEY):
-        return pp_setting(settings)
+        return pp_setting(settings) if degree is None else degree
     return int(settings[MICRO_BATCHES_KEY] or 1)
 
 
-def _pp_degree(settings: Any, world: int, tp: int) -> int:
+def _pp_degree(settings: Settings, world: int, tp: int) -> int:
     pp = pp_setting(settings)
     key = pp_key(settings)
     source = settings.source(key)
-    micro = pp_micro_batches(settings)
+    micro = pp_micro_batches(settings, pp)
     if pp == 1 and settings.is_set(MICRO_BATCHES_KEY) and micro not in (None, 0, 1):
         raise ConfigError(
             f"{MICRO_BATCHES_KEY} = {micro} ({settings.source(MICRO_BATCHES_KEY)}) splits a "
@@ -229,7 +234,7 @@ def _pp_degree(settings: Any, world: int, tp: int) -> int:
     return pp
 
 
-def layout_from_settings(settings: Any, world: int) -> ParallelLayout:
+def layout_from_settings(settings: Settings, world: int) -> ParallelLayout:
     """The layout the settings ask for on ``world`` processes; an error if it cannot factor.
 
     The pipeline and tensor-parallel degrees take their processes first; the data-parallel

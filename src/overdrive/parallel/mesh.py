@@ -1,21 +1,35 @@
-"""A layout becomes one ``DeviceMesh`` in the worker, its dimensions named as in the layout."""
+"""A layout becomes one ``DeviceMesh`` in the worker, its dimensions named as in the layout.
+
+``init_mesh`` is the one place a mesh is made from degrees: a strategy's ``Topology`` and
+``ParallelismConfig.build_device_mesh`` both build theirs through it (``mesh_shape``'s order).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 
 from overdrive.parallel.layout import ParallelLayout
+from overdrive.parallel.mesh_shape import mesh_shape
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
 
-def build_mesh(layout: ParallelLayout, device_type: str) -> DeviceMesh:
-    """The mesh of every dimension above 1 (a 1-D ``dp_shard`` mesh for one process)."""
+def init_mesh(
+    device_type: str, degrees: Mapping[str, int], *, keep: Collection[str] = ()
+) -> DeviceMesh:
+    """The mesh of every dimension of ``degrees`` above 1 (and those in ``keep``), named and
+    ordered by ``mesh_shape``; needs the process group."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    names, sizes = layout.mesh_dims()
+    names, sizes = mesh_shape(degrees, keep=keep)
     return init_device_mesh(device_type, sizes, mesh_dim_names=names)
+
+
+def build_mesh(layout: ParallelLayout, device_type: str) -> DeviceMesh:
+    """The mesh of every dimension above 1 (a 1-D ``dp_shard`` mesh for one process)."""
+    return init_mesh(device_type, layout.degrees(), keep=("dp_shard",))
 
 
 def data_parallel_mesh(mesh: DeviceMesh, *, flat: bool = False) -> DeviceMesh:
