@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from overdrive.config import Settings
 from overdrive.config.provenance import Labelled
@@ -18,6 +18,9 @@ from overdrive.kwargs_handlers import (
 )
 from overdrive.plugins import GradientAccumulationPlugin, ProjectConfiguration
 from overdrive.precision import FP8RecipeKwargs
+
+if TYPE_CHECKING:
+    from overdrive.strategies import ProcessInfo, Strategy
 
 _HANDLER_TYPES = (
     DistributedDataParallelKwargs,
@@ -173,28 +176,28 @@ def export_for_transformers(settings: Settings, distributed_type: Any) -> None:
 
 
 def strategy_for(
-    state: Any,
+    state: ProcessInfo,
     settings: Settings,
     handlers: dict[type, Any],
     fsdp_plugin: Any,
     deepspeed_plugin: Any,
     parallelism_config: Any,
     megatron_lm_plugin: Any,
-) -> Any:
+) -> Strategy:
     """The strategy for this run, with what the plugins give in code (a wrap policy, a
-    DeepSpeed config dict, a tensor-parallel plan, a pipeline loss and split points)."""
-    from overdrive.strategies import select_strategy
+    DeepSpeed config dict, a tensor-parallel plan, a pipeline loss and split points),
+    gathered once into ``StrategyOptions``."""
+    from overdrive.strategies import StrategyOptions, select_strategy
 
-    return select_strategy(
-        state,
-        settings,
+    options = StrategyOptions(
         ddp_kwargs=handlers.get(DistributedDataParallelKwargs),
         fsdp_wrap=callable_wrap_policy(fsdp_plugin),
-        deepspeed_plugin=deepspeed_plugin,
+        ds_config=getattr(deepspeed_plugin, "hf_ds_config", None),
         tp_plan=getattr(parallelism_config, "tp_plan", None),
         sequence_parallel=bool(getattr(parallelism_config, "sequence_parallel", False)),
         **pipeline_from_code(parallelism_config, megatron_lm_plugin),
     )
+    return select_strategy(state, settings, options)
 
 
 def pipeline_from_code(parallelism_config: Any, megatron_lm_plugin: Any) -> dict[str, Any]:

@@ -325,14 +325,16 @@ def test_select_strategy_by_world_size() -> None:
     from types import SimpleNamespace
 
     from overdrive.config import load_settings
-    from overdrive.strategies import DDPStrategy, select_strategy
+    from overdrive.strategies import DDPStrategy, StrategyOptions, select_strategy
 
     settings = load_settings()  # the autouse fixture cleared the environment
     cpu = torch.device("cpu")
     two = select_strategy(
         SimpleNamespace(num_processes=2, device=cpu),
         settings,
-        ddp_kwargs=DistributedDataParallelKwargs(bucket_cap_mb=5, static_graph=True),
+        StrategyOptions(
+            ddp_kwargs=DistributedDataParallelKwargs(bucket_cap_mb=5, static_graph=True)
+        ),
     )
     assert isinstance(two, DDPStrategy)
     assert two.ddp_kwargs == {"bucket_cap_mb": 5, "static_graph": True}  # only changed fields

@@ -13,7 +13,7 @@ from overdrive.parallel.tp import TPSettings, layout_for
 from overdrive.parallel.tp_plan import check_plan
 from overdrive.parallel.tp_sequence import check_length
 from overdrive.plugins import ParallelismConfig
-from overdrive.strategies import _tensor_parallel
+from overdrive.strategies import StrategyOptions, select_strategy
 from tests.helpers.llama import small_llama
 
 SP_KEY = "megatron_lm_config.sequence_parallelism"
@@ -123,18 +123,18 @@ def test_megatron_sequence_parallelism_reaches_the_strategy_with_its_source() ->
     s = load_settings(
         code={"distributed_type": "MEGATRON_LM", "megatron_lm_config.tp_degree": 2}, environ=env
     )
-    strategy = _tensor_parallel(_state(), s, None, None)
+    strategy = select_strategy(_state(), s)
     tp = strategy.tp  # type: ignore[union-attr]
     assert tp.sequence_parallel and tp.sp_key == SP_KEY
     assert tp.sp_source == "env ACCELERATE_MEGATRON_LM_SEQUENCE_PARALLELISM"
-    coded = _tensor_parallel(_state(), s, None, None, sequence_parallel=True)
+    coded = select_strategy(_state(), s, StrategyOptions(sequence_parallel=True))
     assert coded.tp.sp_source.startswith("ParallelismConfig(sequence_parallel")  # type: ignore[union-attr]
 
 
 def test_sequence_parallelism_without_a_tensor_parallel_degree_warns() -> None:
     s = load_settings(code={"distributed_type": "MEGATRON_LM", SP_KEY: True}, environ={})
     with pytest.warns(UserWarning, match="sequence parallelism .* cannot take effect"):
-        assert _tensor_parallel(_state(), s, None, None) is None
+        assert select_strategy(_state(), s).name == "ddp"
 
 
 def test_an_embedding_split_over_features_is_refused() -> None:

@@ -44,14 +44,16 @@ class FSDPStrategy(Strategy):
     def __init__(
         self,
         device: torch.device,
-        layout: ParallelLayout,
+        topology: Topology,
         policy: FSDPPolicy,
         tp: TPSettings | None = None,
         *,
         rules: LoopRules = NO_RULES,
     ) -> None:
-        super().__init__(device, Topology(layout, device.type), rules=rules)
-        self.layout = layout
+        super().__init__(device, topology, rules=rules)
+        if tp is not None:
+            self.name = "tensor_parallel"  # the same strategy, named for its plan
+        self.layout: ParallelLayout = topology.layout
         self.policy = policy
         self.tp = tp  # tensor parallelism over the mesh's ``tp`` dimension, before FSDP
         self.plans: dict[int, dict[str, str]] = {}  # id(root) -> module name -> style

@@ -8,17 +8,15 @@ gradients, as DDP does). With one data-parallel process there is nothing for FSD
 (its per-step copies would cost a quarter of a small step), so it is not applied; the
 parameters the plan leaves whole become replicated DTensors on the tp mesh instead, and
 the optimizer and clipping still see one kind of tensor.
+
+The strategy is ``FSDPStrategy`` given ``TPSettings``; this module holds the two policies it
+runs with when FSDP is not asked for.
 """
 
 from __future__ import annotations
 
-import torch
-
 from overdrive.parallel.fsdp_policy import FSDPPolicy
-from overdrive.parallel.layout import ParallelLayout
-from overdrive.parallel.tp_settings import TPSettings
 from overdrive.strategies.fsdp import FSDPStrategy
-from overdrive.strategies.rules import NO_RULES, LoopRules
 
 
 def replicate_policy() -> FSDPPolicy:
@@ -51,19 +49,6 @@ def distributed_optimizer_policy() -> FSDPPolicy:
     )
 
 
-class TensorParallelStrategy(FSDPStrategy):
-    """The FSDP strategy with a tensor-parallel plan: its chain splits modules over the tp
-    processes, then shards (or replicates) over the data-parallel ones."""
-
-    name = "tensor_parallel"
-
-    def __init__(
-        self,
-        device: torch.device,
-        layout: ParallelLayout,
-        policy: FSDPPolicy,
-        tp: TPSettings,
-        *,
-        rules: LoopRules = NO_RULES,
-    ) -> None:
-        super().__init__(device, layout, policy, tp, rules=rules)
+# The FSDP strategy with a tensor-parallel plan (it then names itself ``tensor_parallel``):
+# the name is kept for code that imports it.
+TensorParallelStrategy = FSDPStrategy
