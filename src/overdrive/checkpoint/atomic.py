@@ -20,11 +20,11 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any
 
 from overdrive.checkpoint import layout
 from overdrive.checkpoint.errors import CheckpointError
 from overdrive.checkpoint.layout import MANIFEST, is_complete
+from overdrive.checkpoint.records import Manifest
 from overdrive.checkpoint.serialization import write_json, writing
 
 try:
@@ -160,7 +160,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _claim(temp: Path, final: Path, manifest: dict[str, Any]) -> Path:
+def _claim(temp: Path, final: Path, manifest: Manifest) -> Path:
     """Rename ``temp`` to ``final``, or to the next free number if another job's checkpoint
     took that name: a rename never replaces a non-empty directory."""
     for _ in range(1000):
@@ -199,7 +199,7 @@ def _swap(temp: Path, final: Path) -> Path:
     return final
 
 
-def commit(staging: Staging, final: Path, manifest: dict[str, Any], *, replace: bool) -> Path:
+def commit(staging: Staging, final: Path, manifest: Manifest, *, replace: bool) -> Path:
     """Write the completion marker into the temp dir and rename it into place; returns
     where it went. ``replace``: an existing checkpoint at ``final`` is replaced (explicit
     directories); otherwise ``final`` is an automatic name, never taken from another save."""

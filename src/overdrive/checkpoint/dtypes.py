@@ -8,9 +8,10 @@ precision would load as different numbers without a word.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 import torch
+from torch import nn
 
 from overdrive.checkpoint.parts import Part
 
@@ -18,8 +19,8 @@ if TYPE_CHECKING:
     from overdrive.checkpoint.host import CheckpointHost
 
 
-def _model(part: Part, state: Any) -> list[str]:
-    current = part.obj.state_dict()
+def _model(part: Part, state: object) -> list[str]:
+    current = cast(nn.Module, part.obj).state_dict()  # a model part: the unwrapped model
     problems = []
     for key, saved in state.items() if isinstance(state, Mapping) else ():
         here = current.get(key)
@@ -34,10 +35,10 @@ def _model(part: Part, state: Any) -> list[str]:
     return problems
 
 
-def _optimizer(part: Part, state: Any) -> list[str]:
-    opt = part.obj
-    if type(opt).load_state_dict is not torch.optim.Optimizer.load_state_dict:
+def _optimizer(part: Part, state: object) -> list[str]:
+    if type(part.obj).load_state_dict is not torch.optim.Optimizer.load_state_dict:
         return []  # it loads its state its own way
+    opt = cast(torch.optim.Optimizer, part.obj)  # it loads as torch's optimizers do
     params = [p for group in opt.param_groups for p in group["params"]]
     saved_state = state.get("state", {}) if isinstance(state, Mapping) else {}
     problems = []
@@ -60,7 +61,7 @@ def _optimizer(part: Part, state: Any) -> list[str]:
 
 
 def dtype_problems(
-    accelerator: CheckpointHost, parts: list[Part], states: Mapping[str, Any], rank_state: Any
+    accelerator: CheckpointHost, parts: list[Part], states: Mapping[str, object], rank_state: object
 ) -> list[str]:
     """Every stored tensor whose dtype differs from what it would be loaded into."""
     problems: list[str] = []

@@ -15,9 +15,9 @@ names what differs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import cast
 
 import torch
 
@@ -33,7 +33,7 @@ class Fill:
     """A part's tree with its live tensors in place of the saved ones, and the copies that
     put the saved bytes into them (run by ``fill_all``)."""
 
-    tree: Any
+    tree: object
     copies: list[tuple[BoxReader, torch.Tensor, list[Piece]]] = field(default_factory=list)
 
     @property
@@ -41,7 +41,7 @@ class Fill:
         return sum(out.numel() * out.element_size() for _, out, _ in self.copies)
 
 
-def plan_fill(tree: Any, template: Any) -> Fill | None:
+def plan_fill(tree: object, template: object) -> Fill | None:
     """How to fill ``template``'s tensors from ``tree`` (a saved state whose tensors are
     ``Unread``), or None when the two differ anywhere (the part is then read the old way)."""
     if not _same_shape(tree, template):
@@ -68,7 +68,7 @@ def fill_all(fills: list[Fill]) -> None:
     run_all(copy, copies)
 
 
-def read_or_fill(tree: Any, template: Any) -> tuple[Any, Fill | None]:
+def read_or_fill(tree: object, template: object) -> tuple[object, Fill | None]:
     """The part read as ``template`` lays it out: planned to be filled in place when it fits
     (nothing read yet), else read now into fresh memory (``read_like``)."""
     fill = plan_fill(tree, template)
@@ -80,20 +80,22 @@ def read_or_fill(tree: Any, template: Any) -> tuple[Any, Fill | None]:
 _NO = object()  # a leaf that cannot be filled in place
 
 
-def _plan(tree: Any, template: Any, fill: Fill) -> Any:
+def _plan(tree: object, template: object, fill: Fill) -> object:
+    """``tree`` planned into ``template``, which has its shape (``_same_shape``)."""
     if isinstance(tree, Unread):
         return _plan_leaf(tree.reader, template, fill)
     if isinstance(tree, dict):
+        mapping = cast(Mapping[object, object], template)
         out = {}
         for k, v in tree.items():
-            got = _plan(v, template[k], fill)
+            got = _plan(v, mapping[k], fill)
             if got is _NO:
                 return _NO
             out[k] = got
         return out
     if isinstance(tree, (list, tuple)):
         items = []
-        for v, t in zip(tree, template):
+        for v, t in zip(tree, cast(Sequence[object], template)):
             got = _plan(v, t, fill)
             if got is _NO:
                 return _NO
@@ -102,7 +104,7 @@ def _plan(tree: Any, template: Any, fill: Fill) -> Any:
     return tree
 
 
-def _plan_leaf(reader: BoxReader, template: Any, fill: Fill) -> Any:
+def _plan_leaf(reader: BoxReader, template: object, fill: Fill) -> object:
     """The live tensor that will hold ``reader``'s box (what the restore is given), or
     ``_NO``. A placeholder (another process's tensor) reads nothing, as ``read_as`` does."""
     if isinstance(template, LocalShard):
@@ -135,7 +137,7 @@ def _plan_leaf(reader: BoxReader, template: Any, fill: Fill) -> Any:
     return result
 
 
-def _same_shape(tree: Any, template: Any) -> bool:
+def _same_shape(tree: object, template: object) -> bool:
     """Whether ``template`` has every container of ``tree`` with the same keys or length."""
     if isinstance(tree, dict):
         return (

@@ -8,9 +8,10 @@ checkpoint code calls. The Accelerator is one; checkpoint code reads nothing els
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Protocol
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from torch import nn
 
@@ -22,15 +23,35 @@ if TYPE_CHECKING:
     from overdrive.strategies.base import Strategy
 
 
+class RunState(Protocol):
+    """What checkpoint code reads of the process state (the Accelerator's ``PartialState``)."""
+
+    @property
+    def process_index(self) -> int: ...
+
+    @property
+    def num_processes(self) -> int: ...
+
+    @property
+    def is_main_process(self) -> bool: ...
+
+    @property
+    def timeout(self) -> timedelta | None: ...
+
+    def wait_for_everyone(self) -> None: ...
+
+
 class CheckpointHost(Protocol):
     """What ``save_state`` / ``load_state`` and the model-file helpers need of the run."""
 
     strategy: Strategy
-    state: Any
     precision: Precision
     project_configuration: ProjectConfiguration
     gradient_state: GradientState
-    pending_save: Future[Any] | None
+    pending_save: Future[Path] | None  # an asynchronous save still being written
+
+    @property
+    def state(self) -> RunState: ...
 
     @property
     def prepared(self) -> Prepared: ...
@@ -47,7 +68,5 @@ class CheckpointHost(Protocol):
         keep_fp32_wrapper: bool = True,
         keep_torch_compile: bool | None = None,
     ) -> nn.Module: ...
-
-    def prepare(self, *objects: Any, device_placement: Sequence[bool] | None = None) -> Any: ...
 
     def scheduler_advances_per_process(self) -> bool: ...

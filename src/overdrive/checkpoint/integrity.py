@@ -19,18 +19,16 @@ import os
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Final
 
 from overdrive.checkpoint.crc import combine
 from overdrive.checkpoint.errors import CheckpointError
 from overdrive.checkpoint.io_threads import run_all
 from overdrive.checkpoint.layout import MANIFEST
+from overdrive.checkpoint.records import FileRecord
 
-ALGORITHM = "crc32"
+ALGORITHM: Final = "crc32"  # the key of the checksum in a ``FileRecord``
 _CHUNK = 64 << 20
-
-FileRecord = dict[str, Any]
-"""``{"size": bytes, "crc32": "8 hex digits"}``."""
 
 
 def checksum(path: Path) -> FileRecord:
@@ -47,7 +45,7 @@ def checksums(paths: Iterable[Path]) -> dict[Path, FileRecord]:
     sizes = {Path(p): os.stat(p).st_size for p in paths}
     pieces = [(p, start) for p, size in sizes.items() for start in range(0, size, _CHUNK)]
     crcs = dict(zip(pieces, run_all(lambda piece: _crc_piece(*piece), pieces)))
-    out = {}
+    out: dict[Path, FileRecord] = {}
     for path, size in sizes.items():
         crc = 0
         for start in range(0, size, _CHUNK):
@@ -100,7 +98,7 @@ def record(
     names = _all_files(directory) if files is None else sorted(files)
     known = known or {}
     fresh = checksums(directory / n for n in names if directory / n not in known)
-    return {name: dict(known.get(directory / name) or fresh[directory / name]) for name in names}
+    return {name: (known.get(directory / name) or fresh[directory / name]).copy() for name in names}
 
 
 def verify(

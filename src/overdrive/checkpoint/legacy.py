@@ -9,14 +9,17 @@ dataloader positions in that layout cannot be, so dataloaders must be prepared a
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
+from torch import nn
 
 from overdrive.checkpoint.errors import CheckpointMismatchError, UnsafeCheckpointError
 from overdrive.checkpoint.layout import MANIFEST
+from overdrive.checkpoint.parts import Stateful
 from overdrive.checkpoint.serialization import PICKLE_SUFFIXES, load_pickle, load_tensors
 
 if TYPE_CHECKING:
@@ -58,7 +61,7 @@ def refuse_or_load_legacy(
 
 
 def _load(accelerator: CheckpointHost, path: Path) -> None:
-    wanted: list[tuple[str, Path | None, Any]] = []
+    wanted: list[tuple[str, Path | None, Stateful]] = []
     for i, model in enumerate(accelerator.prepared.models):
         wanted.append((f"model {i}", _model_file(path, i), model))
     for i, opt in enumerate(accelerator.prepared.optimizers):
@@ -93,9 +96,9 @@ def _load(accelerator: CheckpointHost, path: Path) -> None:
         else:
             state = load_pickle(file, what=what, allow_unsafe_pickle=True)
         if what.startswith("model"):
-            strategy.load_state_dict(obj, state, strict=True)
+            strategy.load_state_dict(cast(nn.Module, obj), state, strict=True)
         elif what.startswith("optimizer"):
-            strategy.load_state_dict(obj, state)
+            strategy.load_state_dict(cast(torch.optim.Optimizer, obj), state)
         else:
             obj.load_state_dict(state)
     scaler = path / "scaler.pt"
@@ -110,7 +113,9 @@ def _exists(file: Path | None) -> bool:
     return file is not None and file.exists()
 
 
-def _restore_rng(states: dict[str, Any]) -> None:
+def _restore_rng(states: Mapping[str, Any]) -> None:
+    """Hugging Face Accelerate's pickled RNG states (``random``'s, numpy's, torch's tuples and
+    tensors, untyped as unpickled), put back."""
     if "random_state" in states:
         random.setstate(states["random_state"])
     if "numpy_random_seed" in states:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import inspect
 import traceback
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 import torch
+from torch import nn
 
 from overdrive.checkpoint import integrity, layout, save_alone
 from overdrive.checkpoint.dtypes import dtype_problems
@@ -24,6 +25,7 @@ from overdrive.checkpoint.optimizer_keys import (
     to_deepspeed,
 )
 from overdrive.checkpoint.parts import FORMAT, Part, compare, main_parts, require_prepared
+from overdrive.checkpoint.records import FileRecord, Manifest, RankState, StateDict
 from overdrive.checkpoint.save import wait_for_pending
 from overdrive.checkpoint.serialization import load_tree, read_json
 from overdrive.checkpoint.shard_reader import full_tensor, load_shards
@@ -64,7 +66,7 @@ def find_checkpoint(accelerator: CheckpointHost, input_dir: str | Path | None) -
     return newest
 
 
-def read_manifest(path: Path) -> dict[str, Any]:
+def read_manifest(path: Path) -> Manifest:
     marker = path / layout.MANIFEST
     if not marker.is_file():
         raise CheckpointError(
@@ -82,16 +84,18 @@ def read_manifest(path: Path) -> dict[str, Any]:
             f"load_state: {marker} lists no file checksums, which every checkpoint of its "
             f"version records\n  fix: the manifest is damaged; load another checkpoint"
         )
-    return manifest
+    return cast(Manifest, manifest)  # an overdrive manifest, as checked above
 
 
-def _restore_part(accelerator: CheckpointHost, part: Part, state: Any) -> None:
+def _restore_part(accelerator: CheckpointHost, part: Part, state: object) -> None:
     strategy = accelerator.strategy
     try:
         if part.kind == "model":
-            strategy.load_state_dict(accelerator.prepared.models[part.index], state, strict=True)
+            model = accelerator.prepared.models[part.index]
+            strategy.load_state_dict(model, _state_dict(state), strict=True)
         elif part.kind == "optimizer":
-            strategy.load_state_dict(accelerator.prepared.optimizers[part.index], state)
+            optimizer = accelerator.prepared.optimizers[part.index]
+            strategy.load_state_dict(optimizer, _state_dict(state))
         else:
             part.obj.load_state_dict(state)
     except (RuntimeError, ValueError, KeyError, TypeError) as exc:
@@ -102,7 +106,13 @@ def _restore_part(accelerator: CheckpointHost, part: Part, state: Any) -> None:
         ) from exc
 
 
-def _restore_rank(accelerator: CheckpointHost, state: dict[str, Any]) -> None:
+def _state_dict(state: object) -> StateDict:
+    """A saved state dict (a model's, an optimizer's, the precision's) as its ``state_dict``
+    gave it at save time (DeepSpeed's engine state included), keyed and read for this run."""
+    return cast(StateDict, state)
+
+
+def _restore_rank(accelerator: CheckpointHost, state: RankState) -> None:
     from overdrive.random_state import restore_rng_state
 
     # A script written for Hugging Face Accelerate skips the batches it already trained on by
@@ -139,19 +149,20 @@ def _note_epoch_restart(batches: int) -> None:
     )
 
 
-def _like_param(grad: torch.Tensor, param: Any) -> torch.Tensor:
+def _like_param(grad: torch.Tensor, param: nn.Parameter) -> torch.Tensor:
     """A saved gradient placed like ``param`` (this process's shard of a DTensor)."""
     if hasattr(param, "device_mesh"):
         from torch.distributed.tensor import DTensor
 
-        local = grad.to(device=param.to_local().device, dtype=param.dtype)
+        sharded = cast(DTensor, param)
+        local = grad.to(device=sharded.to_local().device, dtype=param.dtype)
         return DTensor.from_local(
-            local, param.device_mesh, param.placements, shape=param.shape, stride=param.stride()
+            local, sharded.device_mesh, sharded.placements, shape=param.shape, stride=param.stride()
         )
     return grad.to(device=param.device, dtype=param.dtype)
 
 
-def _template(accelerator: CheckpointHost, part: Part, *, sharded: bool) -> Any:
+def _template(accelerator: CheckpointHost, part: Part, *, sharded: bool) -> object:
     """How this run lays out a part: its live state, sharded (DTensors, boxes, placeholders;
     collective) or whole."""
     strategy = accelerator.strategy
@@ -164,15 +175,15 @@ def _template(accelerator: CheckpointHost, part: Part, *, sharded: bool) -> Any:
     return strategy.state_dict(optimizer)
 
 
-def _restore_sharded(accelerator: CheckpointHost, part: Part, state: Any) -> None:
+def _restore_sharded(accelerator: CheckpointHost, part: Part, state: object) -> None:
     strategy = accelerator.strategy
     try:
         if part.kind == "model":
-            strategy.load_state_dict(accelerator.prepared.models[part.index], state, sharded=True)
+            model = accelerator.prepared.models[part.index]
+            strategy.load_state_dict(model, _state_dict(state), sharded=True)
         else:
-            strategy.load_state_dict(
-                accelerator.prepared.optimizers[part.index], state, sharded=True
-            )
+            optimizer = accelerator.prepared.optimizers[part.index]
+            strategy.load_state_dict(optimizer, _state_dict(state), sharded=True)
     except (RuntimeError, ValueError, KeyError, TypeError) as exc:
         raise CheckpointError(
             f"load_state: {part.label} does not fit the saved shards: {exc}\n"
@@ -181,8 +192,8 @@ def _restore_sharded(accelerator: CheckpointHost, part: Part, state: Any) -> Non
 
 
 def keyed_for_strategy(
-    accelerator: CheckpointHost, part: Part, state: Any, model_states: list[Any]
-) -> Any:
+    accelerator: CheckpointHost, part: Part, state: object, model_states: list[object]
+) -> object:
     """A saved optimizer state keyed as this run's strategy loads it: by parameter name
     (FSDP, TP, PP), by index (one process, DDP) or in DeepSpeed's form; converted when
     another layout saved it. ``model_states``: the models' saved states (DeepSpeed's masters)."""
@@ -210,7 +221,8 @@ def keyed_for_strategy(
             "pipeline parallelism"
         )
     models = [accelerator.unwrap_model(m) for m in accelerator.prepared.models]
-    names = parameter_names(part.obj, models, accelerator.strategy.checkpoint_names())
+    optimizer = cast(torch.optim.Optimizer, part.obj)  # not DeepSpeed's: a torch optimizer
+    names = parameter_names(optimizer, models, accelerator.strategy.checkpoint_names())
     if names is None:
         return state
     if "masters" in state:  # DeepSpeed's: fp32 masters beside the per-name state
@@ -218,7 +230,7 @@ def keyed_for_strategy(
     return convert(state, names, to_names=by_name, what=part.label)
 
 
-def _rank_dir(accelerator: CheckpointHost, path: Path, manifest: dict[str, Any]) -> Path:
+def _rank_dir(accelerator: CheckpointHost, path: Path, manifest: Manifest) -> Path:
     """This process's saved state; on another world size, process 0's (said once)."""
     rank, world = accelerator.state.process_index, accelerator.state.num_processes
     saved = manifest.get("world_size")
@@ -269,7 +281,7 @@ def _labels(parts: list[Part], rank: int) -> dict[str, str]:
 
 
 def _verified_here(
-    files: dict[str, Any], rank_dir: str, rank: int, world: int
+    files: Mapping[str, FileRecord], rank_dir: str, rank: int, world: int
 ) -> Callable[[str], bool]:
     """The files this process checks: the rank directory it reads, and its share of every
     other file (shared and shard files, dealt out largest first to the process with the
@@ -299,7 +311,7 @@ def _verify_everywhere(
     rv: Rendezvous,
     accelerator: CheckpointHost,
     path: Path,
-    manifest: dict[str, Any],
+    manifest: Manifest,
     rank_dir: str,
     parts: list[Part],
 ) -> None:
@@ -364,7 +376,7 @@ def _load_all(
         and accelerator.strategy.optimizer_state_by_name is not None  # not DeepSpeed's engine
         and (saved_sharded[(p.kind, p.index)] or (path / f"{p.stem}.json").is_file())
     }
-    states = {}
+    states: dict[str, object] = {}
     for p in parts:
         saved = saved_sharded[(p.kind, p.index)]
         if p.stem in sliced | whole:  # nothing read yet: each process reads its own part, below
@@ -389,8 +401,11 @@ def _load_all(
     precision_state = load_tree(
         path, "precision", what="precision state", allow_unsafe_pickle=allow_unsafe_pickle
     )
-    rank_state = load_tree(
-        rank_dir, "state", what=f"process {rank} state", allow_unsafe_pickle=allow_unsafe_pickle
+    rank_state = cast(  # as snapshot.rank_state wrote it
+        RankState,
+        load_tree(
+            rank_dir, "state", what=f"process {rank} state", allow_unsafe_pickle=allow_unsafe_pickle
+        ),
     )
     problems = dtype_problems(accelerator, parts, states, rank_state)
     if problems:
@@ -421,7 +436,7 @@ def _load_all(
         else:
             _restore_part(accelerator, part, states[part.stem])
     if precision_state:
-        accelerator.precision.load_state_dict(precision_state)
+        accelerator.precision.load_state_dict(_state_dict(precision_state))
     _restore_rank(accelerator, rank_state)
 
 
@@ -431,7 +446,7 @@ def load_state(
     *,
     allow_unsafe_pickle: bool = False,
     timeout: float | None = None,
-    **_: Any,
+    **_: object,
 ) -> None:
     """Restore what save_state wrote; collective, strict about mismatched parts."""
     require_prepared(accelerator, "load_state")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import torch
 
@@ -17,6 +17,7 @@ from overdrive.checkpoint.errors import CheckpointError
 from overdrive.checkpoint.layout import MANIFEST, newest_complete
 from overdrive.checkpoint.model_files import parse_size, write_model_files
 from overdrive.checkpoint.parts import FORMAT
+from overdrive.checkpoint.records import Manifest, PartRecord
 from overdrive.checkpoint.serialization import load_tree, read_json
 from overdrive.checkpoint.shard_reader import merge_full, rank_file
 
@@ -25,7 +26,7 @@ _STEM = re.compile(r"[A-Za-z0-9_.-]+")
 _FIX_DIR = "pass a directory that save_state() wrote, e.g. runs/exp1/checkpoints/checkpoint_3"
 
 
-def _manifest(checkpoint: Path) -> dict[str, Any]:
+def _manifest(checkpoint: Path) -> Manifest:
     if not checkpoint.is_dir():
         what = "is not a directory" if checkpoint.exists() else "does not exist"
         raise CheckpointError(f"merge-weights: {checkpoint} {what}\n  fix: {_FIX_DIR}")
@@ -42,10 +43,10 @@ def _manifest(checkpoint: Path) -> dict[str, Any]:
         raise CheckpointError(
             f"merge-weights: {marker} is not an overdrive checkpoint manifest\n  fix: {_FIX_DIR}"
         )
-    return manifest
+    return cast(Manifest, manifest)  # its parts are checked by _model_parts
 
 
-def _model_parts(manifest: dict[str, Any], checkpoint: Path) -> list[dict[str, Any]]:
+def _model_parts(manifest: Manifest, checkpoint: Path) -> list[PartRecord]:
     parts = manifest.get("parts")
     models = (
         [p for p in parts if isinstance(p, dict) and p.get("kind") == "model"]
@@ -63,7 +64,7 @@ def _model_parts(manifest: dict[str, Any], checkpoint: Path) -> list[dict[str, A
     return sorted(models, key=lambda p: p["index"])
 
 
-def _state(checkpoint: Path, part: dict[str, Any]) -> dict[str, torch.Tensor]:
+def _state(checkpoint: Path, part: PartRecord) -> dict[str, torch.Tensor]:
     what = f"model {part['index']} ({part.get('class', '?')})"
     if part.get("sharded"):
         return merge_full(checkpoint, part["file"], what=what)
@@ -100,9 +101,11 @@ def merge_weights(
             "  fix: pass bytes, or text like 10GB, 500MB or 2GiB"
         ) from None
     checkpoint, output = Path(checkpoint), Path(output)
-    models: list[dict[str, Any]]
+    models: list[PartRecord]
     if is_fsdp_model_folder(checkpoint):
-        models = [{"index": 0, "file": SHARDED_STEM, "sharded": True, "class": "model"}]
+        models = [
+            {"kind": "model", "index": 0, "file": SHARDED_STEM, "sharded": True, "class": "model"}
+        ]
     else:
         models = _model_parts(_manifest(checkpoint), checkpoint)
     if output.exists() and not output.is_dir():

@@ -11,14 +11,17 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from overdrive.bigmodel.align import has_offloaded_params
 from overdrive.bigmodel.offloaded_state import get_state_dict_offloaded_model
 from overdrive.checkpoint.errors import CheckpointError
+from overdrive.checkpoint.records import ModelIndex
 from overdrive.checkpoint.serialization import writing
 from overdrive.checkpoint.tensor_file import write_safetensors
 
@@ -57,12 +60,12 @@ def parse_size(size: int | str) -> int:
     return int(float(match.group(1)) * _UNITS[match.group(2)])
 
 
-def _dedupe(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+def _dedupe(state: Mapping[str, object]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """Tensors only, each storage once (safetensors refuses shared memory); tied names ->
     the name kept, as Hugging Face models expect."""
     kept: dict[str, torch.Tensor] = {}
     tied: dict[str, str] = {}
-    seen: dict[tuple[Any, ...], str] = {}
+    seen: dict[tuple[int, int | torch.SymInt, tuple[int, ...]], str] = {}  # storage, offset, shape
     for name, value in state.items():
         if not isinstance(value, torch.Tensor):
             continue
@@ -93,7 +96,7 @@ def shard(tensors: dict[str, torch.Tensor], max_bytes: int) -> list[dict[str, to
     return shards
 
 
-def _replace_into(path: Path, write: Any) -> None:
+def _replace_into(path: Path, write: Callable[[Path], object]) -> None:
     temp = path.with_name(f".{path.name}.tmp")
     try:
         with writing(path, "save_model"):
@@ -105,7 +108,7 @@ def _replace_into(path: Path, write: Any) -> None:
 
 
 def write_model_files(
-    state: dict[str, Any], directory: Path, max_shard_size: int | str, safe: bool
+    state: Mapping[str, object], directory: Path, max_shard_size: int | str, safe: bool
 ) -> list[str]:
     """Write the files; returns their names (index last when sharded)."""
     max_bytes = parse_size(max_shard_size)
@@ -124,12 +127,12 @@ def write_model_files(
         metadata["tied_weights"] = json.dumps(tied)
     for name, group in zip(names, groups):
         if safe:
-            _replace_into(directory / name, lambda p, g=group: write_safetensors(g, p, metadata))
+            _replace_into(directory / name, partial(write_safetensors, group, metadata=metadata))
         else:
-            _replace_into(directory / name, lambda p, g=group: torch.save(g, p))
+            _replace_into(directory / name, partial(torch.save, group))
     written = list(names)
     if n > 1:
-        index: dict[str, dict[str, Any]] = {
+        index: ModelIndex = {
             "metadata": {"total_size": sum(t.numel() * t.element_size() for t in tensors.values())},
             "weight_map": {k: name for name, group in zip(names, groups) for k in group},
         }

@@ -10,15 +10,27 @@ group come from the checkpoint, as ``Optimizer.load_state_dict`` takes them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, TypedDict
 
 from torch import nn
 
 from overdrive.checkpoint.errors import CheckpointError
+from overdrive.checkpoint.records import StateDict
+
+if TYPE_CHECKING:
+    import torch
 
 # Wrappers that put a level into parameter names without changing the user's module.
 _WRAPPER_LEVELS = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
+
+
+class DeepSpeedStep(TypedDict):
+    """A parameter group's step count in DeepSpeed's optimizer state; ``tensor``: it was a
+    tensor in the torch optimizer's state."""
+
+    value: float
+    tensor: bool
 
 
 def clean_name(name: str) -> str:
@@ -29,7 +41,9 @@ def clean_name(name: str) -> str:
 
 
 def parameter_names(
-    optimizer: Any, models: Iterable[nn.Module], known: Mapping[int, str] | None = None
+    optimizer: torch.optim.Optimizer,
+    models: Iterable[nn.Module],
+    known: Mapping[int, str] | None = None,
 ) -> list[list[str]] | None:
     """The names (in the user's module) of ``optimizer``'s parameters, one list per group;
     None when a parameter belongs to none of ``models``. ``known``: id(parameter) -> name,
@@ -42,13 +56,13 @@ def parameter_names(
     return [[name for name in group if name is not None] for group in groups]
 
 
-def keyed_by_name(state: dict[str, Any]) -> bool:
+def keyed_by_name(state: StateDict) -> bool:
     """Whether a saved optimizer state names its parameters (FSDP's form) or numbers them."""
     params = [p for group in state.get("param_groups", []) for p in group.get("params", [])]
     return any(isinstance(p, str) for p in [*params, *state.get("state", {})])
 
 
-def convert(state: dict[str, Any], names: list[list[str]], *, to_names: bool, what: str) -> Any:
+def convert(state: StateDict, names: list[list[str]], *, to_names: bool, what: str) -> StateDict:
     """``state`` keyed the way this run's strategy loads it (``to_names``), given the names of
     this run's optimizer's parameters group by group; unchanged when it already is.
 
@@ -66,7 +80,7 @@ def convert(state: dict[str, Any], names: list[list[str]], *, to_names: bool, wh
             "optimizer with the same parameter groups, over the same parameters, as the run "
             "that saved it"
         )
-    rename: dict[Any, Any] = {}
+    rename: dict[int | str, int | str] = {}  # saved key -> this run's
     for group, mine in zip(groups, names, strict=True):
         if to_names:
             rename.update(zip(group["params"], mine, strict=True))
@@ -83,7 +97,7 @@ def convert(state: dict[str, Any], names: list[list[str]], *, to_names: bool, wh
     }
 
 
-def _require_names(saved: list[Any], mine: list[str], what: str) -> None:
+def _require_names(saved: Sequence[object], mine: list[str], what: str) -> None:
     missing = [n for n in mine if n not in set(saved)]
     if missing:
         extra = [str(n) for n in saved if n not in set(mine)]
@@ -96,7 +110,7 @@ def _require_names(saved: list[Any], mine: list[str], what: str) -> None:
         )
 
 
-def from_deepspeed(state: dict[str, Any], names: list[list[str]], *, what: str) -> dict[str, Any]:
+def from_deepspeed(state: StateDict, names: list[list[str]], *, what: str) -> StateDict:
     """DeepSpeed's optimizer state (fp32 masters, per-name moments, one step count per group)
     as a torch optimizer's, keyed by name; the masters are the model's weights (loaded with
     the model) and the engine's counters have no meaning elsewhere."""
@@ -111,7 +125,7 @@ def from_deepspeed(state: dict[str, Any], names: list[list[str]], *, what: str) 
         )
     saved = state.get("state", {})
     _require_names(list(saved), [n for group in names for n in group], what)
-    by_name: dict[str, Any] = {"state": {}, "param_groups": []}
+    by_name: StateDict = {"state": {}, "param_groups": []}
     for index, (hyper, mine) in enumerate(zip(groups, names, strict=True)):
         step = steps[index] if index < len(steps) else None
         for name in mine:
@@ -125,13 +139,13 @@ def from_deepspeed(state: dict[str, Any], names: list[list[str]], *, what: str) 
     return by_name
 
 
-def to_deepspeed(state: dict[str, Any], masters: dict[str, Any], *, what: str) -> dict[str, Any]:
+def to_deepspeed(state: StateDict, masters: Mapping[str, torch.Tensor], *, what: str) -> StateDict:
     """A torch optimizer's state keyed by name (FSDP, TP, PP) as DeepSpeed's loader takes it:
     the fp32 masters are the saved model's weights, one step count per group."""
     import torch
 
     groups, saved = state.get("param_groups", []), state.get("state", {})
-    steps: list[dict[str, Any] | None] = []
+    steps: list[DeepSpeedStep | None] = []
     for group in groups:
         counted = [saved[n]["step"] for n in group.get("params", []) if "step" in saved.get(n, {})]
         if not counted:

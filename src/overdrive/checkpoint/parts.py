@@ -4,9 +4,10 @@ and load so both agree on file names and order."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from overdrive.checkpoint.errors import CheckpointError
+from overdrive.checkpoint.records import Manifest, PartRecord
 
 if TYPE_CHECKING:
     from overdrive.checkpoint.host import CheckpointHost
@@ -17,13 +18,23 @@ VERSION = 2
 """2: the manifest lists every file with its size and checksum."""
 
 
+class Stateful(Protocol):
+    """A saved object: a model, an optimizer, a scheduler or a registered custom object."""
+
+    def state_dict(self) -> object: ...
+
+    # Untyped: each class takes what its own ``state_dict`` gives (a model a Mapping, an
+    # optimizer a dict, a custom object whatever it saved).
+    def load_state_dict(self, state: Any, /) -> object: ...
+
+
 @dataclass(frozen=True)
 class Part:
     """One saved object: its kind (``model``...), position, file stem and class name."""
 
     kind: str
     index: int
-    obj: Any
+    obj: Stateful
     sharded: bool = False  # each process writes its own shards (SHARDED_STATE_DICT)
 
     @property
@@ -39,12 +50,16 @@ class Part:
         return type(self.obj).__name__
 
 
-def raw_optimizer(opt: Any) -> Any:
-    return getattr(opt, "optimizer", opt)
+def raw_optimizer(opt: Stateful) -> Stateful:
+    """The optimizer a prepared one wraps (``.optimizer``), or ``opt`` itself."""
+    raw: Stateful = getattr(opt, "optimizer", opt)
+    return raw
 
 
-def raw_scheduler(sched: Any) -> Any:
-    return getattr(sched, "scheduler", sched)
+def raw_scheduler(sched: Stateful) -> Stateful:
+    """The scheduler a prepared one wraps (``.scheduler``), or ``sched`` itself."""
+    raw: Stateful = getattr(sched, "scheduler", sched)
+    return raw
 
 
 def main_parts(accelerator: CheckpointHost) -> list[Part]:
@@ -68,13 +83,20 @@ def main_parts(accelerator: CheckpointHost) -> list[Part]:
     return parts
 
 
-def describe(parts: list[Part]) -> list[dict[str, Any]]:
+def describe(parts: list[Part]) -> list[PartRecord]:
     """The manifest's list of parts."""
-    return [
-        {"kind": p.kind, "index": p.index, "file": p.stem, "class": p.class_name}
-        | ({"sharded": True} if p.sharded else {})
-        for p in parts
-    ]
+    records: list[PartRecord] = []
+    for p in parts:
+        record: PartRecord = {
+            "kind": p.kind,
+            "index": p.index,
+            "file": p.stem,
+            "class": p.class_name,
+        }
+        if p.sharded:
+            record["sharded"] = True
+        records.append(record)
+    return records
 
 
 def has_prepared(accelerator: CheckpointHost) -> bool:
@@ -101,7 +123,7 @@ def require_prepared(accelerator: CheckpointHost, op: str) -> None:
         )
 
 
-def compare(manifest: dict[str, Any], parts: list[Part], accelerator: CheckpointHost) -> list[str]:
+def compare(manifest: Manifest, parts: list[Part], accelerator: CheckpointHost) -> list[str]:
     """Every difference between a checkpoint's parts and what this run prepared."""
     problems: list[str] = []
     saved = {(p["kind"], p["index"]): p for p in manifest.get("parts", [])}

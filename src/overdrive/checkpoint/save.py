@@ -10,11 +10,12 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from overdrive.checkpoint import atomic, integrity, layout, save_alone
 from overdrive.checkpoint.errors import CheckpointError
 from overdrive.checkpoint.parts import FORMAT, VERSION, describe, main_parts, require_prepared
+from overdrive.checkpoint.records import FileRecord, Manifest
 from overdrive.checkpoint.snapshot import Snapshot, take, write
 from overdrive.checkpoint.sync import Rendezvous
 
@@ -59,7 +60,7 @@ def _check_window(accelerator: CheckpointHost) -> None:
         )
 
 
-def _manifest(accelerator: CheckpointHost, final: Path, files: dict[str, Any]) -> dict[str, Any]:
+def _manifest(accelerator: CheckpointHost, final: Path, files: dict[str, FileRecord]) -> Manifest:
     from overdrive import __version__
 
     precision_state = accelerator.precision.state_dict()
@@ -88,8 +89,8 @@ def save_state(
     timeout: float | None = None,
     async_save: bool = False,
     before_write: Callable[[Path], None] | None = None,
-    **_: Any,
-) -> Any:
+    **_: object,
+) -> Path | Future[Path]:
     """Save everything needed to resume exactly; collective (call it on every process),
     except where every process holds the whole state (``save_alone``): there the main
     process may call it alone.
@@ -166,7 +167,7 @@ def save_state(
     return future
 
 
-def _run_into(fn: Any, future: Future[Path]) -> None:
+def _run_into(fn: Callable[[], Path], future: Future[Path]) -> None:
     try:
         future.set_result(fn())
     except BaseException as exc:  # the waiter re-raises it
@@ -188,11 +189,11 @@ def _finish(
     snap: Snapshot | None,
     error: Exception | None,
     staging: atomic.Staging | None,
-    manifest: dict[str, Any],
+    manifest: Manifest,
     final: Path,
     temp: Path,
     automatic: bool,
-    joined: Callable[[Path], dict[str, Any]] | None = None,
+    joined: Callable[[Path], dict[str, FileRecord]] | None = None,
 ) -> Path:
     """Write this process's files, then (main process) check every process and commit.
     ``joined(temp)``: the records of the files other processes wrote into ``temp`` after
@@ -222,7 +223,7 @@ def _finish(
                 raise error
             if others:
                 raise CheckpointError(f"save_state to {final} failed on {'; '.join(others)}")
-            files: dict[str, Any] = {}
+            files: dict[str, FileRecord] = {}
             for text in records:
                 files.update(json.loads(text))
             if joined is not None:

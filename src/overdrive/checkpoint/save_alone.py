@@ -24,14 +24,16 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch.distributed as dist
 
 from overdrive.checkpoint import integrity
 from overdrive.checkpoint.errors import CheckpointError, CollectiveTimeoutError
+from overdrive.checkpoint.records import FileRecord
 from overdrive.checkpoint.serialization import save_tree, writing
 from overdrive.checkpoint.snapshot import Snapshot, rank_state, write
+from overdrive.checkpoint.sync import KeyValueStore
 
 if TYPE_CHECKING:
     from overdrive.checkpoint.host import CheckpointHost
@@ -63,7 +65,9 @@ def _distributed(accelerator: CheckpointHost) -> bool:
     return dist.is_available() and dist.is_initialized() and accelerator.state.num_processes > 1
 
 
-def _wait_time(accelerator: CheckpointHost, timeout: float | None, store: Any) -> timedelta:
+def _wait_time(
+    accelerator: CheckpointHost, timeout: float | None, store: KeyValueStore | None
+) -> timedelta:
     seconds = timeout or accelerator.state.timeout or getattr(store, "timeout", None)
     if seconds is None:
         return timedelta(minutes=30)
@@ -79,10 +83,12 @@ class MainSide:
         self.active = _distributed(accelerator)
         self.world = accelerator.state.num_processes
         self.key = _key(accelerator, output_dir) if self.active else ""
-        self.store = dist.distributed_c10d._get_default_store() if self.active else None
+        self.store: KeyValueStore | None = None
+        if self.active:
+            self.store = dist.distributed_c10d._get_default_store()
         self.wait = _wait_time(accelerator, timeout, self.store) if self.active else None
 
-    def gather(self, temp: Path) -> dict[str, Any]:
+    def gather(self, temp: Path) -> dict[str, FileRecord]:
         """After the main process wrote its files: the processes that have arrived write
         theirs into ``temp``; their file records (an error names any that failed)."""
         if not self.active:
@@ -107,7 +113,7 @@ class MainSide:
                 f"write their state within {self.wait.total_seconds():g}s\n"
                 "  fix: see those processes' errors"
             ) from None
-        files: dict[str, Any] = {}
+        files: dict[str, FileRecord] = {}
         errors = []
         for rank, key in zip(here, keys):
             text = self.store.get(key).decode()
@@ -185,7 +191,7 @@ def join(
     return future
 
 
-def _await(store: Any, key: str, wait: timedelta, rank: int) -> str:
+def _await(store: KeyValueStore, key: str, wait: timedelta, rank: int) -> str:
     try:
         store.wait([key], wait)
     except Exception:  # the store raises DistStoreError/RuntimeError on timeout
@@ -197,14 +203,14 @@ def _await(store: Any, key: str, wait: timedelta, rank: int) -> str:
     return store.get(key).decode()
 
 
-def _final(store: Any, key: str, wait: timedelta, rank: int) -> Path:
+def _final(store: KeyValueStore, key: str, wait: timedelta, rank: int) -> Path:
     text = _await(store, f"{key}/final", wait, rank)
     if text.startswith("!"):
         raise CheckpointError(f"save_state failed on the main process: {text[1:]}")
     return Path(text)
 
 
-def _add_rank(final: Path, rank: int, state: Any) -> None:
+def _add_rank(final: Path, rank: int, state: object) -> None:
     target = final / f"rank_{rank}"
     partial = final / f".rank_{rank}.partial"
     what = f"process {rank} state"
@@ -212,7 +218,7 @@ def _add_rank(final: Path, rank: int, state: Any) -> None:
         if partial.exists():
             shutil.rmtree(partial)
         partial.mkdir()
-    sums: dict[Path, dict[str, Any]] = {}
+    sums: dict[Path, FileRecord] = {}
     names = save_tree(state, partial, "state", what=what, checksums=sums)
     records = integrity.record(partial, names, known=sums)
     with writing(partial, what):

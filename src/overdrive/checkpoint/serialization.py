@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 import numpy as np
 import torch
@@ -23,14 +23,28 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from overdrive.checkpoint.errors import CheckpointError, UnsafeCheckpointError
+from overdrive.checkpoint.records import JSON, FileRecord
 from overdrive.checkpoint.tensor_file import write_safetensors
+
+if TYPE_CHECKING:
+    from torch.distributed.tensor import DTensor
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl")
 _TAGS: tuple[str, ...] = ("__tensor__", "__ndarray__", "__float__", "__tuple__", "__dict__")
 _TAGS += ("__dtype__", "__device__", "__npscalar__", "__sharded__")
 
-ShardedHook = Callable[[Any, str], dict[str, Any]]
+ShardedHook = Callable[[object, str], Mapping[str, JSON]]
 """Called by ``flatten`` for a sharded leaf with its key; returns the JSON entry's fields."""
+
+ShardedReader = Callable[[dict[str, object]], object]
+"""Called by ``unflatten`` with a sharded entry as read; returns what the tree holds there."""
+
+
+class SavedTensor(Protocol):
+    """What ``unflatten`` places for a saved tensor: a ``torch.Tensor``, or a stand-in that
+    reads it later (``unread.Unread``); an ndarray entry is its ``numpy()``."""
+
+    def numpy(self) -> object: ...
 
 
 @contextmanager
@@ -52,7 +66,7 @@ def writing(path: Path, what: str) -> Iterator[None]:
         ) from exc
 
 
-def write_json(path: Path, data: Any, *, what: str = "checkpoint") -> None:
+def write_json(path: Path, data: object, *, what: str = "checkpoint") -> None:
     """Strict JSON (no NaN literals), flushed to disk."""
     text = json.dumps(data, indent=1, sort_keys=False, allow_nan=False)
     with writing(path, what), open(path, "w", encoding="utf-8") as f:
@@ -61,7 +75,8 @@ def write_json(path: Path, data: Any, *, what: str = "checkpoint") -> None:
         os.fsync(f.fileno())
 
 
-def read_json(path: Path) -> Any:
+def read_json(path: Path) -> object:
+    """The JSON value in ``path``, unchecked (a damaged file may hold anything)."""
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -70,7 +85,7 @@ def read_json(path: Path) -> Any:
         ) from exc
 
 
-def is_dtensor(obj: Any) -> bool:
+def is_dtensor(obj: object) -> TypeGuard[DTensor]:
     """A ``torch.distributed.tensor.DTensor``."""
     # Without that module imported no DTensor exists; importing it here would cost seconds.
     module = sys.modules.get("torch.distributed.tensor")
@@ -88,7 +103,7 @@ class _Flattener:
         self._names: set[str] = set()
         self._storages: set[int] = set()
 
-    def name_for(self, path: list[Any]) -> str:
+    def name_for(self, path: list[object]) -> str:
         """The leaf's path joined by '/', made unique; tensors and sharded entries share it."""
         base = "/".join(str(p) for p in path) or "root"
         name, n = base, 1
@@ -97,7 +112,7 @@ class _Flattener:
         self._names.add(name)
         return name
 
-    def add_sharded(self, t: Any, path: list[Any]) -> dict[str, Any]:
+    def add_sharded(self, t: object, path: list[object]) -> dict[str, JSON]:
         if self.sharded is None:
             raise CheckpointError(
                 f"{self.what} at {_where(path)} is a DTensor (sharded over processes), which "
@@ -107,7 +122,7 @@ class _Flattener:
         key = self.name_for(path)
         return {"__sharded__": key, **self.sharded(t, key)}
 
-    def add_tensor(self, t: torch.Tensor, path: list[Any]) -> str:
+    def add_tensor(self, t: torch.Tensor, path: list[object]) -> str:
         if t.is_sparse or t.layout != torch.strided:
             raise CheckpointError(
                 f"{self.what} at {_where(path)} is a {t.layout} tensor, which safetensors "
@@ -128,7 +143,7 @@ class _Flattener:
         self.tensors[name] = t
         return name
 
-    def encode(self, obj: Any, path: list[Any]) -> Any:
+    def encode(self, obj: object, path: list[object]) -> JSON:
         if obj is None or isinstance(obj, (bool, int, str)):
             return obj
         if isinstance(obj, float):
@@ -163,7 +178,7 @@ class _Flattener:
             return [self.encode(v, [*path, i]) for i, v in enumerate(obj)]
         raise self.unsupported(obj, path)
 
-    def unsupported(self, obj: Any, path: list[Any]) -> CheckpointError:
+    def unsupported(self, obj: object, path: list[object]) -> CheckpointError:
         return CheckpointError(
             f"{self.what} at {_where(path)} is a {type(obj).__qualname__}, which cannot be "
             "saved without pickle\n  fix: make state_dict() return only tensors, numbers, "
@@ -171,17 +186,17 @@ class _Flattener:
         )
 
 
-def _where(path: list[Any]) -> str:
+def _where(path: list[object]) -> str:
     return "state_dict()" + "".join(f"[{p!r}]" for p in path)
 
 
 def flatten(
-    obj: Any,
+    obj: object,
     *,
     what: str,
     sharded: ShardedHook | None = None,
     sharded_types: tuple[type, ...] = (),
-) -> tuple[Any, dict[str, torch.Tensor]]:
+) -> tuple[JSON, dict[str, torch.Tensor]]:
     """(JSON-able structure, tensors by name) for a state tree; ``what`` names it in errors.
 
     A DTensor leaf (or an instance of ``sharded_types``) becomes ``{"__sharded__": key,
@@ -193,12 +208,12 @@ def flatten(
 
 
 def unflatten(
-    structure: Any,
-    tensors: Mapping[str, torch.Tensor],
+    structure: object,
+    tensors: Mapping[str, SavedTensor],
     *,
     what: str,
-    sharded: Callable[[dict[str, Any]], Any] | None = None,
-) -> Any:
+    sharded: ShardedReader | None = None,
+) -> object:
     """The state tree that ``flatten`` took apart; ``sharded`` rebuilds sharded entries."""
     return _Decoder(tensors, what, sharded).decode(structure)
 
@@ -208,13 +223,13 @@ class _Decoder:
     # every loaded tensor (a whole checkpoint) in memory until the garbage collector ran.
     def __init__(
         self,
-        tensors: Mapping[str, torch.Tensor],
+        tensors: Mapping[str, SavedTensor],
         what: str,
-        sharded: Callable[[dict[str, Any]], Any] | None = None,
+        sharded: ShardedReader | None = None,
     ) -> None:
         self.tensors, self.what, self.sharded = tensors, what, sharded
 
-    def tensor(self, name: str) -> torch.Tensor:
+    def tensor(self, name: str) -> SavedTensor:
         if name not in self.tensors:
             raise CheckpointError(
                 f"{self.what}: tensor {name!r} is named in the structure but missing from "
@@ -222,7 +237,7 @@ class _Decoder:
             )
         return self.tensors[name]
 
-    def decode(self, obj: Any) -> Any:
+    def decode(self, obj: object) -> object:
         decode = self.decode
         if isinstance(obj, list):
             return [decode(v) for v in obj]
@@ -244,7 +259,8 @@ class _Decoder:
         if tag == "__device__":
             return torch.device(obj[tag])
         if tag == "__npscalar__":
-            return np.dtype(obj[tag]).type(decode(obj["value"]))
+            dtype: np.dtype[np.generic] = np.dtype(obj[tag])
+            return dtype.type(decode(obj["value"]))
         if tag == "__sharded__":
             if self.sharded is None:
                 raise CheckpointError(
@@ -256,17 +272,17 @@ class _Decoder:
         return {k: decode(v) for k, v in obj.items()}
 
 
-def _hashable(key: Any) -> Any:
+def _hashable(key: object) -> object:
     return tuple(_hashable(k) for k in key) if isinstance(key, list) else key
 
 
 def save_tree(
-    obj: Any,
+    obj: object,
     directory: Path,
     stem: str,
     *,
     what: str,
-    checksums: dict[Path, dict[str, Any]] | None = None,
+    checksums: dict[Path, FileRecord] | None = None,
 ) -> list[str]:
     """Write ``stem.json`` (+ ``stem.safetensors`` when there are tensors); the file names.
     ``checksums`` receives the tensor file's record (``integrity.checksum``'s), by path."""
@@ -296,7 +312,9 @@ def load_tensors(path: Path, *, what: str) -> dict[str, torch.Tensor]:
         ) from exc
 
 
-def load_tree(directory: Path, stem: str, *, what: str, allow_unsafe_pickle: bool = False) -> Any:
+def load_tree(
+    directory: Path, stem: str, *, what: str, allow_unsafe_pickle: bool = False
+) -> object:
     """Read what ``save_tree`` wrote; a legacy pickle file only with ``allow_unsafe_pickle``."""
     meta_path = directory / f"{stem}.json"
     if not meta_path.exists():
@@ -318,7 +336,8 @@ def load_tree(directory: Path, stem: str, *, what: str, allow_unsafe_pickle: boo
 
 
 def load_pickle(path: Path, *, what: str, allow_unsafe_pickle: bool) -> Any:
-    """torch.load of a trusted legacy file; refused unless the caller opted in by name."""
+    """torch.load of a trusted legacy file; refused unless the caller opted in by name.
+    Whatever the pickle held, untyped: it is handed to ``load_state_dict`` as it is."""
     if not allow_unsafe_pickle:
         raise UnsafeCheckpointError(
             f"{what}: {path} is a pickle file, and unpickling runs whatever code the file "

@@ -13,12 +13,14 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from types import EllipsisType
+from typing import NamedTuple, Protocol, cast
 
 import torch
 from safetensors import SafetensorError, safe_open
 
 from overdrive.checkpoint.errors import CheckpointError
+from overdrive.checkpoint.records import ShardTable
 from overdrive.checkpoint.serialization import PICKLE_SUFFIXES, read_json, unflatten
 from overdrive.checkpoint.tensor_file import DTYPE_OF_NAME
 
@@ -36,18 +38,18 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def parse_dtype(name: Any, where: str) -> torch.dtype:
+def parse_dtype(name: object, where: str) -> torch.dtype:
     dtype = getattr(torch, name, None) if isinstance(name, str) else None
     if not isinstance(dtype, torch.dtype):
         raise CheckpointError(f"{where}: {name!r} is not a torch dtype\n{_DAMAGED}")
     return dtype
 
 
-def _ints(value: Any, where: str) -> tuple[int, ...]:
-    ok = isinstance(value, list) and all(
-        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
-    )
-    if not ok:
+def _ints(value: object, where: str) -> tuple[int, ...]:
+    if not (
+        isinstance(value, list)
+        and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
+    ):
         raise CheckpointError(f"{where}: {value!r} is not a list of sizes\n{_DAMAGED}")
     return tuple(value)
 
@@ -64,7 +66,7 @@ class Chunk:
     dtype: torch.dtype
 
     @classmethod
-    def parse(cls, file: Path, record: Any, where: str) -> Chunk:
+    def parse(cls, file: Path, record: object, where: str) -> Chunk:
         if not isinstance(record, dict) or not isinstance(record.get("key"), str):
             raise CheckpointError(f"{where}: malformed chunk record {record!r}\n{_DAMAGED}")
         at = f"{where}, chunk {record['key']!r}"
@@ -91,15 +93,36 @@ class Piece(NamedTuple):
     dst: tuple[slice, ...]
 
 
+class SafeSlice(Protocol):
+    """One tensor of an open safetensors file (``safe_open(...).get_slice(name)``): its
+    shape and dtype name, and any box of it read on indexing."""
+
+    def get_shape(self) -> list[int]: ...
+
+    def get_dtype(self) -> str: ...
+
+    def __getitem__(self, box: tuple[slice, ...] | EllipsisType) -> torch.Tensor: ...
+
+
+class SafeFile(Protocol):
+    """What overdrive reads of ``safetensors.safe_open(path, framework="pt")``."""
+
+    def keys(self) -> list[str]: ...
+
+    def get_tensor(self, name: str) -> torch.Tensor: ...
+
+    def get_slice(self, name: str) -> SafeSlice: ...
+
+
 class OpenFiles:
     """Safetensors files opened once each, memory-mapped; nothing is read until sliced."""
 
     def __init__(self, what: str) -> None:
         self.what = what
-        self._handles: dict[Path, Any] = {}
+        self._handles: dict[Path, SafeFile] = {}
         self._names: dict[Path, set[str]] = {}
 
-    def handle(self, path: Path) -> Any:
+    def handle(self, path: Path) -> SafeFile:
         if path not in self._handles:
             try:
                 self._handles[path] = safe_open(str(path), framework="pt", device="cpu")
@@ -138,7 +161,7 @@ class OpenFiles:
                 f"table says {chunk.dtype}\n{_DAMAGED}"
             )
 
-    def _slice(self, chunk: Chunk) -> Any:
+    def _slice(self, chunk: Chunk) -> SafeSlice:
         f = self.handle(chunk.file)
         if chunk.key not in self.names(chunk.file):
             raise CheckpointError(
@@ -314,7 +337,7 @@ def _not_found(directory: Path, stem: str, what: str) -> CheckpointError:
     return CheckpointError(text + "\n  fix: load a checkpoint that overdrive saved")
 
 
-def read_tables(directory: Path, stem: str, what: str) -> dict[int, dict[str, Any]]:
+def read_tables(directory: Path, stem: str, what: str) -> dict[int, ShardTable]:
     """Every saving rank's JSON, checked: one format, one world size, no rank missing."""
     pattern = re.compile(re.escape(stem) + r"\.rank(\d+)\.json")
     found = {}
@@ -342,7 +365,7 @@ def read_tables(directory: Path, stem: str, what: str) -> dict[int, dict[str, An
                 f"overdrive reads version {VERSION}\n  fix: load it with the overdrive "
                 "version that saved it"
             )
-        tables[rank] = table
+        tables[rank] = cast(ShardTable, table)  # an overdrive shard table, as checked above
     world = tables[min(tables)]["world_size"]
     if any(t["world_size"] != world for t in tables.values()):
         sizes = sorted({t["world_size"] for t in tables.values()})
@@ -362,15 +385,17 @@ def read_tables(directory: Path, stem: str, what: str) -> dict[int, dict[str, An
     return tables
 
 
-Place = Callable[[str, torch.Size, torch.dtype, BoxReader], Any]
+Place = Callable[[str, torch.Size, torch.dtype, BoxReader], object]
+"""What ``load_shards`` calls for each sharded entry: ``place(key, global_shape, dtype,
+reader)`` returns what the tree holds there."""
 
 
-def full_tensor(key: str, shape: torch.Size, dtype: torch.dtype, reader: BoxReader) -> Any:
+def full_tensor(key: str, shape: torch.Size, dtype: torch.dtype, reader: BoxReader) -> torch.Tensor:
     """The default ``place``: the whole global tensor, on CPU."""
     return reader.read_full()
 
 
-def load_shards(directory: Path, stem: str, *, what: str, place: Place | None = None) -> Any:
+def load_shards(directory: Path, stem: str, *, what: str, place: Place | None = None) -> object:
     """Rebuild the tree that ``save_shards`` wrote, whatever the number of saving ranks.
 
     Each sharded entry becomes ``place(key, global_shape, dtype, reader)``; by default the
@@ -391,9 +416,11 @@ def load_shards(directory: Path, stem: str, *, what: str, place: Place | None = 
     if root.get("tensors"):
         plain = _LazyTensors(files, directory / rank_file(stem, 0, "safetensors"))
 
-    def sharded(entry: dict[str, Any]) -> Any:
+    def sharded(entry: dict[str, object]) -> object:
         key = entry["__sharded__"]
         where = f"{what}: sharded entry {key!r}"
+        if not isinstance(key, str):
+            raise CheckpointError(f"{where}: its key is not a string\n{_DAMAGED}")
         shape = _ints(entry.get("shape"), where)
         dtype = parse_dtype(entry.get("dtype"), where)
         reader = BoxReader(what, key, shape, dtype, chunks.get(key, []), files)

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 import torch
 
 from overdrive.checkpoint.errors import CheckpointError
+from overdrive.checkpoint.records import JSON, ChunkRecord, FileRecord, ShardTable
 from overdrive.checkpoint.serialization import flatten, is_dtensor, write_json, writing
 from overdrive.checkpoint.shard_reader import (
     FORMAT,
@@ -31,6 +32,9 @@ from overdrive.checkpoint.shard_reader import (
     rank_file,
 )
 from overdrive.checkpoint.tensor_file import write_safetensors
+
+if TYPE_CHECKING:
+    from torch.distributed.tensor import DTensor
 
 __all__ = [
     "BoxReader",
@@ -58,7 +62,7 @@ class LocalShard:
     write: bool = True
 
 
-def check_placements(dt: Any, what: str, key: str) -> None:
+def check_placements(dt: DTensor, what: str, key: str) -> None:
     """Shard, Replicate, and FSDP2's strided shard over a tensor-parallel shard (FSDP x TP):
     each process's piece of those is one box, found by PyTorch's own offset computation
     (``local_shard`` checks the piece's shape against it)."""
@@ -75,7 +79,7 @@ def check_placements(dt: Any, what: str, key: str) -> None:
         )
 
 
-def local_shard(dt: Any, *, what: str, key: str) -> LocalShard:
+def local_shard(dt: DTensor, *, what: str, key: str) -> LocalShard:
     """The box a DTensor holds on this process, and whether this process writes it: a box
     replicated over mesh dims is written by the process at coordinate 0 on all of them."""
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
@@ -102,12 +106,15 @@ class _Chunks:
 
     def __init__(self, what: str) -> None:
         self.what = what
-        self.records: list[dict[str, Any]] = []
+        self.records: list[ChunkRecord] = []
         self.tensors: dict[str, torch.Tensor] = {}
         self._storages: set[int] = set()
 
-    def __call__(self, leaf: Any, key: str) -> dict[str, Any]:
-        piece = leaf if isinstance(leaf, LocalShard) else local_shard(leaf, what=self.what, key=key)
+    def __call__(self, leaf: object, key: str) -> dict[str, JSON]:
+        if isinstance(leaf, LocalShard):
+            piece = leaf
+        else:  # flatten hands over LocalShards and DTensors only
+            piece = local_shard(cast("DTensor", leaf), what=self.what, key=key)
         dtype = dtype_name(piece.data.dtype)
         shape = [int(s) for s in piece.global_shape]
         if piece.write and piece.data.numel():
@@ -134,14 +141,14 @@ class _Chunks:
 
 
 def save_shards(
-    tree: Any,
+    tree: object,
     directory: Path,
     stem: str,
     *,
     rank: int,
     what: str,
     world_size: int | None = None,
-    checksums: dict[Path, dict[str, Any]] | None = None,
+    checksums: dict[Path, FileRecord] | None = None,
 ) -> list[Path]:
     """Write this process's pieces of ``tree``; returns the paths written.
 
@@ -167,7 +174,7 @@ def save_shards(
         if checksums is not None:
             checksums[path] = record
         written.append(path)
-    table = {
+    table: ShardTable = {
         "format": FORMAT,
         "version": VERSION,
         "rank": rank,
@@ -181,7 +188,7 @@ def save_shards(
     return written
 
 
-def dtensor_like(template: Any, reader: BoxReader) -> Any:
+def dtensor_like(template: DTensor, reader: BoxReader) -> DTensor:
     """A DTensor with ``template``'s mesh, placements and global shape, whose local data (this
     process's box, in the template's dtype and device) is read from ``reader``."""
     from torch.distributed.tensor import DTensor
@@ -223,26 +230,28 @@ def _check_like(shape: tuple[int, ...], dtype: torch.dtype, reader: BoxReader) -
         )
 
 
-def place_like(template: Any, *, what: str) -> Place:
+def place_like(template: object, *, what: str) -> Place:
     """A ``place`` for ``load_shards`` that rebuilds each sharded entry like the DTensor at the
     same path in ``template`` (e.g. this run's ``get_model_state_dict``), or reads the box of
     a ``LocalShard`` there (``box_like``: None for a placeholder); a plain tensor there, or
     nothing, gets the full tensor."""
-    found: dict[str, Any] = {}
+    found: dict[str, object] = {}
 
-    def collect(leaf: Any, key: str) -> dict[str, Any]:
+    def collect(leaf: object, key: str) -> dict[str, JSON]:
         found[key] = leaf
         return {}
 
     flatten(template, what=what, sharded=collect, sharded_types=(LocalShard,))
 
-    def place(key: str, shape: torch.Size, dtype: torch.dtype, reader: BoxReader) -> Any:
+    def place(
+        key: str, shape: torch.Size, dtype: torch.dtype, reader: BoxReader
+    ) -> torch.Tensor | None:
         return read_as(found.get(key), reader)
 
     return place
 
 
-def read_as(leaf: Any, reader: BoxReader) -> Any:
+def read_as(leaf: object, reader: BoxReader) -> torch.Tensor | None:
     """The saved tensor ``reader`` gives, read as ``leaf`` (this run's tensor at its place)
     is laid out: a DTensor's box, a ``LocalShard``'s box (None for a placeholder), else the
     whole tensor."""

@@ -11,15 +11,18 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 import torch
 
 from overdrive.checkpoint import integrity
 from overdrive.checkpoint.parts import main_parts
+from overdrive.checkpoint.records import FileRecord, RankState
 from overdrive.checkpoint.serialization import save_tree, writing
 
 if TYPE_CHECKING:
+    from torch.distributed.tensor import DTensor
+
     from overdrive.checkpoint.host import CheckpointHost
 
 
@@ -28,22 +31,25 @@ class Snapshot:
     """The trees one process writes: shared parts (the main process), its shards, its state."""
 
     rank: int
-    main: list[tuple[str, str, Any]] = field(default_factory=list)  # (stem, label, tree)
-    shards: list[tuple[str, str, Any]] = field(default_factory=list)
-    rank_state: Any = None
+    main: list[tuple[str, str, object]] = field(default_factory=list)  # (stem, label, tree)
+    shards: list[tuple[str, str, object]] = field(default_factory=list)
+    rank_state: object = None
 
 
-def _local(tensor: Any) -> Any:
+def _local(tensor: torch.Tensor) -> torch.Tensor:
     """This process's part of a sharded (DTensor) gradient; a plain tensor as it is."""
     to_local = getattr(tensor, "to_local", None)
-    return to_local() if callable(to_local) else tensor
+    if callable(to_local):
+        local: torch.Tensor = to_local()
+        return local
+    return tensor
 
 
-def rank_state(accelerator: CheckpointHost) -> dict[str, Any]:
+def rank_state(accelerator: CheckpointHost) -> RankState:
     """What differs between ranks: RNG streams, data positions, an open accumulation window."""
     from overdrive.random_state import capture_rng_state
 
-    state: dict[str, Any] = {
+    state: RankState = {
         "rng": capture_rng_state(),
         "dataloaders": [dl.state_dict() for dl in accelerator.prepared.dataloaders],
     }
@@ -63,7 +69,7 @@ def rank_state(accelerator: CheckpointHost) -> dict[str, Any]:
     return state
 
 
-def _copy(tree: Any) -> Any:
+def _copy(tree: object) -> object:
     """``tree`` with every tensor copied to host memory of its own; a DTensor becomes the
     host copy of this process's box (``LocalShard``), which ``save_shards`` writes as is."""
     from overdrive.checkpoint.shards import LocalShard, local_shard
@@ -74,7 +80,7 @@ def _copy(tree: Any) -> Any:
         return LocalShard(data, tree.global_shape, tree.offsets, tree.write)
     if isinstance(tree, torch.Tensor):
         if hasattr(tree, "device_mesh"):
-            box = local_shard(tree, what="save_state", key="")
+            box = local_shard(cast("DTensor", tree), what="save_state", key="")
             data = box.data.detach().to("cpu", copy=True)
             return LocalShard(data, box.global_shape, box.offsets, box.write)
         return tree.detach().to("cpu", copy=True)
@@ -124,7 +130,7 @@ def write(snap: Snapshot, temp: Path, fault_point: Callable[[str], None]) -> str
     from overdrive.checkpoint.shards import save_shards
 
     written: list[str] = []
-    sums: dict[Path, dict[str, Any]] = {}  # tensor files' checksums, taken while writing
+    sums: dict[Path, FileRecord] = {}  # tensor files' checksums, taken while writing
     for stem, label, tree in snap.shards:
         paths = save_shards(tree, temp, stem, rank=snap.rank, what=label, checksums=sums)
         written += [p.name for p in paths]

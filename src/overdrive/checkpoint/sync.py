@@ -10,11 +10,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import timedelta
 from itertools import count
-from typing import Any
+from typing import Protocol
 
 import torch.distributed as dist
 
 from overdrive.checkpoint.errors import CheckpointError, CollectiveTimeoutError
+
+
+class KeyValueStore(Protocol):
+    """What a rendezvous uses of the process group's store (``torch.distributed.Store``)."""
+
+    def set(self, key: str, value: str) -> None: ...
+
+    def get(self, key: str) -> bytes: ...
+
+    def check(self, keys: list[str]) -> bool: ...
+
+    def wait(self, keys: list[str], timeout: timedelta) -> None: ...
+
 
 _SEQUENCE = count()
 """Per-process call counter; every rank makes the same calls in the same order."""
@@ -30,13 +43,13 @@ class Rendezvous:
         rank: int,
         world_size: int,
         timeout: float | timedelta | None = None,
-        store: Any = None,
+        store: KeyValueStore | None = None,
     ) -> None:
         self.op = op
         self.rank = rank
         self.world_size = world_size
         self.active = world_size > 1 and (store is not None or dist.is_initialized())
-        self.store = store
+        self.store: KeyValueStore | None = store
         if self.active and store is None:
             self.store = dist.distributed_c10d._get_default_store()
         if isinstance(timeout, (int, float)):
@@ -48,11 +61,16 @@ class Rendezvous:
         # makes alone must not put it out of step with them for the next collective one.
         self.prefix = f"overdrive/{op}/{next(_SEQUENCE)}" if self.active else f"overdrive/{op}/-"
 
+    def _store(self) -> KeyValueStore:
+        """The store; only a rendezvous that talks to the others (``active``) has one."""
+        assert self.store is not None
+        return self.store
+
     def _wait(self, keys: list[str], what: str, fix: str) -> None:
         try:
-            self.store.wait(keys, self.timeout)
+            self._store().wait(keys, self.timeout)
         except Exception:  # the store raises DistStoreError/RuntimeError on timeout
-            missing = [k for k in keys if not self.store.check([k])]
+            missing = [k for k in keys if not self._store().check([k])]
             ranks = sorted({int(k.rsplit("/", 1)[-1]) for k in missing if k[-1].isdigit()})
             who = f"process(es) {ranks}" if ranks else "process 0"
             raise CollectiveTimeoutError(
@@ -64,7 +82,7 @@ class Rendezvous:
         """Every rank announces itself and waits for all the others."""
         if not self.active:
             return
-        self.store.set(f"{self.prefix}/arrive/{self.rank}", "1")
+        self._store().set(f"{self.prefix}/arrive/{self.rank}", "1")
         keys = [f"{self.prefix}/arrive/{r}" for r in range(self.world_size)]
         self._wait(
             keys,
@@ -81,10 +99,10 @@ class Rendezvous:
         key = f"{self.prefix}/{name}"
         if self.rank == 0:
             assert value is not None
-            self.store.set(key, ("!" if failed else "=") + value)
+            self._store().set(key, ("!" if failed else "=") + value)
             return value
         self._wait([key], f"finish {name} for {self.op}", "see process 0's error")
-        text = self.store.get(key).decode()
+        text = self._store().get(key).decode()
         if text.startswith("!"):
             raise CheckpointError(
                 f"{self.op} failed on process 0: {text[1:]}\n  fix: see process 0's error"
@@ -116,14 +134,16 @@ class Rendezvous:
         in rank order, "" for a failed one; the other ranks' errors)."""
         if not self.active:
             return [value], []
-        self.store.set(f"{self.prefix}/{step}/{self.rank}", "!" + error if error else "=" + value)
+        self._store().set(
+            f"{self.prefix}/{step}/{self.rank}", "!" + error if error else "=" + value
+        )
         if self.rank != 0:
             return [], []
         keys = [f"{self.prefix}/{step}/{r}" for r in range(self.world_size)]
         self._wait(keys, f"finish {step}", "see the other processes' errors")
         values, errors = [], []
         for r, key in enumerate(keys):
-            text = self.store.get(key).decode()
+            text = self._store().get(key).decode()
             values.append(text[1:] if text.startswith("=") else "")
             if r != 0 and text.startswith("!"):
                 errors.append(f"process {r}: {text[1:]}")
@@ -133,12 +153,12 @@ class Rendezvous:
         """Like ``done``, but every rank waits for all and gets the others' errors."""
         if not self.active:
             return []
-        self.store.set(f"{self.prefix}/{step}/{self.rank}", "!" + error if error else "=")
+        self._store().set(f"{self.prefix}/{step}/{self.rank}", "!" + error if error else "=")
         keys = [f"{self.prefix}/{step}/{r}" for r in range(self.world_size)]
         self._wait(keys, f"finish {step}", "see the other processes' errors")
         errors = []
         for r, key in enumerate(keys):
-            text = self.store.get(key).decode()
+            text = self._store().get(key).decode()
             if r != self.rank and text.startswith("!"):
                 errors.append(f"process {r}: {text[1:]}")
         return errors

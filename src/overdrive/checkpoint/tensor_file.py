@@ -23,11 +23,11 @@ import threading
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from overdrive.checkpoint.crc import combine
+from overdrive.checkpoint.records import FileRecord
 
 DTYPES = {
     torch.float64: "F64",
@@ -82,7 +82,7 @@ def write_safetensors(
     *,
     writers: int = WRITERS,
     direct: bool | None = None,
-) -> dict[str, Any]:
+) -> FileRecord:
     """Write ``tensors`` (contiguous, on the CPU) to ``path`` in safetensors format; returns
     the file's ``{"size", "crc32"}`` (``integrity.checksum``'s record), computed from the
     bytes as they are written.
@@ -133,13 +133,12 @@ def _chunk(
 
 
 def _bytes(t: torch.Tensor) -> memoryview:
-    array: Any = t.numpy()
-    return memoryview(array).cast("B")
+    return t.numpy().data.cast("B")  # ndarray.data: the memoryview over the array's memory
 
 
 def _write(
     path: str | Path, pieces: list[torch.Tensor], size: int, writers: int, *, direct: bool
-) -> dict[str, Any]:
+) -> FileRecord:
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | (_DIRECT if direct else 0)
     fd = os.open(path, flags, 0o644)
     try:

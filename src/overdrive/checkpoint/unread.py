@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import torch
 
 from overdrive.checkpoint.errors import CheckpointError
-from overdrive.checkpoint.serialization import read_json, unflatten
+from overdrive.checkpoint.serialization import SavedTensor, read_json, unflatten
 from overdrive.checkpoint.shard_reader import BoxReader, Chunk, OpenFiles, load_shards
 from overdrive.checkpoint.shards import read_as
 from overdrive.checkpoint.tensor_file import DTYPE_OF_NAME
@@ -39,7 +40,7 @@ class Unread:
     def dtype(self) -> torch.dtype:
         return self.reader.dtype
 
-    def numpy(self) -> Any:
+    def numpy(self) -> npt.NDArray[np.generic]:
         return self.reader.read_full().numpy()
 
 
@@ -74,7 +75,7 @@ def _unread(key: str, shape: torch.Size, dtype: torch.dtype, reader: BoxReader) 
     return Unread(reader)
 
 
-def load_unread(directory: Path, stem: str, *, what: str, sharded: bool) -> Any:
+def load_unread(directory: Path, stem: str, *, what: str, sharded: bool) -> object:
     """The tree a save wrote (``sharded``: by several processes), every tensor ``Unread``."""
     if sharded:
         return load_shards(directory, stem, what=what, place=_unread)
@@ -86,7 +87,7 @@ def load_unread(directory: Path, stem: str, *, what: str, sharded: bool) -> Any:
     meta = read_json(meta_path)
     if not isinstance(meta, dict) or "state" not in meta:
         raise CheckpointError(f"{what}: {meta_path} is not an overdrive state file")
-    tensors: Mapping[str, Any] = {}
+    tensors: Mapping[str, SavedTensor] = {}
     if meta.get("tensors"):
         tensors = _UnreadFile(OpenFiles(what), directory / f"{stem}.safetensors", what)
     return unflatten(meta["state"], tensors, what=what)
@@ -99,7 +100,7 @@ def unread_safetensors(path: Path, *, what: str) -> Mapping[str, Unread]:
     return _UnreadFile(OpenFiles(what), path, what)
 
 
-def read_like(tree: Any, template: Any) -> Any:
+def read_like(tree: object, template: object) -> object:
     """``tree`` with every ``Unread`` read as the leaf at the same place in ``template`` is
     laid out: a DTensor's box, a ``LocalShard``'s box (None for another stage's placeholder),
     else the whole tensor. One tensor is read at a time."""
@@ -109,7 +110,8 @@ def read_like(tree: Any, template: Any) -> Any:
         mine = template if isinstance(template, Mapping) else {}
         return {k: read_like(v, mine.get(k)) for k, v in tree.items()}
     if isinstance(tree, (list, tuple)):
-        same = isinstance(template, (list, tuple)) and len(template) == len(tree)
-        items = [read_like(v, template[i] if same else None) for i, v in enumerate(tree)]
+        if not (isinstance(template, (list, tuple)) and len(template) == len(tree)):
+            template = [None] * len(tree)
+        items = [read_like(v, t) for v, t in zip(tree, template)]
         return items if isinstance(tree, list) else tuple(items)
     return tree
