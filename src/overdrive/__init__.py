@@ -43,8 +43,8 @@ _LAZY = {
     "get_logger": "overdrive.logging",
     "set_seed": "overdrive.random_state",
     # Hugging Face Accelerate's top-level names (``from accelerate import ...``).
-    "AcceleratorState": "overdrive.compat.state_views",
-    "GradientState": "overdrive.compat.state_views",
+    "AcceleratorState": "overdrive.state",
+    "GradientState": "overdrive.state",
     "DDPCommunicationHookType": "overdrive.compat.enums",
     "LoggerType": "overdrive.compat.enums",
     "PrecisionType": "overdrive.compat.enums",

@@ -48,9 +48,9 @@ from overdrive.plugins import (
 from overdrive.precision import FP8RecipeKwargs, make_precision
 from overdrive.prepare_order import placements_for, prepare_order
 from overdrive.prepared import mark_prepared
+from overdrive.process_state import PartialState
 from overdrive.random_state import check_rng_types
 from overdrive.scheduler import AcceleratedScheduler, is_scheduler
-from overdrive.state import PartialState
 from overdrive.strategies import check_available
 from overdrive.strategies.base import TrainingLoop
 from overdrive.utils.imports import is_bitsandbytes_multi_backend_available, is_xpu_available

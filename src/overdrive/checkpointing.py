@@ -38,7 +38,7 @@ def _name(stem: str, index: int) -> str:
 def _writer(save_on_each_node: bool) -> bool:
     """Whether this process writes the shared files (each machine's first with
     ``save_on_each_node``, else the job's first)."""
-    from overdrive.compat.state_views import current_partial_state
+    from overdrive.process_state import current_partial_state
 
     state = current_partial_state()
     return bool(state.is_local_main_process if save_on_each_node else state.is_main_process)
@@ -163,8 +163,8 @@ def load_accelerator_state(
     unpickle runs code from the file and is refused.
     """
     from overdrive.checkpoint.errors import UnsafeCheckpointError
-    from overdrive.compat.state_views import current_partial_state
     from overdrive.optimizer import move_to_device
+    from overdrive.process_state import current_partial_state
 
     if map_location not in (None, "cpu", "on_device"):
         raise TypeError(

@@ -72,9 +72,9 @@ def prepare_data_loader(
     taken from the process state when None). Prepared loaders are always resumable
     (``state_dict``), so ``use_stateful_dataloader`` needs nothing more.
     """
-    from overdrive.compat.state_views import current_accelerator, current_partial_state
     from overdrive.data import prepare_data_loader as prepare
     from overdrive.loop_state import LoopState
+    from overdrive.process_state import current_accelerator, current_partial_state
 
     state = current_partial_state()
     for name, given, actual in (
@@ -155,7 +155,7 @@ class DataLoaderDispatcher(DataLoaderShard):
         )
         self.split_batches = split_batches
         self.slice_fn = slice_fn
-        from overdrive.compat.state_views import GradientState
+        from overdrive.state import GradientState
 
         GradientState()  # as in Hugging Face Accelerate, a dispatcher sets up the gradient state
 
@@ -164,7 +164,7 @@ class DataLoaderDispatcher(DataLoaderShard):
         batch is split between them."""
         import math
 
-        from overdrive.compat.state_views import current_partial_state
+        from overdrive.process_state import current_partial_state
 
         whole, world = super().__len__(), current_partial_state().num_processes
         if self.split_batches or world == 1:
@@ -172,9 +172,9 @@ class DataLoaderDispatcher(DataLoaderShard):
         return whole // world if self._drop_last else math.ceil(whole / world)
 
     def _batches(self) -> Iterator[Any]:
-        from overdrive.compat.state_views import current_partial_state
         from overdrive.data import prepare_data_loader as prepare
         from overdrive.loop_state import LoopState
+        from overdrive.process_state import current_partial_state
 
         state = current_partial_state()
         if state.num_processes == 1:

@@ -109,7 +109,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self.optimizer = optimizer
         self.device_placement = device_placement
         if gradient_state is None:
-            from overdrive.compat.state_views import current_accelerator
+            from overdrive.process_state import current_accelerator
 
             gradient_state = getattr(current_accelerator(), "gradient_state", None)
             if gradient_state is None:  # no Accelerator: every step closes a window
@@ -125,7 +125,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self._pending_rescale = 1.0
         self._unscaled = False
         if device_placement and optimizer.state:
-            from overdrive.compat.state_views import current_partial_state
+            from overdrive.process_state import current_partial_state
 
             device = current_partial_state().device
             optimizer.load_state_dict(move_to_device(optimizer.state_dict(), device))

@@ -23,7 +23,7 @@ def is_scheduler(obj: Any) -> bool:
 
 def _processes() -> int:
     """The number of running processes (the current Accelerator's, else the launcher's)."""
-    from overdrive.compat.state_views import current_partial_state
+    from overdrive.process_state import current_partial_state
 
     return int(current_partial_state().num_processes)
 

@@ -194,7 +194,7 @@ def test_positional_prepare_data_loader_and_its_checks() -> None:
 
 
 def test_split_between_processes_over_a_selectable_dataset() -> None:
-    from overdrive.state import split_for_process
+    from overdrive.process_state import split_for_process
 
     class Rows:
         def __init__(self, rows: list[int]) -> None:

@@ -12,8 +12,8 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from overdrive import Accelerator, DataLoaderConfiguration
-from overdrive.compat.state_views import GradientState
 from overdrive.data_loader import DataLoaderDispatcher, DataLoaderShard, SkipDataLoader
+from overdrive.state import GradientState
 
 stateful_dataloader = pytest.importorskip("torchdata.stateful_dataloader")
 StatefulDataLoader = stateful_dataloader.StatefulDataLoader

@@ -9,7 +9,15 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "overdrive"
 FACE_PACKAGES = ("utils", "commands", "test_utils", "compat")
-FACE_MODULES = ("hooks", "big_modeling", "inference", "checkpointing", "launchers", "memory_utils")
+FACE_MODULES = (
+    "hooks",
+    "big_modeling",
+    "inference",
+    "checkpointing",
+    "launchers",
+    "memory_utils",
+    "state",
+)
 ENGINE_PACKAGES = (
     "alias",
     "bigmodel",

@@ -72,10 +72,9 @@ def test_the_modules_serve_their_lazy_names() -> None:
     import overdrive.test_utils
     import overdrive.utils
     import overdrive.utils.constants
-    from overdrive.compat import state_views
 
     assert overdrive.set_seed.__module__ == "overdrive.random_state"
-    assert overdrive.state.AcceleratorState is state_views.AcceleratorState
+    assert overdrive.AcceleratorState is overdrive.state.AcceleratorState
     assert overdrive.test_utils.test_sync.__name__ == "overdrive.test_utils.scripts.test_sync"
     assert overdrive.utils.bnb.__name__ == "overdrive.utils.bnb"
     assert overdrive.utils.gather.__module__.startswith("overdrive.")

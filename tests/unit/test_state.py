@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from overdrive import InitProcessGroupKwargs
 from overdrive.config import load_settings
 from overdrive.errors import ConfigError
-from overdrive.state import PartialState, split_for_process
+from overdrive.process_state import split_for_process
+from overdrive.state import PartialState
 from overdrive.types import DistributedType
 
 

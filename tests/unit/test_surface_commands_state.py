@@ -141,8 +141,7 @@ def test_dataloader_configuration_and_partial_state_positional_order() -> None:
 # --- state ---------------------------------------------------------------------------------
 def test_is_initialized_follows_the_accelerator_and_reset() -> None:
     from overdrive.accelerator import Accelerator
-    from overdrive.compat.state_views import AcceleratorState
-    from overdrive.state import is_initialized
+    from overdrive.state import AcceleratorState, is_initialized
 
     AcceleratorState._reset_state()
     assert not is_initialized()
@@ -197,8 +196,8 @@ def test_patch_optimizer_step_records_the_call() -> None:
 
 
 def test_optimizer_built_by_hand_steps_and_skips_an_overflow_with_its_scaler() -> None:
-    from overdrive.compat.state_views import AcceleratorState
     from overdrive.optimizer import AcceleratedOptimizer
+    from overdrive.state import AcceleratorState
 
     AcceleratorState._reset_state()
     param = torch.nn.Parameter(torch.ones(2))

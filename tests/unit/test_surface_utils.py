@@ -101,7 +101,7 @@ def test_flags_from_the_environment_switch_checks(monkeypatch: pytest.MonkeyPatc
 
 def test_deepspeed_required_refuses_a_non_deepspeed_accelerator() -> None:
     from overdrive import Accelerator
-    from overdrive.compat.state_views import reset_state
+    from overdrive.process_state import reset_state
     from overdrive.utils import deepspeed_required
 
     @deepspeed_required

@@ -12,10 +12,10 @@ from overdrive.compat.checkpoint_args import CheckpointArgsMixin
 from overdrive.compat.hooks import HooksMixin
 from overdrive.compat.process_control import ProcessControlMixin
 from overdrive.compat.properties import PropertiesMixin
-from overdrive.compat.state_views import RESET_MESSAGE, set_current
 from overdrive.compat.triggers import TriggerMixin
 from overdrive.errors import ConfigError
 from overdrive.prepared import PreparedRegistry
+from overdrive.process_state import RESET_MESSAGE, set_current
 
 
 class AcceleratorCompat(

@@ -25,7 +25,7 @@ from overdrive.loop_state import LoaderProgress, LoopState
 from overdrive.random_state import synchronize_rng_states
 
 if TYPE_CHECKING:
-    from overdrive.state import PartialState
+    from overdrive.process_state import PartialState
 
 _END = object()
 # (batch, real samples of its round, share empty, is last or None, StatefulDataLoader state)

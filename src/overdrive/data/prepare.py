@@ -16,7 +16,7 @@ from overdrive.loop_state import LoopState
 from overdrive.random_state import check_rng_types
 
 if TYPE_CHECKING:
-    from overdrive.state import PartialState
+    from overdrive.process_state import PartialState
 
 
 def _source(state: PartialState, key: str) -> str:

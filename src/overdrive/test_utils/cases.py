@@ -38,7 +38,7 @@ class AccelerateTestCase(unittest.TestCase):
 
     def tearDown(self) -> None:
         super().tearDown()
-        from overdrive.compat.state_views import reset_state
+        from overdrive.process_state import reset_state
 
         reset_state(True)
 

@@ -183,7 +183,7 @@ __all__ = [
 
 def are_the_same_tensors(tensor: torch.Tensor) -> bool:
     """True when every process holds an equal ``tensor``."""
-    from overdrive.compat.state_views import current_partial_state
+    from overdrive.process_state import current_partial_state
     from overdrive.utils.operations import gather
 
     state = current_partial_state()

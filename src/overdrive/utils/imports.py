@@ -362,7 +362,7 @@ def deepspeed_required(func: _F) -> _F:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from overdrive.compat.state_views import current_accelerator
+        from overdrive.process_state import current_accelerator
 
         accelerator = current_accelerator()
         if accelerator is not None and accelerator.distributed_type != "DEEPSPEED":

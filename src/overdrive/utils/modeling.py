@@ -102,7 +102,7 @@ def get_mixed_precision_context_manager(
     for bf16 and fp8) when ``native_amp``, else a context that does nothing."""
     if not native_amp:
         return contextlib.nullcontext()
-    from overdrive.compat.state_views import AcceleratorState
+    from overdrive.state import AcceleratorState
 
     state = AcceleratorState()
     extra = {} if autocast_kwargs is None else autocast_kwargs.to_kwargs()

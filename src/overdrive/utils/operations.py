@@ -176,7 +176,7 @@ def convert_to_fp32(tensor: Any) -> Any:
 def _debugging() -> bool:
     if ops.world_size() < 2:
         return False
-    from overdrive.compat.state_views import current_partial_state
+    from overdrive.process_state import current_partial_state
 
     return bool(getattr(current_partial_state(), "debug", False))
 
@@ -192,7 +192,7 @@ def verify_operation(function: _F) -> _F:
             return function(*args, **kwargs)
         operation = f"{function.__module__}.{function.__name__}"
         tensor = kwargs["tensor"] if "tensor" in kwargs else args[0]
-        from overdrive.compat.state_views import current_partial_state
+        from overdrive.process_state import current_partial_state
 
         expected = current_partial_state().device.type
         found = find_device(tensor)

@@ -159,7 +159,7 @@ def model_has_dtensor(model: nn.Module) -> bool:
 
 def wait_for_everyone() -> None:
     """Block until every process reaches this call (all of them must reach it)."""
-    from overdrive.compat.state_views import current_partial_state
+    from overdrive.process_state import current_partial_state
 
     current_partial_state().wait_for_everyone()
 

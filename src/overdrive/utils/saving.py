@@ -60,7 +60,7 @@ def save(
     safe_serialization: bool = False,
 ) -> None:
     """Save ``obj`` from the main process (each machine's with ``save_on_each_node``)."""
-    from overdrive.compat.state_views import current_partial_state
+    from overdrive.process_state import current_partial_state
 
     state = current_partial_state()
     writer = state.is_local_main_process if save_on_each_node else state.is_main_process
