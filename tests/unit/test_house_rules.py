@@ -6,7 +6,11 @@ interpreter, not from the reader)."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 MAX_LINES = 600
@@ -117,3 +121,26 @@ def test_the_cycle_check_counts_deferred_imports_and_ignores_parent_packages() -
     assert {"overdrive.config.schema", "overdrive.state.PartialState"} <= targets
     assert "overdrive.accelerator" in targets
     assert "overdrive.config.load" in import_graph()["overdrive.config"]
+
+
+# Modules that a package's __init__ reaches back into: imported first and alone, each must
+# load (a parent package initialising midway through its own child is the circle the graph
+# above leaves out, since it does not count `from pkg.sub import x` as importing `pkg`).
+FIRST_IMPORTS = (
+    "overdrive.plugins",
+    "overdrive.compat.parallel_handlers",
+    "overdrive.utils.constants",
+    "overdrive.utils.dataclasses",
+    "overdrive.state",
+    "overdrive.process_state",
+    "overdrive.strategies.choice",
+    "overdrive.parallel.layout",
+)
+
+
+@pytest.mark.parametrize("module", FIRST_IMPORTS)
+def test_module_imports_first_and_alone(module: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -11,12 +11,17 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
-from overdrive.lazy import lazy_getattr
-
 # Lowest versions at which Hugging Face Accelerate offers its beta parallel layouts.
-BETA_TP_AVAILABLE_PYTORCH_VERSION = "2.3.0"
-BETA_TP_AVAILABLE_TRANSFORMERS_VERSION = "4.52.0"
-BETA_CP_AVAILABLE_PYTORCH_VERSION = "2.6.0"
+from overdrive.beta_floors import (
+    BETA_CP_AVAILABLE_PYTORCH_VERSION as BETA_CP_AVAILABLE_PYTORCH_VERSION,
+)
+from overdrive.beta_floors import (
+    BETA_TP_AVAILABLE_PYTORCH_VERSION as BETA_TP_AVAILABLE_PYTORCH_VERSION,
+)
+from overdrive.beta_floors import (
+    BETA_TP_AVAILABLE_TRANSFORMERS_VERSION as BETA_TP_AVAILABLE_TRANSFORMERS_VERSION,
+)
+from overdrive.lazy import lazy_getattr
 
 SCALER_NAME = "scaler.pt"
 MODEL_NAME = "pytorch_model"
