@@ -194,12 +194,13 @@ def test_an_optimizer_over_named_parameters_keeps_the_names_of_its_stage() -> No
     import torch
 
     from overdrive.parallel.layout import ParallelLayout
+    from overdrive.parallel.topology import Topology
     from overdrive.strategies.pipeline import PipelineParallelStrategy, PPSettings
 
     model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
     optimizer = torch.optim.AdamW(model.named_parameters())
     strategy = PipelineParallelStrategy(
-        torch.device("cpu"), ParallelLayout(pp=2), PPSettings(2, 2, "1F1B")
+        torch.device("cpu"), Topology(ParallelLayout(pp=2), "cpu"), PPSettings(2, 2, "1F1B")
     )
     strategy._dropped = {id(p) for p in model[0].parameters()}
     strategy._keep_stage_params(optimizer)

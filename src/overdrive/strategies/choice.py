@@ -70,8 +70,7 @@ def _pipeline(c: Choice) -> Strategy:
         )
     fsdp = _fsdp_policy(c) if c.settings["distributed_type"] == "FSDP" else None
     chain = Chain(tp=c.tp, fsdp=fsdp)
-    layout = c.topology.layout
-    return PipelineParallelStrategy(c.device, layout, c.pp, chain, rules=c.rules)
+    return PipelineParallelStrategy(c.device, c.topology, c.pp, chain, rules=c.rules)
 
 
 def _deepspeed(c: Choice) -> Strategy:

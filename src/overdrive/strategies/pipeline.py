@@ -117,14 +117,14 @@ class PipelineParallelStrategy(Strategy):
     def __init__(
         self,
         device: torch.device,
-        layout: ParallelLayout,
+        topology: Topology,
         pp: PPSettings,
         chain: Chain | None = None,
         *,
         rules: LoopRules = NO_RULES,
     ) -> None:
-        super().__init__(device, Topology(layout, device.type), rules=rules)
-        self.layout = layout
+        super().__init__(device, topology, rules=rules)
+        self.layout: ParallelLayout = topology.layout
         self.pp = pp
         self.chain = chain or Chain()
         self._replaced: dict[int, nn.Parameter] = {}  # the chain's new parameters, by old id
