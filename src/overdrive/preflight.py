@@ -14,7 +14,6 @@ from overdrive.backends import check_available
 from overdrive.config import Settings
 from overdrive.config.inert import inert_sections, no_effect_notes
 from overdrive.launch.plan import LaunchPlan, build_plan
-from overdrive.parallel.layout import layout_from_settings
 
 
 def _stderr_warning(text: str) -> None:
@@ -93,6 +92,7 @@ def plan_launch(
     cannot take effect go to ``warn`` (stderr by default), one message each.
     """
     check_available(settings)
+    # the plan decides the parallel layout too: a layout that cannot factor stops there
     plan = build_plan(
         settings,
         target,
@@ -106,7 +106,6 @@ def plan_launch(
         rank_prefix=rank_prefix,
         log_dir=log_dir,
     )
-    layout_from_settings(settings, plan.world_size)  # a layout that cannot factor stops here
     _check_precision(settings, plan.device)
     _check_compile(settings)
     _check_fsdp(settings)

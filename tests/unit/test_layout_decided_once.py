@@ -20,9 +20,6 @@ from overdrive.plugins import ParallelismConfig
 from overdrive.strategies import StrategyOptions, select_strategy
 
 SRC = Path(__file__).resolve().parents[2] / "src"
-# The launcher's process checks the layout before any worker starts (preflight) and shows it
-# (--dry_run); a worker decides it once, when its strategy is chosen.
-LAUNCHER_SIDE = {"overdrive/preflight.py", "overdrive/launch/describe.py"}
 
 
 def _call_sites(name: str) -> dict[str, int]:
@@ -43,11 +40,42 @@ def _call_sites(name: str) -> dict[str, int]:
     return sites
 
 
-def test_a_worker_decides_its_layout_at_one_call_site() -> None:
-    sites = _call_sites("layout_from_settings")
-    worker = {f: n for f, n in sites.items() if f not in LAUNCHER_SIDE}
-    assert worker == {"overdrive/strategies/__init__.py": 1}
-    assert set(sites) - set(worker) <= LAUNCHER_SIDE
+def test_the_layout_is_decided_at_one_call_site() -> None:
+    # layout_from_settings runs in one place, decide_layout; the launcher's plan (which hands
+    # the layout to preflight's checks and the dry run) and a worker's select_strategy each
+    # ask it once
+    assert _call_sites("layout_from_settings") == {"overdrive/parallel/decide.py": 1}
+    assert _call_sites("decide_layout") == {
+        "overdrive/launch/plan.py": 1,
+        "overdrive/strategies/__init__.py": 1,
+    }
+
+
+def test_the_launchers_plan_carries_the_layout_a_worker_decides() -> None:
+    from overdrive.config import Settings
+    from overdrive.errors import ConfigError
+    from overdrive.preflight import plan_launch
+
+    def settings(**code: Any) -> Settings:
+        given = {"distributed_type": "FSDP", "use_cpu": True, "num_processes": 4, **code}
+        return load_settings(code=given, environ={})
+
+    plan = plan_launch(settings(), "train.py", environ={}, warn=lambda _: None)
+    assert plan.layout == ParallelLayout(dp_shard=4)
+    topology = select_strategy(_state(4), settings()).topology
+    assert topology is not None and topology.layout == plan.layout
+    # a layout that does not factor is refused alike, before and in a worker
+    odd = {
+        "fsdp_config.fsdp_sharding_strategy": "HYBRID_SHARD",
+        "parallelism_config.parallelism_config_dp_shard_size": 3,
+    }
+    with pytest.raises(ConfigError) as launcher:
+        plan_launch(settings(**odd), "train.py", environ={}, warn=lambda _: None)
+    with pytest.raises(ConfigError) as worker:
+        select_strategy(_state(4), settings(**odd))
+    assert "does not fit 4 processes" in str(launcher.value)
+    assert str(launcher.value) == str(worker.value)
+    assert launcher.value.key == worker.value.key
 
 
 def test_the_call_site_counter_counts_calls_not_names() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from overdrive.config import HANDOVER_VARIABLE, Settings
 from overdrive.config.settings import display_value
 from overdrive.launch.plan import LaunchPlan
+from overdrive.parallel.layout import ParallelLayout
 
 # Always listed by --dry_run, whatever their source.
 LAUNCH_KEYS = (
@@ -95,11 +96,9 @@ def output_line(plan: LaunchPlan) -> str:
 _MESH_ROWS = 32  # ranks listed one by one; the rest are counted
 
 
-def mesh_lines(settings: Settings, world_size: int) -> list[str]:
+def mesh_lines(layout: ParallelLayout) -> list[str]:
     """Which rank holds which coordinate of the parallel layout (tp innermost)."""
-    from overdrive.parallel.layout import layout_from_settings
-
-    layout = layout_from_settings(settings, world_size)
+    world_size = layout.world_size
     shown = [n for n, d in layout.degrees().items() if d > 1] or ["dp_replicate"]
     order = "pp outermost, tp innermost" if layout.pp > 1 else "tp innermost"
     lines = [f"mesh ({layout.describe()}; data-parallel degree {layout.dp_size}, {order}):"]
@@ -133,7 +132,7 @@ def dry_run_text(plan: LaunchPlan, *, show_all: bool = False) -> str:
             "note: with c10d rendezvous machines get their group rank when they join; "
             "RANK below assumes this machine joins as machine_rank."
         )
-    lines += ["", *mesh_lines(settings, plan.world_size)]
+    lines += ["", *mesh_lines(plan.layout)]
     lines += ["", f"processes on this machine (machine_rank {plan.machine_rank}):"]
     lines += [f"  {plan.shell_line(local)}" for local in range(plan.nproc_per_node)]
     lines += [

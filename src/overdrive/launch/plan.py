@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from overdrive.config import HANDOVER_VARIABLE, Settings
 from overdrive.errors import LaunchError
 from overdrive.launch.described_env import described_variables
+from overdrive.parallel.decide import decide_layout
+from overdrive.parallel.layout import ParallelLayout
 
 DEFAULT_PORT = 29500
 BOOTSTRAP_MODULE = "overdrive.launch.bootstrap"
@@ -57,6 +59,7 @@ class LaunchPlan:
     main_addr: str
     main_port: int
     rdzv_backend: str
+    layout: ParallelLayout  # the parallel layout of the world, decided here for the launcher
     cuda_visible_devices: str | None = None
     omp_num_threads: int | None = None
     max_restarts: int = 0
@@ -204,7 +207,8 @@ def build_plan(
     rank_prefix: bool | None = None,
     log_dir: str | None = None,
 ) -> LaunchPlan:
-    """Decide processes, device, rendezvous and environment for this machine."""
+    """Decide processes, device, rendezvous and environment for this machine, and the parallel
+    layout of the whole world (a layout that cannot factor stops here)."""
     env = os.environ if environ is None else environ
     if not target:
         raise LaunchError(
@@ -246,6 +250,7 @@ def build_plan(
         # One thread pool per process would oversubscribe the cores; split them instead.
         omp = max(1, cores // nproc) if device == "cpu" else 1
     machines = settings["num_machines"]
+    layout = decide_layout(settings, nproc * machines)
     return LaunchPlan(
         settings=settings,
         target=target,
@@ -259,6 +264,7 @@ def build_plan(
         main_addr=settings["main_process_ip"] or "127.0.0.1",
         main_port=settings["main_process_port"] or DEFAULT_PORT,
         rdzv_backend=settings["rdzv_backend"],
+        layout=layout,
         cuda_visible_devices=visible,
         omp_num_threads=omp,
         max_restarts=max_restarts,

@@ -25,16 +25,16 @@ def select_strategy(
 ) -> Strategy:
     """The strategy for this run on ``state.num_processes`` processes of ``state.device``.
 
-    The layout is decided once from the settings (``layout_from_settings``, which refuses
-    what cannot run); the tensor-parallel and pipeline settings take its degrees with what
-    ``options`` gives in code; a table (``strategies/choice.py``) picks the strategy class,
-    which gets the layout's ``Topology``: the pipeline strategy for a pipeline degree above
-    1, DeepSpeed when asked for, the mesh strategy (FSDP, HSDP, tensor parallelism,
-    Megatron-LM's distributed optimizer), DDP on several processes, else one device. A
-    backend that is asked for but not built yet is an error naming the setting and where it
-    came from.
+    The layout is decided once from the settings (``decide_layout``, which refuses what
+    cannot run, as the launcher's plan does); the tensor-parallel and pipeline settings take
+    its degrees with what ``options`` gives in code; a table (``strategies/choice.py``) picks
+    the strategy class, which gets the layout's ``Topology``: the pipeline strategy for a
+    pipeline degree above 1, DeepSpeed when asked for, the mesh strategy (FSDP, HSDP, tensor
+    parallelism, Megatron-LM's distributed optimizer), DDP on several processes, else one
+    device. A backend that is asked for but not built yet is an error naming the setting and
+    where it came from.
     """
-    from overdrive.parallel.layout import layout_from_settings
+    from overdrive.parallel.decide import decide_layout
     from overdrive.parallel.megatron_options import megatron_rules
     from overdrive.parallel.topology import Topology
     from overdrive.strategies.chain_settings import pp_settings, tp_settings
@@ -42,7 +42,7 @@ def select_strategy(
 
     check_available(settings)
     rules = megatron_rules(settings)
-    layout = layout_from_settings(settings, state.num_processes)
+    layout = decide_layout(settings, state.num_processes)
     choice = Choice(
         device=state.device,
         settings=settings,
