@@ -4,7 +4,7 @@ give every process the main process's weights when all of them built the model."
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 import torch
 from torch import nn
@@ -13,7 +13,9 @@ from overdrive.parallel.meta_init import broadcast_buffers, is_empty
 from overdrive.parallel.rebind import named_params
 
 
-def fill_from_main(model: nn.Module, full_state: dict[str, Any], device: torch.device) -> None:
+def fill_from_main(
+    model: nn.Module, full_state: Mapping[str, torch.Tensor], device: torch.device
+) -> None:
     """Allocate this process's part of ``model`` and copy the main process's weights in.
 
     ``full_state`` is the whole model's state dict on the main process (empty elsewhere). A

@@ -8,9 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from overdrive.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
+
+    from overdrive.config.settings import Settings
 
 _PREFIX = "fsdp_config.fsdp_"
 
@@ -27,7 +32,7 @@ class FSDPPolicy:
     sharding_strategy: str = "FULL_SHARD"
     reshard_after_forward: bool = True
     offload_params: bool = False
-    auto_wrap_policy: str | Callable[..., Any] | None = None
+    auto_wrap_policy: str | Callable[..., object] | None = None
     layer_names: tuple[str, ...] = ()
     min_num_params: int = 100_000_000
     backward_prefetch: str = "BACKWARD_PRE"
@@ -45,7 +50,7 @@ class FSDPPolicy:
         return self.state_dict_type == "SHARDED_STATE_DICT"
 
 
-def _refuse(settings: Any, name: str, version: int, fix: str) -> None:
+def _refuse(settings: Settings, name: str, version: int, fix: str) -> None:
     key = _key(name)
     raise ConfigError(
         f"{key} = {settings[key]} ({settings.source(key)}) cannot take effect with "
@@ -55,7 +60,7 @@ def _refuse(settings: Any, name: str, version: int, fix: str) -> None:
     )
 
 
-def _check_v2(settings: Any) -> None:
+def _check_v2(settings: Settings) -> None:
     if settings.is_set(_key("backward_prefetch")) and settings[_key("backward_prefetch")] not in (
         "BACKWARD_PRE",
     ):
@@ -75,9 +80,9 @@ def _check_v2(settings: Any) -> None:
         )
 
 
-def _v1_strategy(settings: Any) -> str:
+def _v1_strategy(settings: Settings) -> str:
     """FSDP1 has no reshard_after_forward: it maps onto FULL_SHARD / SHARD_GRAD_OP."""
-    strategy = settings[_key("sharding_strategy")]
+    strategy: str = settings[_key("sharding_strategy")]
     reshard_key = _key("reshard_after_forward")
     if not settings.is_set(reshard_key):
         return strategy
@@ -97,7 +102,7 @@ def _v1_strategy(settings: Any) -> str:
 
 
 def policy_from_settings(
-    settings: Any, plugin_wrap: Callable[..., Any] | None = None
+    settings: Settings, plugin_wrap: Callable[..., object] | None = None
 ) -> FSDPPolicy:
     """The policy for these settings; ``plugin_wrap`` is a callable wrap policy given in code."""
     version = settings[_key("version")]
@@ -110,7 +115,7 @@ def policy_from_settings(
     else:
         strategy = _v1_strategy(settings)
         reshard = strategy in ("FULL_SHARD", "HYBRID_SHARD")
-    wrap: str | Callable[..., Any] | None = plugin_wrap or settings[_key("auto_wrap_policy")]
+    wrap: str | Callable[..., object] | None = plugin_wrap or settings[_key("auto_wrap_policy")]
     names = settings[_key("transformer_layer_cls_to_wrap")] or []
     if names and wrap is None:
         wrap = "TRANSFORMER_BASED_WRAP"  # naming the layers asks for them to be wrapped
@@ -143,7 +148,7 @@ def policy_from_settings(
     )
 
 
-def param_dtypes(mixed_precision: str) -> tuple[Any, Any] | None:
+def param_dtypes(mixed_precision: str) -> tuple[torch.dtype, torch.dtype] | None:
     """(parameter dtype, gradient-reduction dtype) for FSDP's mixed precision, or None."""
     import torch
 

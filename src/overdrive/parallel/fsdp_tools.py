@@ -14,7 +14,7 @@ import functools
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TypeVar
 
 import torch
 from torch import nn
@@ -23,11 +23,14 @@ from overdrive.errors import OverdriveError
 
 WRAPPED_INFIXES = ("._checkpoint_wrapped_module", "._orig_mod")
 
+V = TypeVar("V")
+R = TypeVar("R")
 
-def canonical_names(named: Mapping[str, Any]) -> dict[str, Any]:
+
+def canonical_names(named: Mapping[str, V]) -> dict[str, V]:
     """``named`` with the names activation-checkpoint and ``torch.compile`` wrappers add taken
     out (``layers.0._checkpoint_wrapped_module.w`` -> ``layers.0.w``; ``_orig_mod.`` leading)."""
-    out: dict[str, Any] = {}
+    out: dict[str, V] = {}
     for name, value in named.items():
         if name.startswith("_orig_mod."):
             name = name[len("_orig_mod.") :]
@@ -51,7 +54,9 @@ def modules_bottom_up(model: nn.Module) -> list[tuple[str, nn.Module]]:
 
 
 def parameters_of(
-    modules: Iterable[nn.Module] | str | None, model: nn.Module, device: Any
+    modules: Iterable[nn.Module] | str | None,
+    model: nn.Module,
+    device: torch.device | str | int | None,
 ) -> set[nn.Parameter]:
     """The parameters of ``modules``: given as modules, or as a regular expression that the
     whole module path must match (those modules are moved to ``device`` first)."""
@@ -66,7 +71,7 @@ def parameters_of(
     return {p for module in modules for p in module.parameters()}
 
 
-def _is_torch_policy(fn: Any, name: str) -> bool:
+def _is_torch_policy(fn: object, name: str) -> bool:
     inner = fn.func if isinstance(fn, functools.partial) else fn
     return (
         callable(inner)
@@ -76,7 +81,10 @@ def _is_torch_policy(fn: Any, name: str) -> bool:
 
 
 def wrap_predicate(
-    policy: Any, model: nn.Module, layer_names: Any, min_num_params: int | None
+    policy: object,
+    model: nn.Module,
+    layer_names: str | Iterable[str] | None,
+    min_num_params: int | None,
 ) -> Callable[[nn.Module], bool] | None:
     """Whether a module becomes its own FSDP unit, for a plugin's ``auto_wrap_policy``.
 
@@ -111,7 +119,7 @@ def wrap_predicate(
     return None
 
 
-def _layer_classes(model: nn.Module, layer_names: Any) -> tuple[type, ...]:
+def _layer_classes(model: nn.Module, layer_names: str | Iterable[str] | None) -> tuple[type, ...]:
     if layer_names is None:
         names = list(getattr(model, "_no_split_modules", None) or [])
     elif isinstance(layer_names, str):
@@ -128,7 +136,9 @@ def _layer_classes(model: nn.Module, layer_names: Any) -> tuple[type, ...]:
     return tuple(by_name[n] for n in names)
 
 
-def switch_optimizer_params(optimizer: torch.optim.Optimizer, mapping: Mapping[int, Any]) -> None:
+def switch_optimizer_params(
+    optimizer: torch.optim.Optimizer, mapping: Mapping[int, torch.Tensor]
+) -> None:
     """Replace every parameter of ``optimizer``'s groups by ``mapping[address]``, the address
     being its ``data_ptr`` (an int left on a placeholder tensor, or the tensor's own).
 
@@ -136,9 +146,9 @@ def switch_optimizer_params(optimizer: torch.optim.Optimizer, mapping: Mapping[i
     longer uses would train nothing.
     """
 
-    def address(p: Any) -> int:
-        ptr = p.data_ptr
-        return ptr if isinstance(ptr, int) else int(ptr())
+    def address(p: torch.Tensor) -> int:
+        ptr: object = p.data_ptr
+        return ptr if isinstance(ptr, int) else int(p.data_ptr())
 
     try:
         for group in optimizer.param_groups:
@@ -152,8 +162,8 @@ def switch_optimizer_params(optimizer: torch.optim.Optimizer, mapping: Mapping[i
 
 
 def retie_after_init(
-    param_init_fn: Callable[[nn.Module], Any], model: nn.Module
-) -> Callable[[nn.Module], Any]:
+    param_init_fn: Callable[[nn.Module], R], model: nn.Module
+) -> Callable[[nn.Module], R]:
     """``param_init_fn`` made to keep tied weights tied: the parameters named in the model's
     ``_tied_weights_keys`` are re-tied to the first one initialised; unchanged without ties."""
     tied = getattr(model, "_tied_weights_keys", None)
@@ -168,7 +178,7 @@ def retie_after_init(
             continue  # a pattern or a name this model does not have
         shared[id(param)] = None
 
-    def init_keeping_ties(module: nn.Module) -> Any:
+    def init_keeping_ties(module: nn.Module) -> R:
         to_tie: dict[int, list[str]] = defaultdict(list)
         for name, param in module.named_parameters(recurse=False):
             if id(param) in shared:
@@ -208,7 +218,7 @@ def load_full_state(
     grouped = dist.is_available() and dist.is_initialized()
     missing = [k for k in template if k not in full_state] if is_main else []
     if grouped:
-        box: list[Any] = [missing]
+        box: list[list[str]] = [missing]
         dist.broadcast_object_list(box, src=0)
         missing = box[0]
     if missing:
@@ -265,13 +275,13 @@ def _save_on_cpu_around(module: nn.Module) -> None:
     stack: list[contextlib.ExitStack] = []
     pin = torch.cuda.is_available()
 
-    def enter(_module: nn.Module, _args: Any) -> None:
+    def enter(_module: nn.Module, _args: tuple[object, ...]) -> None:
         context = contextlib.ExitStack()
         if torch._C._current_graph_task_id() == -1:  # not inside a backward pass
             context.enter_context(torch.autograd.graph.save_on_cpu(pin_memory=pin))
         stack.append(context)
 
-    def leave(_module: nn.Module, _args: Any, _output: Any) -> None:
+    def leave(_module: nn.Module, _args: tuple[object, ...], _output: object) -> None:
         if stack:
             stack.pop().close()
 
@@ -279,7 +289,7 @@ def _save_on_cpu_around(module: nn.Module) -> None:
     module.register_forward_hook(leave, always_call=True)
 
 
-def device_of(accelerator: Any) -> torch.device:
+def device_of(accelerator: object) -> torch.device:
     """The accelerator's device, refusing an object that has none."""
     device = getattr(accelerator, "device", None)
     if device is None:

@@ -6,7 +6,7 @@ strategy as its ``LoopRules``."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from torch import nn
 
@@ -16,11 +16,14 @@ from overdrive.parallel.activation_checkpointing import (
 )
 from overdrive.strategies.rules import NO_RULES, LoopRules
 
+if TYPE_CHECKING:
+    from overdrive.config.settings import Settings
+
 RECOMPUTE_KEY = "megatron_lm_config.recompute_activations"
 CLIP_KEY = "megatron_lm_config.gradient_clipping"
 
 
-def megatron_rules(settings: Any) -> LoopRules:
+def megatron_rules(settings: Settings) -> LoopRules:
     """The rules under ``distributed_type: MEGATRON_LM``; none under any other backend
     (where ``megatron_lm_config`` is reported as unable to take effect)."""
     if settings["distributed_type"] != "MEGATRON_LM":

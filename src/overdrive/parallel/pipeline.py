@@ -15,13 +15,46 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol, TypeAlias, cast
 
 import torch
 from torch import nn
 
 from overdrive.errors import ConfigError
 from overdrive.parallel.layout import PP_KEY
+
+LossFn: TypeAlias = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""A loss of the last stage's output against the labels."""
+
+
+class _DecoderStack(Protocol):
+    """What a transformers causal LM's ``model.model`` holds that a stage keeps or drops."""
+
+    layers: nn.ModuleList
+    embed_tokens: nn.Module | None
+    norm: nn.Module
+
+
+class _DecoderOutput(Protocol):
+    last_hidden_state: torch.Tensor
+
+
+class _LMConfig(Protocol):
+    vocab_size: int
+
+
+class _CausalLM(Protocol):
+    """A transformers causal LM as a stage calls it."""
+
+    config: _LMConfig
+
+    def model(self, **kwargs: object) -> _DecoderOutput: ...
+
+    def lm_head(self, hidden: torch.Tensor, /) -> torch.Tensor: ...
+
+    def loss_function(
+        self, *, logits: torch.Tensor, labels: torch.Tensor, vocab_size: int
+    ) -> torch.Tensor: ...
 
 
 def stage_bounds(
@@ -64,7 +97,7 @@ class Stage:
     num_stages: int
     layers: tuple[int, int]  # [start, end) of the repeated layers it holds
     names: dict[str, str]  # the stage module's parameter and buffer names -> the whole model's
-    loss_fn: Callable[[Any, Any], torch.Tensor] | None  # the model's own loss, if it has one
+    loss_fn: LossFn | None  # the model's own loss, if it has one
 
     @property
     def is_first(self) -> bool:
@@ -138,7 +171,7 @@ def _repeated_layers(model: nn.Module) -> Sequence[nn.Module] | None:
 def _split_causal_lm(
     model: nn.Module, start: int, end: int, *, first: bool, last: bool, key: str
 ) -> nn.Module:
-    inner: Any = model.model
+    inner = cast(_DecoderStack, model.model)
     config = getattr(model, "config", None)
     if getattr(config, "tie_word_embeddings", False) and not (first and last):
         raise ConfigError(
@@ -167,7 +200,7 @@ class _CausalLMStage(nn.Module):
         self.first, self.last = first, last
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        lm: Any = self.model
+        lm = cast(_CausalLM, self.model)
         if self.first:
             out = lm.model(input_ids=x, use_cache=False)
         else:
@@ -176,11 +209,12 @@ class _CausalLMStage(nn.Module):
         return lm.lm_head(hidden) if self.last else hidden
 
 
-def _causal_lm_loss(model: nn.Module) -> Callable[[Any, Any], torch.Tensor]:
+def _causal_lm_loss(model: nn.Module) -> LossFn:
     """The model's own loss of logits against ``labels`` (transformers shifts them)."""
-    vocab = model.config.vocab_size  # type: ignore[union-attr]
+    lm = cast(_CausalLM, model)
+    vocab = lm.config.vocab_size
 
     def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return model.loss_function(logits=logits, labels=labels, vocab_size=vocab)  # type: ignore[operator]
+        return lm.loss_function(logits=logits, labels=labels, vocab_size=vocab)
 
     return loss_fn

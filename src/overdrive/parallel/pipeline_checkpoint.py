@@ -19,13 +19,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import torch
 
 from overdrive.checkpoint.errors import CheckpointError
+from overdrive.checkpoint.records import StateDict
 from overdrive.checkpoint.serialization import is_dtensor
 from overdrive.checkpoint.shards import LocalShard
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+
+T = TypeVar("T")
 
 _FIX = "  fix: build the model and optimizer exactly as in the run that saved the checkpoint"
 
@@ -51,22 +57,22 @@ def _box(tensor: torch.Tensor, write: bool) -> LocalShard:
     return LocalShard(tensor.detach(), tuple(tensor.shape), (0,) * tensor.dim(), write=write)
 
 
-def _skeleton(value: Any) -> Any:
+def _skeleton(value: object) -> object:
     return _Held.of(value) if isinstance(value, torch.Tensor) else value
 
 
-def _gather(obj: Any, group: Any) -> list[Any]:
+def _gather(obj: T, group: ProcessGroup | None) -> list[T]:
     """Every stage's ``obj``, in stage order (small: names, shapes, dtypes, plain values)."""
     import torch.distributed as dist
 
     if group is None or not dist.is_initialized():
         return [obj]
-    out: list[Any] = [None] * dist.get_world_size(group)
+    out: list[object] = [None] * dist.get_world_size(group)
     dist.all_gather_object(out, obj, group=group)
-    return out
+    return cast("list[T]", out)  # every stage sends the same kind of object
 
 
-def _entry(name: str, own: Mapping[str, Any], held: Any, write: bool) -> Any:
+def _entry(name: str, own: Mapping[str, object], held: object, write: bool) -> object:
     """A leaf of the whole tree: this stage's tensor as a box (a DTensor, split by the
     chain, as it is: it writes and reads its own boxes), another's as a placeholder."""
     if name in own:
@@ -79,12 +85,14 @@ def _entry(name: str, own: Mapping[str, Any], held: Any, write: bool) -> Any:
 
 # --- the model ----------------------------------------------------------------------------
 def stage_model_state(
-    module: torch.nn.Module, names: Mapping[str, str], group: Any, *, write: bool
-) -> dict[str, Any]:
+    module: torch.nn.Module, names: Mapping[str, str], group: ProcessGroup | None, *, write: bool
+) -> StateDict:
     """The whole model's state dict: this stage's tensors as boxes, the others' as
     placeholders; collective over the pipeline ``group``."""
-    own = {names[name]: t for name, t in module.state_dict(keep_vars=True).items() if name in names}
-    tree: dict[str, Any] = {}
+    own: dict[str, object] = {
+        names[name]: t for name, t in module.state_dict(keep_vars=True).items() if name in names
+    }
+    tree: StateDict = {}
     for skeleton in _gather({k: _skeleton(t) for k, t in own.items()}, group):
         for name, held in skeleton.items():
             tree[name] = _entry(name, own, held, write)
@@ -102,8 +110,12 @@ def init_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
 
 
 def stage_optimizer_state(
-    optimizer: torch.optim.Optimizer, names: Mapping[int, str], group: Any, *, write: bool
-) -> dict[str, Any]:
+    optimizer: torch.optim.Optimizer,
+    names: Mapping[int, str],
+    group: ProcessGroup | None,
+    *,
+    write: bool,
+) -> StateDict:
     """The whole optimizer's state keyed by parameter name (``torch.distributed.checkpoint``'s
     form): this stage's tensors as boxes, the others' as placeholders, every stage's
     parameters listed in ``param_groups``; collective over the pipeline ``group``."""
@@ -118,12 +130,12 @@ def stage_optimizer_state(
         }
         for g in saved["param_groups"]
     ]
-    skeleton = {
+    skeleton: StateDict = {
         "state": {n: {k: _skeleton(v) for k, v in e.items()} for n, e in state.items()},
         "param_groups": groups,
     }
     stages = _gather(skeleton, group)
-    tree_state: dict[str, Any] = {}
+    tree_state: StateDict = {}
     for part in stages:
         for name, entries in part["state"].items():
             own = state.get(name, {})
@@ -136,15 +148,15 @@ def stage_optimizer_state(
 
 
 def load_stage_optimizer(
-    optimizer: torch.optim.Optimizer, names: Mapping[int, str], state: Mapping[str, Any]
+    optimizer: torch.optim.Optimizer, names: Mapping[int, str], state: StateDict
 ) -> None:
     """Load this stage's entries of a name-keyed optimizer state (saved by any layout):
     each parameter's state by its name, each group's hyper-parameters from the saved group
     that lists its parameters."""
     saved_groups = list(state.get("param_groups", []))
     saved_state = state.get("state", {})
-    groups: list[dict[str, Any]] = []
-    entries: dict[int, Any] = {}
+    groups: list[StateDict] = []
+    entries: dict[int, StateDict] = {}
     index = 0
     for i, live in enumerate(optimizer.param_groups):
         fqns = [names[id(p)] for p in live["params"]]
@@ -165,8 +177,8 @@ def load_stage_optimizer(
 
 
 def _saved_group(
-    saved_groups: list[dict[str, Any]], fqns: list[str], index: int, live_count: int
-) -> dict[str, Any]:
+    saved_groups: list[StateDict], fqns: list[str], index: int, live_count: int
+) -> StateDict:
     """The saved parameter group holding ``fqns`` (by position for a group this stage
     holds no parameter of)."""
     if not fqns:
@@ -192,7 +204,7 @@ def _saved_group(
 
 
 # --- whole (not sharded): every stage's tensors gathered onto the main process ---------
-def _cpu(value: Any) -> Any:
+def _cpu(value: object) -> object:
     """A whole tensor on the CPU (a DTensor's gathered over its mesh: collective)."""
     if not isinstance(value, torch.Tensor):
         return value
@@ -207,8 +219,8 @@ def _is_main() -> bool:
 
 
 def whole_model_state(
-    module: torch.nn.Module, names: Mapping[str, str], group: Any
-) -> dict[str, torch.Tensor]:
+    module: torch.nn.Module, names: Mapping[str, str], group: ProcessGroup | None
+) -> StateDict:
     """The whole model's weights, by the unsplit model's names, on the main process (an
     empty dict elsewhere); collective over the pipeline ``group``."""
     own = {
@@ -216,15 +228,15 @@ def whole_model_state(
         for name, t in module.state_dict(keep_vars=True).items()
         if name in names
     }
-    full: dict[str, torch.Tensor] = {}
+    full: StateDict = {}
     for part in _gather(own, group):
         full.update(part)
     return full if _is_main() else {}
 
 
 def whole_optimizer_state(
-    optimizer: torch.optim.Optimizer, names: Mapping[int, str], group: Any
-) -> dict[str, Any]:
+    optimizer: torch.optim.Optimizer, names: Mapping[int, str], group: ProcessGroup | None
+) -> StateDict:
     """Every stage's optimizer state by parameter name, its groups listing every stage's
     parameters, on the main process (an empty dict elsewhere); collective over ``group``."""
     saved = optimizer.state_dict()
@@ -242,8 +254,8 @@ def whole_optimizer_state(
     parts = _gather((state, groups), group)
     if not _is_main():
         return {}
-    full_state: dict[str, Any] = {}
-    full_groups: list[dict[str, Any]] = [dict(g, params=[]) for g in groups]
+    full_state: StateDict = {}
+    full_groups: list[StateDict] = [dict(g, params=[]) for g in groups]
     for part_state, part_groups in parts:
         full_state.update(part_state)
         for merged, part in zip(full_groups, part_groups, strict=True):
@@ -252,7 +264,7 @@ def whole_optimizer_state(
 
 
 def load_whole_optimizer(
-    optimizer: torch.optim.Optimizer, names: Mapping[int, str], state: Mapping[str, Any]
+    optimizer: torch.optim.Optimizer, names: Mapping[int, str], state: StateDict
 ) -> None:
     """Load this stage's entries of a whole optimizer state (by parameter name; the groups
     by position, their hyper-parameters from the saved ones)."""

@@ -11,16 +11,24 @@ differs from every one it has seen, instead of hanging on a mismatched receive.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, TypeAlias, TypeVar, cast
 
 import torch
 from torch import nn
 
 from overdrive.errors import OverdriveError
 
+if TYPE_CHECKING:
+    from torch.distributed.pipelining import ScheduleGPipe
+    from torch.utils._pytree import TreeSpec
 
-def batch_size(data: Any) -> int | None:
+T = TypeVar("T")
+Args: TypeAlias = tuple[object, ...]
+Kwargs: TypeAlias = dict[str, object]
+
+
+def batch_size(data: object) -> int | None:
     """The first dimension of the first tensor found (the first element of a list or tuple,
     the first value of a mapping), or None where there is none."""
     while isinstance(data, (list, tuple, Mapping)):
@@ -32,7 +40,9 @@ def batch_size(data: Any) -> int | None:
     return None
 
 
-def find_batch_size(args: Sequence[Any] | None, kwargs: Mapping[str, Any] | None) -> int | None:
+def find_batch_size(
+    args: Sequence[object] | None, kwargs: Mapping[str, object] | None
+) -> int | None:
     """The batch size of the first positional argument that has one, else of the first
     keyword argument that has one; None when no argument holds a tensor."""
     for value in [*(args or ()), *(kwargs or {}).values()]:
@@ -42,13 +52,14 @@ def find_batch_size(args: Sequence[Any] | None, kwargs: Mapping[str, Any] | None
     return None
 
 
-def _map_tensors(fn: Callable[[torch.Tensor], Any], data: Any) -> Any:
+def _map_tensors(fn: Callable[[torch.Tensor], torch.Tensor], data: T) -> T:
+    """``data`` with each tensor leaf replaced by ``fn`` of it (the same structure)."""
     from torch.utils._pytree import tree_map
 
-    return tree_map(lambda x: fn(x) if isinstance(x, torch.Tensor) else x, data)
+    return cast("T", tree_map(lambda x: fn(x) if isinstance(x, torch.Tensor) else x, data))
 
 
-def pad_batch(data: Any, batch: int, multiple: int) -> Any:
+def pad_batch(data: T, batch: int, multiple: int) -> T:
     """Tensors whose first dimension is ``batch`` padded with zero rows up to a multiple of
     ``multiple``; every other leaf unchanged."""
     target = -(-batch // multiple) * multiple
@@ -61,7 +72,7 @@ def pad_batch(data: Any, batch: int, multiple: int) -> Any:
     return _map_tensors(pad, data)
 
 
-def trim_batch(data: Any, padded: int, batch: int) -> Any:
+def trim_batch(data: T, padded: int, batch: int) -> T:
     """The padding rows ``pad_batch`` added taken off again (tensors of ``padded`` rows)."""
     if padded == batch:
         return data
@@ -80,7 +91,7 @@ class _FedFromFirst(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
+    def forward(self, *args: object, **kwargs: object) -> object:
         args, kwargs = _map_tensors(torch.clone, (args, kwargs))
         return self.model(*args, **kwargs)
 
@@ -88,14 +99,14 @@ class _FedFromFirst(nn.Module):
 def build_schedule(
     model: nn.Module,
     split_points: Sequence[str],
-    mb_args: tuple[Any, ...],
-    mb_kwargs: dict[str, Any] | None,
+    mb_args: Args,
+    mb_kwargs: Kwargs | None,
     num_chunks: int,
     *,
     stage_index: int,
     num_stages: int,
     device: torch.device,
-) -> Any:
+) -> ScheduleGPipe:
     """Trace ``model`` on one micro-batch, split it before each of ``split_points`` and return
     the GPipe schedule of stage ``stage_index`` (its modules moved to ``device``)."""
     from torch.distributed.pipelining import ScheduleGPipe, SplitPoint, pipeline
@@ -135,7 +146,7 @@ def build_schedule(
     return ScheduleGPipe(stage, num_chunks)
 
 
-def _describe(data: Any) -> tuple[Any, list[Any]]:
+def _describe(data: object) -> tuple[str | TreeSpec, list[object]]:
     """(structure, leaves) with each tensor leaf replaced by its (shape, dtype)."""
     from torch.utils._pytree import tree_flatten
 
@@ -145,7 +156,7 @@ def _describe(data: Any) -> tuple[Any, list[Any]]:
     ]
 
 
-def _spec_text(spec: Any) -> Any:
+def _spec_text(spec: TreeSpec) -> str | TreeSpec:
     """A tree structure as JSON text where it has one (sent as plain data, compared as text)."""
     from torch.utils._pytree import treespec_dumps
 
@@ -155,24 +166,31 @@ def _spec_text(spec: Any) -> Any:
         return spec
 
 
-def _spec(text: Any) -> Any:
+def _spec(text: str | TreeSpec) -> TreeSpec:
     from torch.utils._pytree import treespec_loads
 
     return treespec_loads(text) if isinstance(text, str) else text
 
 
-def broadcast_tree(data: Any, src: int, device: torch.device) -> Any:
+def _broadcast_object(obj: T | None, src: int) -> T:
+    """``obj`` of process ``src`` on every process (the others pass None); collective."""
+    import torch.distributed as dist
+
+    box: list[object] = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return cast("T", box[0])
+
+
+def broadcast_tree(data: object, src: int, device: torch.device) -> object:
     """``data`` (tensors in lists, tuples and dicts) from process ``src`` on every process:
     its structure as a small object, then each tensor; collective."""
     import torch.distributed as dist
     from torch.utils._pytree import tree_flatten, tree_unflatten
 
     mine = dist.get_rank() == src
-    box: list[Any] = [_describe(data) if mine else None]
-    dist.broadcast_object_list(box, src=src)
-    spec, described = box[0]
+    spec, described = _broadcast_object(_describe(data) if mine else None, src)
     values = tree_flatten(data)[0] if mine else [None] * len(described)
-    leaves = []
+    leaves: list[object] = []
     for value, desc in zip(values, described, strict=True):
         if not (isinstance(desc, tuple) and len(desc) == 3 and desc[0] == "tensor"):
             leaves.append(desc)
@@ -206,18 +224,18 @@ class InferencePipeline:
         self.num_chunks = num_chunks
         self.gather_output = gather_output
         self.rank, self.world, self.device = rank, world, device
-        self.schedules: dict[str, Any] = {}
-        self.schedule: Any = None  # the last one used
+        self.schedules: dict[str, ScheduleGPipe] = {}
+        self.schedule: ScheduleGPipe | None = None  # the last one used
 
-    def prepare(self, mb_args: tuple[Any, ...], mb_kwargs: dict[str, Any] | None) -> Any:
+    def prepare(self, mb_args: Args, mb_kwargs: Kwargs | None) -> ScheduleGPipe:
         """Trace on the given example micro-batch (the same on every process); returns the
         schedule."""
         return self._schedule(mb_args, mb_kwargs or {})
 
-    def _key(self, mb_args: Any, mb_kwargs: Any) -> str:
+    def _key(self, mb_args: Iterable[object], mb_kwargs: Mapping[str, object]) -> str:
         return repr(_describe((tuple(mb_args), dict(mb_kwargs))))
 
-    def _schedule(self, mb_args: tuple[Any, ...], mb_kwargs: dict[str, Any]) -> Any:
+    def _schedule(self, mb_args: Args, mb_kwargs: Kwargs) -> ScheduleGPipe:
         key = self._key(mb_args, mb_kwargs)
         if key not in self.schedules:
             own = self.model.__dict__.pop("forward", None)  # trace the model's own forward
@@ -238,13 +256,11 @@ class InferencePipeline:
         self.schedule = self.schedules[key]
         return self.schedule
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: object, **kwargs: object) -> object:
         if self.world == 1:
             return self.forward(*args, **kwargs)
-        import torch.distributed as dist
-
         first, last = self.rank == 0, self.rank == self.world - 1
-        call: list[Any] = [None]
+        call: tuple[int, int, str] | None = None
         if first:
             batch = find_batch_size(args, kwargs)
             if batch is None:
@@ -252,19 +268,17 @@ class InferencePipeline:
             args, kwargs = pad_batch((args, kwargs), batch, self.num_chunks)
             padded = -(-batch // self.num_chunks) * self.num_chunks
             mb_args, mb_kwargs = _first_micro_batch((args, kwargs), padded, self.num_chunks)
-            call = [(batch, padded, self._key(mb_args, mb_kwargs))]
+            call = (batch, padded, self._key(mb_args, mb_kwargs))
         # Every process learns the micro-batch's shapes; an unseen one is traced again by all.
-        dist.broadcast_object_list(call, src=0)
-        batch, padded, key = call[0]
+        batch, padded, key = _broadcast_object(call, 0)
         if key not in self.schedules:
-            example: list[Any] = [(mb_args, mb_kwargs) if first else None]
-            dist.broadcast_object_list(example, src=0)
-            self._schedule(*example[0])
+            self._schedule(*_broadcast_object((mb_args, mb_kwargs) if first else None, 0))
         schedule = self.schedules[key]
         self.schedule = schedule
         if first:
             on_device = _map_tensors(lambda t: t.to(self.device), (args, kwargs))
-            output = schedule.step(*on_device[0], **on_device[1])
+            step: Callable[..., object] = schedule.step  # the model's own arguments, as given
+            output = step(*on_device[0], **on_device[1])
         else:
             output = schedule.step()
         output = trim_batch(output, padded, batch) if last else None
@@ -273,7 +287,7 @@ class InferencePipeline:
         return output
 
 
-def _first_micro_batch(data: Any, padded: int, chunks: int) -> Any:
+def _first_micro_batch(data: T, padded: int, chunks: int) -> T:
     """The first of ``chunks`` equal micro-batches of ``data`` (tensors of ``padded`` rows)."""
     size = padded // chunks
     return _map_tensors(lambda t: t[:size] if t.dim() and t.shape[0] == padded else t, data)

@@ -10,21 +10,26 @@ use a process group of their own, so they never pair with the schedule's own mes
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup, Work
 
 
 class LossChannel:
     """Point-to-point delivery of one scalar from the last stage to every other stage."""
 
-    def __init__(self, group: Any, stage_ranks: list[int], device: torch.device) -> None:
+    def __init__(
+        self, group: ProcessGroup | None, stage_ranks: list[int], device: torch.device
+    ) -> None:
         self.group = group
         self.last = stage_ranks[-1]
         self.others = stage_ranks[:-1]
         self.device = device
-        self._receive: tuple[Any, torch.Tensor] | None = None
-        self._sends: list[Any] = []
+        self._receive: tuple[Work | None, torch.Tensor] | None = None
+        self._sends: list[Work | None] = []
         self._sent: torch.Tensor | None = None  # kept alive until its sends finish
 
     def expect(self) -> None:
@@ -40,7 +45,7 @@ class LossChannel:
             raise RuntimeError("LossChannel.receive() without expect()")
         work, buffer = self._receive
         self._receive = None
-        work.wait()
+        _wait(work)
         return buffer
 
     def send(self, loss: torch.Tensor) -> None:
@@ -54,6 +59,14 @@ class LossChannel:
     def finish(self) -> None:
         """Wait for the sends still in flight (before the next ones, and at teardown)."""
         for work in self._sends:
-            work.wait()
+            _wait(work)
         self._sends = []
         self._sent = None
+
+
+def _wait(work: Work | None) -> None:
+    """Wait for one message. torch answers None instead of a handle only to a process outside
+    the group, which a stage never is."""
+    if work is None:
+        raise RuntimeError("a pipeline stage is outside its loss channel's process group")
+    work.wait()

@@ -8,12 +8,15 @@ first two before any worker starts.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from overdrive.errors import ConfigError
 
+if TYPE_CHECKING:
+    from overdrive.config.settings import Settings
+
 # (setting, what it cannot be given the settings, the fix)
-RULES: tuple[tuple[str, Callable[[Any, Any], bool], str], ...] = (
+RULES: tuple[tuple[str, Callable[[object, Settings], bool], str], ...] = (
     (
         "distributed_type",
         lambda v, s: v == "DEEPSPEED",
@@ -50,7 +53,7 @@ RULES: tuple[tuple[str, Callable[[Any, Any], bool], str], ...] = (
 )
 
 
-def check_pipeline_settings(settings: Any, degree: int, pp_key: str) -> None:
+def check_pipeline_settings(settings: Settings, degree: int, pp_key: str) -> None:
     """Raise naming the first setting that cannot run under a pipeline of ``degree`` stages
     (set by ``pp_key``)."""
     if degree <= 1:

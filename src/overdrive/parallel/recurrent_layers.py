@@ -4,12 +4,10 @@ process and train wrong without an error. Such models are refused."""
 
 from __future__ import annotations
 
-from typing import Any
 
-
-def refuse_recurrent_layers_under_sequence_parallelism(model: Any) -> None:
+def refuse_recurrent_layers_under_sequence_parallelism(model: object) -> None:
     """Raise when ``model``'s config names linear-attention layers."""
-    config: Any = getattr(model, "config", None)
+    config: object = getattr(model, "config", None)
     if hasattr(config, "get_text_config"):
         config = config.get_text_config()
     kinds = getattr(config, "layer_types", None) or []

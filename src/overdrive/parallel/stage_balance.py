@@ -4,9 +4,10 @@ stages in module order, and the split points (module paths) it implies."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TypeGuard
 
+import torch
 from torch import nn
 
 from overdrive.errors import OverdriveError
@@ -28,21 +29,23 @@ def _size(module: nn.Module) -> int:
     return _own_bytes(module, set())
 
 
-def _direct_tensors(prefix: str, module: nn.Module) -> list[tuple[str, Any]]:
+def _direct_tensors(prefix: str, module: nn.Module) -> list[tuple[str, torch.Tensor]]:
     named = [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]
     return [(f"{prefix}.{n}" if prefix else n, t) for n, t in named]
 
 
-def _children(prefix: str, module: nn.Module) -> list[tuple[str, Any]]:
-    kids = [(f"{prefix}.{n}" if prefix else n, m) for n, m in module.named_children()]
-    return _direct_tensors(prefix, module) + kids
+def _children(prefix: str, module: nn.Module) -> list[tuple[str, nn.Module | torch.Tensor]]:
+    kids: list[tuple[str, nn.Module | torch.Tensor]] = [
+        (f"{prefix}.{n}" if prefix else n, m) for n, m in module.named_children()
+    ]
+    return [*_direct_tensors(prefix, module), *kids]
 
 
 _UNITS = {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 _UNITS.update({"KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12})
 
 
-def as_bytes(value: Any) -> int:
+def as_bytes(value: int | str) -> int:
     """A memory size as bytes: an int, or a string such as ``"10GiB"`` or ``"500 MB"``."""
     if isinstance(value, int):
         return value
@@ -53,7 +56,7 @@ def as_bytes(value: Any) -> int:
     return int(float(text.removesuffix("B")))
 
 
-def _splittable(module: Any, no_split: set[str]) -> bool:
+def _splittable(module: object, no_split: set[str]) -> TypeGuard[nn.Module]:
     return (
         isinstance(module, nn.Module)
         and bool(list(module.children()))
@@ -65,7 +68,7 @@ def balanced_device_map(
     model: nn.Module,
     num_stages: int,
     no_split_module_classes: Sequence[str] | None = None,
-    max_memory: dict[Any, Any] | None = None,
+    max_memory: Mapping[int | str, int | str] | None = None,
 ) -> dict[str, int]:
     """Module (and loose tensor) paths -> stage index, filling stage 0, then 1, ... in the
     order the model defines its modules, each stage up to its share of the model's bytes
@@ -81,7 +84,7 @@ def balanced_device_map(
     else:
         share = math.ceil(_size(model) / num_stages * 1.1)
         budgets = [share] * num_stages
-    todo: list[tuple[str, Any]] = _children("", model)
+    todo = _children("", model)
     placed: dict[str, int] = {}
     stage, used = 0, 0
     seen: set[int] = set()
@@ -114,7 +117,7 @@ def balanced_device_map(
     return placed
 
 
-def _tensor_bytes(tensor: Any, seen: set[int]) -> int:
+def _tensor_bytes(tensor: torch.Tensor, seen: set[int]) -> int:
     if id(tensor) in seen:
         return 0
     seen.add(id(tensor))
@@ -122,7 +125,7 @@ def _tensor_bytes(tensor: Any, seen: set[int]) -> int:
 
 
 def split_points_from_map(
-    model: nn.Module, device_map: dict[str, Any], num_stages: int
+    model: nn.Module, device_map: Mapping[str, object], num_stages: int
 ) -> list[str]:
     """The first module placed on each stage after the first: where each stage begins."""
     modules = dict(model.named_modules())

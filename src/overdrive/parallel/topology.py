@@ -8,11 +8,12 @@ built from it the first time a backend needs one (it needs the process group), w
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from overdrive.parallel.layout import ParallelLayout
 
 if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
     from torch.distributed.device_mesh import DeviceMesh
 
 _DP = ("dp_replicate", "dp_shard")
@@ -25,7 +26,7 @@ class Topology:
         self.layout = layout
         self.device_type = device_type
         self._mesh: DeviceMesh | None = None
-        self._dp_group: Any = None
+        self._dp_group: ProcessGroup | None = None
 
     @property
     def mesh(self) -> DeviceMesh:
@@ -47,7 +48,7 @@ class Topology:
             return None
         return self.layout.data_ranks()
 
-    def dp_group(self) -> Any:
+    def dp_group(self) -> ProcessGroup | None:
         """The process group of this process's data-parallel peers (the same coordinate on
         every other dimension); None when that is every process."""
         if self.layout.dp_size == self.layout.world_size:

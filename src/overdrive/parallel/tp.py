@@ -9,7 +9,7 @@ Sequence parallelism changes the layouts between the split modules
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from torch import nn
 
@@ -20,9 +20,10 @@ from overdrive.parallel.tp_settings import TPSettings
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor.parallel import ParallelStyle
 
 
-def _style(name: str) -> Any:
+def _style(name: str) -> ParallelStyle | None:
     from torch.distributed.tensor import Replicate
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 

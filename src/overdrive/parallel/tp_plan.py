@@ -27,9 +27,12 @@ Torch-free: the plan of a ``ParallelismConfig`` is checked when it is built.
 from __future__ import annotations
 
 import fnmatch
-from typing import Any
+from typing import TYPE_CHECKING
 
 from overdrive.errors import ConfigError
+
+if TYPE_CHECKING:
+    from torch import nn
 
 ALIASES = {
     "colwise": "colwise",
@@ -43,7 +46,7 @@ ALIASES = {
 STYLES = ("colwise", "rowwise", "colwise_rep", "rowwise_rep", "sequence_parallel")
 
 
-def check_plan(plan: Any, source: str) -> dict[str, str]:
+def check_plan(plan: object, source: str) -> dict[str, str]:
     """``plan`` with every style in its canonical name; an error naming a bad entry."""
     if not isinstance(plan, dict) or not plan:
         raise ConfigError(
@@ -66,7 +69,7 @@ def check_plan(plan: Any, source: str) -> dict[str, str]:
     return out
 
 
-def model_plan(model: Any) -> dict[str, str] | None:
+def model_plan(model: object) -> dict[str, str] | None:
     """A transformers model's own plan, names relative to ``model`` (None if it has none).
 
     transformers keeps the whole model's plan in ``model._tp_plan`` (LM head and embeddings
@@ -86,7 +89,9 @@ def model_plan(model: Any) -> dict[str, str] | None:
     return {f"{prefix}.{pattern}": style for pattern, style in base.items()}
 
 
-def resolve(model: Any, plan: dict[str, str], source: str, *, whole: bool = True) -> dict[str, str]:
+def resolve(
+    model: nn.Module, plan: dict[str, str], source: str, *, whole: bool = True
+) -> dict[str, str]:
     """Concrete module name -> style; every pattern must name at least one module of a
     ``whole`` model (a pipeline stage holds some of them only)."""
     names = [name for name, _ in model.named_modules() if name]

@@ -11,7 +11,7 @@ gradient).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from torch import nn
 
@@ -19,13 +19,13 @@ if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
 
-def _show_local(module: nn.Module, args: Any) -> None:
+def _show_local(module: nn.Module, args: tuple[object, ...]) -> None:
     # An instance attribute wins over nn.Module.__getattr__, which is where parameters live.
     for name in module._overdrive_replicated:  # type: ignore[union-attr]
         module.__dict__[name] = module._parameters[name].to_local()  # type: ignore[union-attr]
 
 
-def _hide_local(module: nn.Module, args: Any, output: Any) -> None:
+def _hide_local(module: nn.Module, args: tuple[object, ...], output: object) -> None:
     for name in module._overdrive_replicated:  # type: ignore[union-attr]
         module.__dict__.pop(name, None)
 

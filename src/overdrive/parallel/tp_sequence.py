@@ -24,7 +24,7 @@ parameters are FSDP's, which redistributes gradients to the tp layout itself).
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -33,6 +33,7 @@ from overdrive.errors import ConfigError
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor.parallel import ParallelStyle
 
     from overdrive.parallel.tp_settings import TPSettings
 
@@ -51,7 +52,7 @@ def wanted(tp: TPSettings, names: dict[str, str]) -> bool:
     return tp.sequence_parallel or SEQ in names.values()
 
 
-def style(name: str) -> Any:
+def style(name: str) -> ParallelStyle | None:
     """The PyTorch parallel style for one of this module's plan entries (None: hooks only)."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
@@ -109,10 +110,10 @@ def _inside(name: str, parents: list[str]) -> bool:
     return any(name == p or name.startswith(f"{p}.") for p in parents)
 
 
-def _name_of(model: nn.Module, target: Any) -> str | None:
+def _name_of(model: nn.Module, target: object) -> str | None:
     for name, module in model.named_modules():
         if module is target and name:
-            return name
+            return str(name)
     return None
 
 
@@ -201,7 +202,7 @@ def sequence_plan(model: nn.Module, names: dict[str, str], tp: TPSettings) -> di
     return out
 
 
-def _gather(value: Any, local: bool) -> Any:
+def _gather(value: object, local: bool) -> object:
     from torch.distributed.tensor import DTensor, Replicate
 
     if not isinstance(value, DTensor):
@@ -211,12 +212,14 @@ def _gather(value: Any, local: bool) -> Any:
     return value.redistribute(placements=[Replicate()] * value.device_mesh.ndim)
 
 
-def _gather_inputs(local: bool, module: nn.Module, args: Any, kwargs: Any) -> Any:
+def _gather_inputs(
+    local: bool, module: nn.Module, args: tuple[object, ...], kwargs: dict[str, object]
+) -> tuple[tuple[object, ...], dict[str, object]]:
     args = tuple(_gather(a, local) for a in args)
     return args, {k: _gather(v, local) for k, v in kwargs.items()}
 
 
-def _gather_outputs(module: nn.Module, args: Any, output: Any) -> Any:
+def _gather_outputs(module: nn.Module, args: tuple[object, ...], output: object) -> object:
     if isinstance(output, torch.Tensor):
         return _gather(output, True)
     if isinstance(output, tuple) and not hasattr(output, "_fields"):
@@ -230,7 +233,9 @@ def _gather_outputs(module: nn.Module, args: Any, output: Any) -> Any:
     return output
 
 
-def _split_whole(mesh: DeviceMesh, module: nn.Module, args: Any, kwargs: Any) -> Any:
+def _split_whole(
+    mesh: DeviceMesh, module: nn.Module, args: tuple[object, ...], kwargs: dict[str, object]
+) -> tuple[tuple[object, ...], dict[str, object]] | None:
     """A plain input of a ``SequenceParallel`` module is whole: mark it so (the style would
     take it for this process's slice), and the style then keeps this process's slice."""
     from torch.distributed.tensor import DTensor, Replicate
@@ -251,7 +256,12 @@ def _reduce_partial_grad(param: torch.Tensor) -> None:
 
 
 def check_length(
-    degree: int, where: tuple[str, str], name: str, module: nn.Module, args: Any, kwargs: Any
+    degree: int,
+    where: tuple[str, str],
+    name: str,
+    module: nn.Module,
+    args: tuple[object, ...],
+    kwargs: dict[str, object],
 ) -> None:
     """A forward pre-hook: the whole input about to be split over the sequence has one
     (dim 1; token ids ``(batch, sequence)``, activations ``(batch, sequence, ...)``) that

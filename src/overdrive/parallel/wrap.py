@@ -7,7 +7,7 @@ test can inspect the choice.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from torch import nn
 
@@ -74,7 +74,7 @@ def _by_size(model: nn.Module, min_num_params: int) -> list[nn.Module]:
 
 def wrap_units(
     model: nn.Module,
-    policy: str | Callable[..., Any] | None,
+    policy: str | Callable[..., object] | None,
     *,
     layer_names: list[str] | None = None,
     min_num_params: int = 100_000_000,
