@@ -265,7 +265,7 @@ class Accelerator(AcceleratorCompat):
     def prepare_model(
         self, model: nn.Module, device_placement: bool | None = None, evaluation_mode: bool = False
     ) -> nn.Module:
-        """Convert (precision), place, wrap (strategy) and optionally compile ``model``.
+        """Convert (precision), place and wrap ``model`` (the strategy compiles it last).
         ``evaluation_mode``: convert and place only, and do not count it as prepared, so a later
         ``prepare`` for training still wraps it (transformers' evaluate-before-train)."""
         for prepared in self._models:
@@ -277,11 +277,7 @@ class Accelerator(AcceleratorCompat):
             model = self.precision.convert_module(model)
             return model.to(self.device) if place else model
         model = self.precision.convert_module(model)  # also runs forward under autocast
-        model = self.strategy.wrap_model(model, device_placement=place)
-        if self.settings["dynamo_config.dynamo_backend"] != "no":
-            from overdrive.compile import compile_model
-
-            model = compile_model(model, self.settings)
+        model = self.strategy.wrap_model(model, device_placement=place)  # and compiled
         self._models.append(model)
         return model
 

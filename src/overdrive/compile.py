@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -47,15 +48,38 @@ def compile_kwargs(settings: Settings) -> dict[str, Any] | None:
     return kwargs
 
 
+@dataclass(frozen=True)
+class CompileStep:
+    """The parallelize chain's compile step: ``torch.compile`` with ``kwargs``, applied to
+    the whole model once it is wrapped (as Hugging Face Accelerate compiles it)."""
+
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def apply(self, model: torch.nn.Module) -> torch.nn.Module:
+        """``model`` compiled (an ``OptimizedModule``), unless it is compiled already."""
+        if is_compiled(model):
+            return model
+        return torch.compile(model, **self.kwargs)  # type: ignore[return-value]
+
+
+def compile_step(settings: Settings) -> CompileStep | None:
+    """The compile step the ``dynamo_config`` settings ask for, or None (``no``)."""
+    kwargs = compile_kwargs(settings)
+    return None if kwargs is None else CompileStep(kwargs)
+
+
 def compile_model(model: torch.nn.Module, settings: Settings) -> torch.nn.Module:
     """``model`` compiled as the settings say, or unchanged when ``dynamo_backend`` is no.
 
     The result is an ``OptimizedModule``; ``uncompiled`` returns the original module.
     """
-    kwargs = compile_kwargs(settings)
-    if kwargs is None:
-        return model
-    return torch.compile(model, **kwargs)  # type: ignore[return-value]
+    step = compile_step(settings)
+    return model if step is None else step.apply(model)
+
+
+def is_compiled(module: torch.nn.Module) -> bool:
+    """Whether ``module`` is a ``torch.compile`` wrapper."""
+    return uncompiled(module) is not module
 
 
 def uncompiled(module: torch.nn.Module) -> torch.nn.Module:

@@ -26,6 +26,8 @@ CASES = {
         [*LAYER_WRAP, "--fsdp_offload_params", "true", "--fsdp_activation_checkpointing", "true"],
         BLOCKS,
     ),
+    # torch.compile is the chain's last step, around the wrapped model (eager: same numbers).
+    "compiled": (2, [*LAYER_WRAP, "--dynamo_backend", "eager"], BLOCKS),
     "hybrid-2x2": (
         4,
         ["--fsdp_sharding_strategy", "HYBRID_SHARD", "--parallelism_config_dp_shard_size", "2"],
@@ -34,9 +36,9 @@ CASES = {
 }
 
 
-# FSDP1 keeps one case in `make test` (no wrapping); its other cases, which FSDP2 runs there,
+# FSDP1 keeps two cases in `make test` (no wrapping; compiled, its chain's last step); its other cases, which FSDP2 runs there,
 # run in `make extended`.
-FSDP1_IN_MAKE_TEST = {"full-shard-no-wrap"}
+FSDP1_IN_MAKE_TEST = {"full-shard-no-wrap", "compiled"}
 RUNS = [
     pytest.param(
         case,
@@ -62,5 +64,6 @@ def test_fsdp_trains_like_one_process(case: str, version: int) -> None:
     assert_ok(result)
     assert f"ALL CHECKS PASSED world={nprocs}" in result.stdout
     assert f"UNITS {units or '-'}" in result.stdout
+    assert f"COMPILED {'--dynamo_backend' in flags}" in result.stdout
     if "--fsdp_activation_checkpointing" in flags:
         assert f"CHECKPOINTED {units}" in result.stdout

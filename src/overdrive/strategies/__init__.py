@@ -35,13 +35,13 @@ def select_strategy(
     where it came from.
     """
     from overdrive.parallel.decide import decide_layout
-    from overdrive.parallel.megatron_options import megatron_rules
     from overdrive.parallel.topology import Topology
     from overdrive.strategies.chain_settings import pp_settings, tp_settings
     from overdrive.strategies.choice import BUILDERS, Choice, kind
+    from overdrive.strategies.rules_from_settings import rules_from_settings
 
     check_available(settings)
-    rules = megatron_rules(settings)
+    rules = rules_from_settings(settings)
     layout = decide_layout(settings, state.num_processes)
     choice = Choice(
         device=state.device,

@@ -103,11 +103,13 @@ class Strategy(PlainSteps):
         return contextlib.nullcontext()
 
     def wrap_model(self, model: nn.Module, *, device_placement: bool) -> nn.Module:
-        """``setup_model``, after ``rules.before_wrap`` on a model that trains."""
+        """``setup_model``, after ``rules.before_wrap`` on a model that trains, then
+        ``rules.compile`` when the backend's parallelize chain did not compile it."""
         trains = any(p.requires_grad for p in model.parameters())
         if self.rules.before_wrap is not None and trains:
             self.rules.before_wrap(model)
-        return self.setup_model(model, device_placement=device_placement)
+        model = self.setup_model(model, device_placement=device_placement)
+        return model if self.rules.compile is None else self.rules.compile.apply(model)
 
     def setup_model(self, model: nn.Module, *, device_placement: bool) -> nn.Module:
         """Move ``model`` to the device (when asked) and wrap it for this backend."""

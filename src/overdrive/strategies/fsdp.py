@@ -1,9 +1,9 @@
 """Fully sharded data parallel: FSDP2 (``fully_shard``) or FSDP1, from ``fsdp_config``, with
 tensor parallelism in front when a plan is given: one strategy for the DTensor mesh.
 
-FSDP2 models go through the parallelize chain (``parallel/chain.py``: tensor parallel ->
-fill from the main process -> activation checkpointing -> FSDP2 or replicate); FSDP1 has
-its own wrapper. The strategy adds what the loop needs from a sharded model: gradient sync
+Models go through the parallelize chain (``parallel/chain.py``: tensor parallel -> fill
+from the main process -> activation checkpointing -> FSDP1, FSDP2 or replicate -> compile).
+The strategy adds what the loop needs from a sharded model: gradient sync
 control, a global gradient norm, full and sharded state dicts.
 """
 
@@ -17,19 +17,17 @@ from typing import Any, cast
 import torch
 from torch import nn
 
+from overdrive.compile import uncompiled
 from overdrive.errors import OverdriveError
-from overdrive.parallel.activation_checkpointing import apply_activation_checkpointing
 from overdrive.parallel.chain import Chain, parallelize
 from overdrive.parallel.fill_from_main import broadcast_from_main, fill_from_main
 from overdrive.parallel.fsdp_policy import FSDPPolicy
 from overdrive.parallel.grad_norm import clip_grad_norm
 from overdrive.parallel.layout import ParallelLayout
-from overdrive.parallel.mesh import data_parallel_mesh
 from overdrive.parallel.meta_init import empty_ranks, is_empty
 from overdrive.parallel.rebind import named_params, rebind, replacement_map
 from overdrive.parallel.topology import Topology
 from overdrive.parallel.tp_settings import TPSettings
-from overdrive.parallel.wrap import policy_units
 from overdrive.strategies.base import Params, Strategy, _raw
 from overdrive.strategies.rules import NO_RULES, LoopRules
 
@@ -79,7 +77,7 @@ class FSDPStrategy(Strategy):
 
     # --- models and optimizers -------------------------------------------------------
     def setup_model(self, model: nn.Module, *, device_placement: bool) -> nn.Module:
-        if any(model is root or model is self.unwrap(root) for root in self._roots):
+        if any(uncompiled(model) in (root, self.unwrap(root)) for root in self._roots):
             return model
         if not any(p.requires_grad for p in model.parameters()):
             return super().setup_model(model, device_placement=device_placement)
@@ -98,13 +96,14 @@ class FSDPStrategy(Strategy):
         else:
             wrapped = self._shard(model)
             if fill_later:
-                fill_from_main(wrapped, full_state, self.device)
-        self._roots.append(wrapped)
-        mapping = replacement_map(before, named_params(wrapped))
+                fill_from_main(uncompiled(wrapped), full_state, self.device)
+        root = uncompiled(wrapped)  # the FSDP module, inside the chain's compile step
+        self._roots.append(root)
+        mapping = replacement_map(before, named_params(root))
         self._replaced.update(mapping)
         for optimizer in self._optimizers:
             if rebind(optimizer, mapping):
-                self._owner[id(optimizer)] = wrapped
+                self._owner[id(optimizer)] = root
         return wrapped
 
     def _place(
@@ -153,38 +152,29 @@ class FSDPStrategy(Strategy):
 
         return fill
 
-    def _units(self, model: nn.Module) -> list[nn.Module]:
-        """The submodules the policy makes units of (sharded, and checkpointed if asked)."""
-        return policy_units(model, self.policy)
-
     def _shard(
         self, model: nn.Module, *, split_locally: bool = True, fill: Any = None
     ) -> nn.Module:
-        """FSDP2: the parallelize chain on the whole model. FSDP1: choose the units,
-        checkpoint their activations, wrap them and the root."""
+        """The parallelize chain on the whole model: tensor parallelism, activation
+        checkpointing, FSDP1 or FSDP2, compile."""
         p = self.policy
-        if p.version == 2:
-            chain = Chain(tp=self.tp, fsdp=p, shard=self._fsdp_has_work())
-            done = parallelize(
-                model, model, self.mesh, chain, split_locally=split_locally, fill=fill
-            )
-            self.units[id(model)] = done.units if chain.shard else []
-            if self.tp is not None:
-                self.plans[id(model)] = done.plan
-            return model
-        units = self._units(model)
-        paths = {id(m): name for name, m in model.named_modules()}
-        unit_paths = sorted(paths[id(u)] for u in units)
-        if p.activation_checkpointing:
-            apply_activation_checkpointing(units or [model])
-        from overdrive.parallel.fsdp1 import apply_fsdp1
-
-        hybrid = p.sharding_strategy.startswith("HYBRID")
-        dp_mesh = data_parallel_mesh(self.mesh, flat=not hybrid)
-        filler = self._fsdp1_filler(model)
-        wrapped = apply_fsdp1(model, dp_mesh, p, units, self.device, param_init_fn=filler)
+        shard = p.version == 1 or self._fsdp_has_work()
+        chain = Chain(tp=self.tp, fsdp=p, shard=shard, compile=self.rules.compile)
+        done = parallelize(
+            model,
+            model,
+            self.mesh,
+            chain,
+            split_locally=split_locally,
+            fill=fill,
+            device=self.device,
+            fsdp1_init=self._fsdp1_filler(model),
+        )
         self._fsdp1_source = None
-        self.units[id(wrapped)] = unit_paths
+        wrapped = done.module
+        self.units[id(wrapped)] = done.units if shard else []
+        if self.tp is not None:
+            self.plans[id(wrapped)] = done.plan
         return wrapped
 
     def _fsdp_has_work(self) -> bool:
@@ -274,6 +264,7 @@ class FSDPStrategy(Strategy):
         full state dict on the main process (an empty dict elsewhere); collective."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
+        model = uncompiled(model)  # the user's names, not torch.compile's _orig_mod.
         if sharded:
             return get_model_state_dict(model, options=StateDictOptions(full_state_dict=False))
         if not self._is_root(model):
@@ -286,6 +277,7 @@ class FSDPStrategy(Strategy):
     ) -> Any:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
+        model = uncompiled(model)
         if sharded:
             options = StateDictOptions(full_state_dict=False)
         elif not self._is_root(model):

@@ -129,6 +129,9 @@ def check_units(acc: Accelerator, model: nn.Module, expected: str) -> None:
         assert checkpointed == names, (checkpointed, names)
         acc.print(f"CHECKPOINTED {','.join(checkpointed)}")
     acc.print(f"UNITS {','.join(names) or '-'}")
+    from overdrive.compile import is_compiled
+
+    acc.print(f"COMPILED {is_compiled(model)}")
 
 
 def check_data_parallel(acc: Accelerator, expected_units: str) -> None:
