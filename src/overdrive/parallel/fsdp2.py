@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from torch import nn
 
@@ -10,6 +10,15 @@ from overdrive.parallel.fsdp_policy import FSDPPolicy, param_dtypes
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, OffloadPolicy
+
+
+class _ShardOptions(TypedDict, total=False):
+    """The keyword arguments every ``fully_shard`` call of a model shares."""
+
+    mesh: DeviceMesh
+    mp_policy: MixedPrecisionPolicy
+    offload_policy: OffloadPolicy
 
 
 def apply_fsdp2(
@@ -22,7 +31,7 @@ def apply_fsdp2(
     """
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
-    kwargs: dict = {"mesh": mesh}
+    kwargs: _ShardOptions = {"mesh": mesh}
     dtypes = param_dtypes(policy.mixed_precision)
     if dtypes is not None:
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=dtypes[0], reduce_dtype=dtypes[1])
