@@ -307,9 +307,12 @@ class ParallelismConfig(Plugin):
     target)`` for a model that is not a transformers causal LM, and the indices of the
     layers that start stages 1, 2, ... (as ``MegatronLMPlugin``'s ``pipeline_*`` give them
     under MEGATRON_LM, without choosing that backend). Sizes and backends left unset
-    read ``PARALLELISM_CONFIG_<NAME>`` from the environment. Context and sequence parallelism
-    (``cp_size`` / ``sp_size`` above 1) describe a mesh, but training with them is not
-    available yet and is refused when an Accelerator is made with it. The positional
+    read ``PARALLELISM_CONFIG_<NAME>`` from the environment. ``cp_size`` processes split each
+    sequence (context parallelism, under FSDP2; ``cp_handler``'s ``cp_comm_strategy`` says how
+    they pass keys and values; the loop shards its batch in
+    ``accelerator.maybe_context_parallel(...)``). Sequence parallelism (``sp_size`` above 1)
+    describes a mesh, but training with it is not available yet and is refused when an
+    Accelerator is made with it. The positional
     parameters are Hugging Face Accelerate's; overdrive's own (from ``tp_plan`` on) are
     keyword-only.
     """
@@ -336,6 +339,7 @@ class ParallelismConfig(Plugin):
         "dp_shard_size": "parallelism_config.parallelism_config_dp_shard_size",
         "tp_size": "parallelism_config.parallelism_config_tp_size",
         "pp_size": "parallelism_config.parallelism_config_pp_size",
+        "cp_size": "parallelism_config.parallelism_config_cp_size",
     }
 
     def __post_init__(self) -> None:
@@ -377,21 +381,28 @@ class ParallelismConfig(Plugin):
             self.sp_handler = DeepSpeedSequenceParallelConfig()
 
     def to_settings(self) -> dict[str, Any]:
-        """Refuses context parallelism: describing a layout with it is fine (a mesh for
-        another tool), training with it is not available yet."""
+        """The sizes, and the context-parallel backend and its ``cp_handler``'s
+        ``cp_comm_strategy`` when ``cp_size`` is above 1. Refuses sequence parallelism:
+        describing a layout with it is fine (a mesh for another tool), training with it is
+        not available yet."""
         from overdrive.errors import ConfigError
 
-        for size, what in (("cp_size", "context"), ("sp_size", "sequence (DeepSpeed Ulysses)")):
-            value = getattr(self, size)
-            if value is not None and value > 1:
-                raise ConfigError(
-                    f"ParallelismConfig({size}={value}): {what} parallelism is not "
-                    "available yet in this version of overdrive",
-                    key=size,
-                    fix=f"drop {size} (or set it to 1); tp_size, dp_shard_size and "
-                    "dp_replicate_size are available",
-                )
-        return super().to_settings()
+        sp = self.sp_size
+        if sp is not None and sp > 1:
+            raise ConfigError(
+                f"ParallelismConfig(sp_size={sp}): sequence (DeepSpeed Ulysses) parallelism "
+                "is not available yet in this version of overdrive",
+                key="sp_size",
+                fix="drop sp_size (or set it to 1); tp_size, cp_size, dp_shard_size and "
+                "dp_replicate_size are available",
+            )
+        out = super().to_settings()
+        if (self.cp_size or 1) > 1:
+            out["parallelism_config.parallelism_config_cp_backend"] = self.cp_backend
+            strategy = getattr(self.cp_handler, "cp_comm_strategy", None)
+            if strategy is not None:
+                out["parallelism_config.parallelism_config_cp_comm_strategy"] = strategy
+        return out
 
     # --- the device mesh, named as Hugging Face Accelerate names it -------------------------
     def _sizes(self) -> dict[str, int]:
@@ -458,6 +469,10 @@ class ParallelismConfig(Plugin):
     @property
     def tp_enabled(self) -> bool:
         return (self.tp_size or 1) > 1
+
+    @property
+    def cp_enabled(self) -> bool:
+        return (self.cp_size or 1) > 1
 
 
 def plugin_aliases(

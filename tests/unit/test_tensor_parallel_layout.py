@@ -98,10 +98,10 @@ def test_every_megatron_switch_is_available(key: str) -> None:
     check_available(_settings(distributed_type="MEGATRON_LM", **{key: True}))
 
 
-def test_context_parallelism_is_still_refused() -> None:
-    described = ParallelismConfig(cp_size=2)  # describing a mesh with it is fine
-    assert described._get_mesh() == (("cp",), (2,))
-    with pytest.raises(ConfigError, match="cp_size"):
+def test_sequence_parallelism_is_still_refused() -> None:
+    described = ParallelismConfig(sp_size=2)  # describing a mesh with it is fine
+    assert described._get_mesh() == (("sp",), (2,))
+    with pytest.raises(ConfigError, match="sp_size"):
         described.to_settings()  # what Accelerator(parallelism_config=...) reads
 
 

@@ -14,7 +14,8 @@ MPI = "mpirun launching of CPU jobs; overdrive starts CPU processes with its own
 CPU_AFFINITY = "pinning each process to its GPU's NUMA node, which overdrive does not do yet"
 TRANSFORMER_ENGINE = "fp8 recipe settings of TransformerEngine / MS-AMP; overdrive's fp8 runs through torchao (docs/precision.md)"
 SEQUENCE = (
-    "context and sequence parallelism, which overdrive does not run yet (docs/parallelism.md)"
+    "sequence parallelism (DeepSpeed Ulysses), which overdrive does not run yet "
+    "(docs/parallelism.md)"
 )
 MOE = "DeepSpeed's mixture-of-experts leaf modules, which overdrive does not mark"
 REGIONAL = "compiling repeated blocks one by one; overdrive compiles the whole model"
@@ -70,27 +71,6 @@ ACCELERATE_ONLY_SETTINGS: tuple[Setting, ...] = (
         Str(),
         None,
         "Ulysses dtype",
-        SEQUENCE,
-    ),
-    _inert(
-        "parallelism_config.parallelism_config_cp_size",
-        Int(minimum=1),
-        1,
-        "context parallel degree",
-        SEQUENCE,
-    ),
-    _inert(
-        "parallelism_config.parallelism_config_cp_backend",
-        Str(),
-        None,
-        "context parallel backend",
-        SEQUENCE,
-    ),
-    _inert(
-        "parallelism_config.parallelism_config_cp_comm_strategy",
-        Str(),
-        None,
-        "context parallel communication",
         SEQUENCE,
     ),
     _inert(

@@ -258,6 +258,33 @@ BACKEND_SETTINGS: tuple[Setting, ...] = (
         aliases=("parallelism_config.pp_size",),
         flag=True,
     ),
+    setting(
+        "parallelism_config.parallelism_config_cp_size",
+        Int(minimum=1),
+        None,
+        "context-parallel degree (processes that split one sequence; FSDP2 only)",
+        env=("PARALLELISM_CONFIG_CP_SIZE",),
+        aliases=("parallelism_config.cp_size",),
+        flag=True,
+    ),
+    setting(
+        "parallelism_config.parallelism_config_cp_backend",
+        Choice(("torch",)),
+        None,
+        "context-parallel backend (torch: ring attention over SDPA)",
+        env=("PARALLELISM_CONFIG_CP_BACKEND",),
+        aliases=("parallelism_config.cp_backend",),
+        flag=True,
+    ),
+    setting(
+        "parallelism_config.parallelism_config_cp_comm_strategy",
+        Choice(("allgather", "alltoall")),
+        None,
+        "how context-parallel ranks pass keys and values (allgather or alltoall)",
+        env=("PARALLELISM_CONFIG_CP_COMM_STRATEGY",),
+        aliases=("parallelism_config.cp_comm_strategy",),
+        flag=True,
+    ),
     # --- Megatron-LM style tensor / pipeline parallel (seed 000 table 2) ----------------
     setting(
         "megatron_lm_config.tp_degree",

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from overdrive.errors import ConfigError
+from overdrive.parallel.cp_rules import cp_degree
 from overdrive.parallel.mesh_shape import MESH_ORDER, mesh_shape
 from overdrive.parallel.pipeline_rules import check_pipeline_settings
 
@@ -237,12 +238,14 @@ def _pp_degree(settings: Settings, world: int, tp: int) -> int:
 def layout_from_settings(settings: Settings, world: int) -> ParallelLayout:
     """The layout the settings ask for on ``world`` processes; an error if it cannot factor.
 
-    The pipeline and tensor-parallel degrees take their processes first; the data-parallel
-    degree is what is left (FSDP shards over it, other backends replicate).
+    The pipeline, tensor- and context-parallel degrees take their processes first; the
+    data-parallel degree is what is left (FSDP shards over it, other backends replicate).
     """
     tp = _tp_degree(settings, world)
     pp = _pp_degree(settings, world, tp)
-    dp_world = world // (tp * pp)
+    others = {"tensor-parallel": (tp, tp_setting(settings)[1]), "pipeline": (pp, pp_key(settings))}
+    cp = cp_degree(settings, world, others)
+    dp_world = world // (tp * pp * cp)
     fsdp = settings["distributed_type"] == "FSDP"
     hybrid = fsdp and settings["fsdp_config.fsdp_sharding_strategy"] in (
         "HYBRID_SHARD",
@@ -256,7 +259,7 @@ def layout_from_settings(settings: Settings, world: int) -> ParallelLayout:
         replicate, shard = 1, dp_world
     else:
         replicate, shard = dp_world, 1
-    layout = ParallelLayout(dp_replicate=replicate, dp_shard=shard, tp=tp, pp=pp)
+    layout = ParallelLayout(dp_replicate=replicate, dp_shard=shard, tp=tp, pp=pp, cp=cp)
     if replicate < 1 or shard < 1 or layout.world_size != world:
         sizes = (
             f"dp_replicate_size={settings['parallelism_config.parallelism_config_dp_replicate_size']} "

@@ -36,11 +36,26 @@ def data_parallel_mesh(mesh: DeviceMesh, *, flat: bool = False) -> DeviceMesh:
     """The sub-mesh FSDP works on: ``(dp_replicate, dp_shard)``, or ``dp_shard`` alone.
 
     ``flat`` asks for one dimension (FSDP1 outside HYBRID_SHARD): the replicate dimension
-    when nothing is sharded, else the shard dimension.
+    when nothing is sharded, else the shard dimension. With context parallelism (a ``cp``
+    dimension) FSDP2 shards over ``dp_shard`` x ``cp`` flattened, named ``dp_shard_cp`` as
+    in Hugging Face Accelerate, so the gradients of a sequence's slices are averaged too.
     """
     names = mesh.mesh_dim_names or ()
+    if "cp" in names:
+        shard = _flattened(mesh, ("dp_shard", "cp"), "dp_shard_cp")
+        if "dp_replicate" not in names:
+            return shard
+        return mesh["dp_replicate", "dp_shard_cp"]
     if "dp_replicate" not in names:
         return mesh["dp_shard"]
     if flat:
         return mesh["dp_replicate"] if mesh["dp_shard"].size() == 1 else mesh["dp_shard"]
     return mesh["dp_replicate", "dp_shard"]
+
+
+def _flattened(mesh: DeviceMesh, dims: tuple[str, ...], name: str) -> DeviceMesh:
+    """``mesh[dims]`` flattened into one dimension called ``name``; made once per mesh."""
+    try:
+        return mesh[name]
+    except (KeyError, RuntimeError, ValueError):
+        return mesh[dims]._flatten(name)

@@ -64,7 +64,7 @@ def test_a_wizard_written_fsdp1_file_loads_with_its_strategy(tmp_path: Path) -> 
     [
         ({"tpu_env": ["XLA_USE_BF16=1"]}, "`tpu_env`"),
         ({"enable_cpu_affinity": True}, "`enable_cpu_affinity`"),
-        ({"parallelism_config": {"parallelism_config_cp_size": 2}}, "context and sequence"),
+        ({"parallelism_config": {"parallelism_config_sp_size": 2}}, "sequence parallelism"),
         ({"deepspeed_config": {"seq_parallel_communication_data_type": "bf16"}}, "sequence"),
     ],
 )
