@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import TypedDict, cast
 
 import torch
 from torch import nn
@@ -13,6 +13,18 @@ from overdrive.kwargs_handlers import DistributedDataParallelKwargs
 from overdrive.parallel.topology import Topology
 from overdrive.strategies.base import Strategy
 from overdrive.strategies.rules import NO_RULES, LoopRules
+
+
+class DDPOptions(TypedDict, total=False):
+    """What ``DistributedDataParallelKwargs.ddp_kwargs`` hands DDP: the fields set of these."""
+
+    dim: int
+    broadcast_buffers: bool
+    bucket_cap_mb: int
+    find_unused_parameters: bool
+    check_reduction: bool
+    gradient_as_bucket_view: bool
+    static_graph: bool
 
 
 class DDPStrategy(Strategy):
@@ -34,7 +46,8 @@ class DDPStrategy(Strategy):
         rules: LoopRules = NO_RULES,
     ) -> None:
         super().__init__(device, topology, rules=rules)
-        self.ddp_kwargs: dict[str, Any] = ddp_kwargs.ddp_kwargs() if ddp_kwargs else {}
+        given = ddp_kwargs.ddp_kwargs() if ddp_kwargs else {}
+        self.ddp_kwargs = cast(DDPOptions, given)
         self._handler = ddp_kwargs
 
     def setup_model(self, model: nn.Module, *, device_placement: bool) -> nn.Module:

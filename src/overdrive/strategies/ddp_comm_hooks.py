@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from torch.nn.parallel import DistributedDataParallel
 
 from overdrive.kwargs_handlers import DistributedDataParallelKwargs
+
+if TYPE_CHECKING:
+    import torch
 
 
 def register_comm_hook(
@@ -19,9 +23,10 @@ def register_comm_hook(
     if name == "no":
         return
     _check_runnable(kwargs)
-    state: Any = None
+    state: object = None
+    hook: Callable[..., torch.futures.Future[torch.Tensor]]
     if name == "fp16":
-        hook: Any = default_hooks.fp16_compress_hook
+        hook = default_hooks.fp16_compress_hook
     elif name == "bf16":
         hook = default_hooks.bf16_compress_hook
     else:

@@ -16,13 +16,15 @@ import contextlib
 import logging
 import math
 import os
-from collections.abc import Sequence
-from typing import Any, cast
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Protocol, TypeGuard, cast
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from overdrive.checkpoint.records import StateDict
 from overdrive.config import HANDOVER_VARIABLE
 from overdrive.ds import state as ds_state
 from overdrive.ds.config import DeepSpeedConfig
@@ -43,8 +45,35 @@ from overdrive.errors import ConfigError, OverdriveError
 from overdrive.parallel.topology import Topology
 from overdrive.strategies.base import Params, Strategy, TrainingLoop
 
+if TYPE_CHECKING:
+    from overdrive.precision import Precision
 
-def _trains(obj: Any) -> bool:
+
+class DeepSpeedEngine(Protocol):
+    """What the strategy uses of the engine ``deepspeed.initialize`` builds (an
+    ``nn.Module`` wrapping the model)."""
+
+    module: nn.Module
+    basic_optimizer: torch.optim.Optimizer  # the optimizer it steps
+    optimizer: object  # its ZeRO (or fp16) wrapper around that one
+    lr_scheduler: object
+
+    def set_gradient_accumulation_boundary(self, is_boundary: bool, /) -> None: ...
+
+    def backward(self, loss: torch.Tensor, /, **kwargs: object) -> object: ...
+
+    def step(self) -> object: ...
+
+    def was_step_applied(self) -> bool: ...
+
+    def get_global_grad_norm(self) -> float | None: ...
+
+    def fp16_enabled(self) -> bool: ...
+
+    def destroy(self) -> object: ...
+
+
+def _trains(obj: object) -> TypeGuard[nn.Module]:
     return isinstance(obj, nn.Module) and any(p.requires_grad for p in obj.parameters())
 
 
@@ -67,14 +96,16 @@ class DeepSpeedStrategy(Strategy):
         super().__init__(device, topology)
         self.config = config
         self.zero3_init = zero3_init and config.zero_stage == 3
-        self.engine: Any = None
-        self.basic_optimizer: Any = None
-        self._deepspeed: Any = None
+        self.engine: DeepSpeedEngine | None = None
+        self.basic_optimizer: torch.optim.Optimizer | None = None
+        self._deepspeed: ModuleType | None = None
         self._loop: TrainingLoop | None = None
         self._stepped: bool | None = None  # set when clip_grad_norm_ ran this window's step
         self._last_norm = torch.tensor(float("nan"))
         self._window = WindowScale(say)
-        self._replaced: Any = None  # the user's optimizer, when DeepSpeed's CPU Adam replaced it
+        self._replaced: torch.optim.Optimizer | None = (
+            None  # the user's optimizer, when DeepSpeed's CPU Adam replaced it
+        )
         self._hf = HfZero3Config(self._init_config()) if self.zero3_init else None
         if self._hf is not None:
             self._hf.register()
@@ -84,14 +115,14 @@ class DeepSpeedStrategy(Strategy):
                 say(note, logging.WARNING)
 
     @property
-    def deepspeed(self) -> Any:
+    def deepspeed(self) -> ModuleType:
         if self._deepspeed is None:
             self._deepspeed = import_deepspeed(self.device)
             check_precision(self.config, self.device)
             check_offload(self.config)
         return self._deepspeed
 
-    def _init_config(self) -> dict[str, Any]:
+    def _init_config(self) -> dict[str, object]:
         """What ``deepspeed.zero.Init`` reads (partitioning, offload, dtype); batch sizes are
         placeholders there, the real ones are filled at prepare()."""
         import torch.distributed as dist
@@ -102,14 +133,17 @@ class DeepSpeedStrategy(Strategy):
         return {**init, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
                 "train_batch_size": world}  # fmt: skip
 
-    def model_init_context(self) -> contextlib.AbstractContextManager[Any]:
+    def model_init_context(self) -> contextlib.AbstractContextManager[object]:
         """With zero3_init_flag under ZeRO-3: build the model already partitioned."""
         if not self.zero3_init:
             return contextlib.nullcontext()
-        return self.deepspeed.zero.Init(config_dict_or_path=self._init_config())
+        init: contextlib.AbstractContextManager[object] = self.deepspeed.zero.Init(
+            config_dict_or_path=self._init_config()
+        )
+        return init
 
     # --- prepare: one deepspeed.initialize for model, optimizer, scheduler, batch size -------
-    def _engine_parts(self, objects: Sequence[Any]) -> tuple[list[int], list[int], list[int]]:
+    def _engine_parts(self, objects: Sequence[object]) -> tuple[list[int], list[int], list[int]]:
         """Positions of the model, optimizer and scheduler a new engine is built from."""
         models = [i for i, o in enumerate(objects) if _trains(o) and not self._is_ours(o)]
         optimizers = [
@@ -119,7 +153,7 @@ class DeepSpeedStrategy(Strategy):
         schedulers = [i for i, o in enumerate(objects) if _is_new_scheduler(o, self)]
         return models, optimizers, schedulers
 
-    def check_prepare(self, objects: Sequence[Any]) -> None:
+    def check_prepare(self, objects: Sequence[object]) -> None:
         models, optimizers, schedulers = self._engine_parts(objects)
         if models or optimizers or schedulers:
             self._check_one_engine(objects, models, optimizers, schedulers)
@@ -133,8 +167,8 @@ class DeepSpeedStrategy(Strategy):
             )
 
     def prepare_engine(
-        self, objects: Sequence[Any], prepared: Sequence[Any], loop: TrainingLoop
-    ) -> dict[int, Any]:
+        self, objects: Sequence[object], prepared: Sequence[object], loop: TrainingLoop
+    ) -> dict[int, object]:
         """One ``deepspeed.initialize`` for the model, optimizer, scheduler and the prepared
         dataloaders' micro-batch size."""
         self._loop = loop
@@ -142,7 +176,7 @@ class DeepSpeedStrategy(Strategy):
         if not models:
             return {}  # dataloaders, evaluation-only models, or objects prepared before
         micro, micro_source = self._micro_batch(objects, prepared, loop)
-        model = objects[models[0]]
+        model = cast(nn.Module, objects[models[0]])  # _engine_parts picks modules that train
         optimizer = objects[optimizers[0]] if optimizers else None
         scheduler = objects[schedulers[0]] if schedulers else None
         config = finish(
@@ -158,25 +192,28 @@ class DeepSpeedStrategy(Strategy):
         )
         self._use_accumulation(loop)
         fitted = fit_optimizer(optimizer, self.config, config)
-        self._replaced = optimizer if fitted is not optimizer else None
-        self.engine = initialize(self.deepspeed, model, fitted, config, scheduler)
-        self.basic_optimizer = self.engine.basic_optimizer
-        built: dict[int, Any] = {models[0]: self.engine}
+        self._replaced = None
+        if fitted is not optimizer and isinstance(optimizer, torch.optim.Optimizer):
+            self._replaced = optimizer  # what DeepSpeed's CPU Adam replaced
+        engine: DeepSpeedEngine = initialize(self.deepspeed, model, fitted, config, scheduler)
+        self.engine = engine
+        self.basic_optimizer = engine.basic_optimizer
+        built: dict[int, object] = {models[0]: engine}
         if optimizers:
             built[optimizers[0]] = self.basic_optimizer
         if schedulers:
             engine_made = isinstance(scheduler, DummyScheduler)
             built[schedulers[0]] = (
-                EngineScheduler(self.engine.lr_scheduler) if engine_made else scheduler
+                EngineScheduler(engine.lr_scheduler) if engine_made else scheduler
             )
         return built
 
-    def _is_ours(self, obj: Any) -> bool:
+    def _is_ours(self, obj: object) -> bool:
         return self.engine is not None and (obj is self.engine or obj is self.engine.module)
 
     def _check_one_engine(
         self,
-        objects: Sequence[Any],
+        objects: Sequence[object],
         models: list[int],
         optimizers: list[int],
         schedulers: list[int],
@@ -199,7 +236,7 @@ class DeepSpeedStrategy(Strategy):
 
     @staticmethod
     def _micro_batch(
-        objects: Sequence[Any], prepared: Sequence[Any], loop: TrainingLoop
+        objects: Sequence[object], prepared: Sequence[object], loop: TrainingLoop
     ) -> tuple[int | None, str]:
         loaders = [prepared[i] for i, o in enumerate(objects) if isinstance(o, DataLoader)]
         loaders += loop.dataloaders
@@ -223,8 +260,8 @@ class DeepSpeedStrategy(Strategy):
 
     # --- models and optimizers prepared one by one --------------------------------------
     def setup_model(self, model: nn.Module, *, device_placement: bool) -> nn.Module:
-        if self._is_ours(model):
-            return self.engine
+        if self.engine is not None and self._is_ours(model):
+            return cast(nn.Module, self.engine)  # the engine is the module DeepSpeed trains
         if _trains(model):
             raise OverdriveError(
                 "under DeepSpeed a model to train is prepared together with its optimizer\n"
@@ -242,11 +279,11 @@ class DeepSpeedStrategy(Strategy):
 
     def unwrap(self, model: nn.Module) -> nn.Module:
         if self.engine is not None and model is self.engine:
-            return super().unwrap(cast(nn.Module, self.engine.module))
+            return super().unwrap(self.engine.module)
         return super().unwrap(model)
 
     # --- the step ------------------------------------------------------------------
-    def _require_engine(self, what: str) -> Any:
+    def _require_engine(self, what: str) -> DeepSpeedEngine:
         if self.engine is None or self._loop is None:
             raise OverdriveError(
                 f"{what} under DeepSpeed needs the engine, which prepare() builds\n"
@@ -254,7 +291,7 @@ class DeepSpeedStrategy(Strategy):
             )
         return self.engine
 
-    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+    def backward(self, loss: torch.Tensor, **kwargs: object) -> None:
         """``engine.backward``; the loss arrives divided by k, and a window known to be
         shorter (m < k batches left in the epoch) is scaled to its own mean."""
         engine = self._require_engine("backward")
@@ -282,11 +319,14 @@ class DeepSpeedStrategy(Strategy):
         ran = bool(engine.was_step_applied())
         if ran and self._replaced is not None:
             # A torch scheduler watches the user's optimizer, which CPU Adam stands in for.
-            self._replaced._opt_called = True
+            self._replaced._opt_called = True  # type: ignore[attr-defined]
         return ran
 
     def optimizer_step(
-        self, optimizer: torch.optim.Optimizer, precision: Any, closure: Any = None
+        self,
+        optimizer: torch.optim.Optimizer,
+        precision: Precision,
+        closure: Callable[[], float] | None = None,
     ) -> bool:
         if closure is not None:
             raise OverdriveError(
@@ -342,7 +382,7 @@ class DeepSpeedStrategy(Strategy):
         return not dist.is_initialized() or dist.get_rank() == 0
 
     # DeepSpeed keeps its own partitioned format: ``sharded`` changes nothing here.
-    def _model_state(self, model: nn.Module, sharded: bool) -> dict[str, Any]:
+    def _model_state(self, model: nn.Module, sharded: bool) -> StateDict:
         if not self._is_ours(model):
             return super()._model_state(model, sharded)
         fp32 = self.config.zero_stage == 3 and not self.config.get(
@@ -353,13 +393,13 @@ class DeepSpeedStrategy(Strategy):
         )
 
     def _load_model_state(
-        self, model: nn.Module, state: dict[str, Any], sharded: bool, strict: bool
-    ) -> Any:
+        self, model: nn.Module, state: StateDict, sharded: bool, strict: bool
+    ) -> object:
         if not self._is_ours(model):
             return super()._load_model_state(model, state, sharded, strict)
         return ds_state.load_model_state_dict(self.deepspeed, self.engine, state, strict)
 
-    def _optimizer_state(self, optimizer: torch.optim.Optimizer, sharded: bool) -> dict[str, Any]:
+    def _optimizer_state(self, optimizer: torch.optim.Optimizer, sharded: bool) -> StateDict:
         engine = self._require_engine("save_state")
         if engine.fp16_enabled() and self.config.zero_stage == 0:
             raise OverdriveError(
@@ -367,13 +407,13 @@ class DeepSpeedStrategy(Strategy):
                 "optimizer keeps its fp32 masters outside DeepSpeed's fragment API\n"
                 "  fix: use zero_stage 1 or higher (or bf16)"
             )
-        return ds_state.optimizer_state_dict(engine, self.basic_optimizer)
+        return ds_state.optimizer_state_dict(engine, engine.basic_optimizer)
 
     def _load_optimizer_state(
-        self, optimizer: torch.optim.Optimizer, state: dict[str, Any], sharded: bool
+        self, optimizer: torch.optim.Optimizer, state: StateDict, sharded: bool
     ) -> None:
         engine = self._require_engine("load_state")
-        ds_state.load_optimizer_state_dict(engine, self.basic_optimizer, state)
+        ds_state.load_optimizer_state_dict(engine, engine.basic_optimizer, state)
 
     def teardown(self) -> None:
         if self.engine is not None:
@@ -386,7 +426,7 @@ class DeepSpeedStrategy(Strategy):
             self._hf = None
 
 
-def _is_new_scheduler(obj: Any, strategy: DeepSpeedStrategy) -> bool:
+def _is_new_scheduler(obj: object, strategy: DeepSpeedStrategy) -> bool:
     from overdrive.scheduler import AcceleratedScheduler, is_scheduler
 
     if isinstance(obj, DummyScheduler):
@@ -396,7 +436,7 @@ def _is_new_scheduler(obj: Any, strategy: DeepSpeedStrategy) -> bool:
     )
 
 
-def _caller_clipping(loop: Any) -> Any:
+def _caller_clipping(loop: object) -> object:
     """The ``gradient_clipping`` a library wrote into the DeepSpeed plugin's config after the
     Accelerator was made (transformers' Trainer fills its "auto" from ``max_grad_norm``)."""
     plugin = getattr(loop, "deepspeed_plugin", None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     import torch
@@ -37,11 +37,11 @@ class StrategyOptions:
     """
 
     ddp_kwargs: DistributedDataParallelKwargs | None = None
-    fsdp_wrap: Callable[..., Any] | None = None
-    ds_config: Any = None
+    fsdp_wrap: Callable[..., object] | None = None
+    ds_config: object = None
     tp_plan: dict[str, str] | None = None
     sequence_parallel: bool = False
-    pp_loss_fn: Callable[..., Any] | None = None
+    pp_loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
     pp_split_points: list[int] | None = None
 
 
