@@ -100,6 +100,7 @@ def take(accelerator: CheckpointHost, *, copy: bool) -> Snapshot:
     snap = Snapshot(rank=rank)
     stage = _copy if copy else (lambda tree: tree)
     for part in main_parts(accelerator):
+        tree: object
         if part.sharded:
             if part.kind == "model":
                 tree = strategy.state_dict(accelerator.prepared.models[part.index], sharded=True)

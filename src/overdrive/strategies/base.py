@@ -7,9 +7,9 @@ A new backend is a new file implementing these methods.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -18,7 +18,11 @@ from overdrive.optimizer_steps import PlainSteps
 from overdrive.strategies.rules import NO_RULES, LoopRules
 
 if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+
     from overdrive.accumulation import GradientState
+    from overdrive.checkpoint.records import StateDict
+    from overdrive.data.loader import PreparedDataLoader
     from overdrive.loop_state import LoopState
     from overdrive.parallel.topology import Topology
     from overdrive.precision import Precision
@@ -32,7 +36,7 @@ class TrainingLoop:
 
     gradient_state: GradientState
     loop_state: LoopState
-    dataloaders: list[Any]  # the Accelerator's prepared dataloaders (the same list)
+    dataloaders: list[PreparedDataLoader]  # the Accelerator's prepared ones (the same list)
     num_processes: int
 
 
@@ -81,14 +85,14 @@ class Strategy(PlainSteps):
     optimizer_holds_a_part = False
 
     # --- models and optimizers -------------------------------------------------------
-    def check_prepare(self, objects: Sequence[Any]) -> None:
+    def check_prepare(self, objects: Sequence[object]) -> None:
         """Refuse what this backend cannot prepare, before anything of the call is prepared."""
         for obj in objects:
             _refuse_stand_in(obj, self.name)
 
     def prepare_engine(
-        self, objects: Sequence[Any], prepared: Sequence[Any], loop: TrainingLoop
-    ) -> dict[int, Any]:
+        self, objects: Sequence[object], prepared: Sequence[object], loop: TrainingLoop
+    ) -> dict[int, object]:
         """Build what must see several of one ``prepare`` call's objects together, once the
         Accelerator prepared its dataloaders (``prepared``: the call's objects so far).
 
@@ -98,7 +102,7 @@ class Strategy(PlainSteps):
         model, optimizer, scheduler and batch size at once (DeepSpeed) overrides this."""
         return {}
 
-    def model_init_context(self) -> contextlib.AbstractContextManager[Any]:
+    def model_init_context(self) -> contextlib.AbstractContextManager[object]:
         """Where a model is built so this backend can create it efficiently (nothing here)."""
         return contextlib.nullcontext()
 
@@ -143,13 +147,14 @@ class Strategy(PlainSteps):
         """One process per data-parallel rank, in that order (None: every process)."""
         return None if self.topology is None else self.topology.data_ranks()
 
-    def data_parallel_group(self) -> Any:
+    def data_parallel_group(self) -> ProcessGroup | None:
         """The process group over which data-parallel results are reduced (None: all)."""
         return None if self.topology is None else self.topology.dp_group()
 
     # --- the step ------------------------------------------------------------------
-    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        loss.backward(**kwargs)
+    def backward(self, loss: torch.Tensor, **kwargs: object) -> None:
+        backward: Callable[..., None] = loss.backward  # the caller's arguments, as given
+        backward(**kwargs)
 
     def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager[None]:
         """Skip gradient synchronisation inside the block (nothing to skip on one process)."""
@@ -165,7 +170,10 @@ class Strategy(PlainSteps):
         torch.nn.utils.clip_grad_value_(parameters, clip_value)
 
     def optimizer_step(
-        self, optimizer: torch.optim.Optimizer, precision: Precision, closure: Any = None
+        self,
+        optimizer: torch.optim.Optimizer,
+        precision: Precision,
+        closure: Callable[[], float] | None = None,
     ) -> bool:
         """One optimizer step when a window closes (clipped first when the loop's rules
         say so); returns whether it really ran."""
@@ -177,7 +185,9 @@ class Strategy(PlainSteps):
         return super().optimizer_step(optimizer, precision, closure)
 
     # --- state dicts (used by overdrive.checkpoint) -------------------------------------
-    def state_dict(self, obj: nn.Module | torch.optim.Optimizer, *, sharded: bool = False) -> Any:
+    def state_dict(
+        self, obj: nn.Module | torch.optim.Optimizer, *, sharded: bool = False
+    ) -> StateDict:
         """The state of a prepared model or optimizer, keyed by the user's names.
 
         ``sharded=False``: the whole state (a backend that shards gathers it, collectively,
@@ -192,31 +202,32 @@ class Strategy(PlainSteps):
     def load_state_dict(
         self,
         obj: nn.Module | torch.optim.Optimizer,
-        state: dict[str, Any],
+        state: StateDict,
         *,
         sharded: bool = False,
         strict: bool = True,
-    ) -> Any:
+    ) -> object:
         """Load ``state`` (as ``state_dict(obj, sharded=sharded)`` returns it) into ``obj``;
         ``strict`` applies to models."""
         if isinstance(obj, nn.Module):
             return self._load_model_state(obj, state, sharded, strict)
-        return self._load_optimizer_state(obj, state, sharded)
+        self._load_optimizer_state(obj, state, sharded)
+        return None
 
     # What a backend overrides: one reader and one writer each for models and optimizers.
-    def _model_state(self, model: nn.Module, sharded: bool) -> dict[str, Any]:
+    def _model_state(self, model: nn.Module, sharded: bool) -> StateDict:
         return self.unwrap(model).state_dict()
 
     def _load_model_state(
-        self, model: nn.Module, state: dict[str, Any], sharded: bool, strict: bool
-    ) -> Any:
+        self, model: nn.Module, state: StateDict, sharded: bool, strict: bool
+    ) -> object:
         return self.unwrap(model).load_state_dict(state, strict=strict)
 
-    def _optimizer_state(self, optimizer: torch.optim.Optimizer, sharded: bool) -> dict[str, Any]:
+    def _optimizer_state(self, optimizer: torch.optim.Optimizer, sharded: bool) -> StateDict:
         return _raw(optimizer).state_dict()
 
     def _load_optimizer_state(
-        self, optimizer: torch.optim.Optimizer, state: dict[str, Any], sharded: bool
+        self, optimizer: torch.optim.Optimizer, state: StateDict, sharded: bool
     ) -> None:
         _raw(optimizer).load_state_dict(state)
 
@@ -242,7 +253,7 @@ class Strategy(PlainSteps):
         return None
 
 
-def _refuse_stand_in(obj: Any, backend: str) -> None:
+def _refuse_stand_in(obj: object, backend: str) -> None:
     """Refuse a stand-in for an object another engine builds from its config (DeepSpeed's
     ``DummyOptim``): it says which in ``stands_in_for`` (the backend, what it stands for)."""
     stands_in_for = getattr(type(obj), "stands_in_for", None)
