@@ -89,9 +89,34 @@ class AcceleratorCompat(
     def _debug(self) -> bool:
         return bool(self.state.debug)
 
-    def maybe_context_parallel(self, *args: Any, **kwargs: Any) -> Any:
-        """Context parallelism is not available yet: a no-op block."""
-        return contextlib.nullcontext()
+    def maybe_context_parallel(
+        self,
+        buffers: list[Any] | None = None,
+        buffer_seq_dims: list[int] | None = None,
+        no_restore_buffers: set[Any] | None = None,
+    ) -> contextlib.AbstractContextManager[None]:
+        """A block for one step of context-parallel training: ``buffers`` (the batch's
+        tensors, e.g. input ids, position ids and shifted labels) keep this process's
+        chunks of their ``buffer_seq_dims`` inside it, and attention runs as ring attention
+        over the layout's ``cp`` processes; they are restored on leaving, except
+        ``no_restore_buffers``. Without a context-parallel degree above 1 it does nothing
+        (said once in the log), as in Hugging Face Accelerate."""
+        topology = getattr(self.strategy, "topology", None)
+        cp = topology.layout.cp if topology is not None else 1
+        from overdrive.parallel.context_parallel import context_parallel_block, say_not_enabled
+
+        if topology is None or cp <= 1:
+            say_not_enabled()
+            return contextlib.nullcontext()
+        return context_parallel_block(
+            cp,
+            lambda: topology.mesh["cp"],
+            self.settings,
+            list(self._models),
+            buffers,
+            buffer_seq_dims,
+            no_restore_buffers,
+        )
 
     def lomo_backward(self, loss: Any, learning_rate: float) -> None:
         raise ConfigError(

@@ -147,4 +147,5 @@ class PropertiesMixin:
 
     @property
     def context_parallel_rank(self) -> int:
-        return 0
+        """This process's index among those that split one sequence (0 without them)."""
+        return self._mesh_rank(("cp",), 0)

@@ -50,14 +50,18 @@ class Topology:
 
     def dp_group(self) -> ProcessGroup | None:
         """The process group of this process's data-parallel peers (the same coordinate on
-        every other dimension); None when that is every process."""
-        if self.layout.dp_size == self.layout.world_size:
+        every other dimension), over which results are reduced; None when that is every
+        process. With context parallelism the ``cp`` processes are peers too: each holds the
+        results of another part of the sequences (Hugging Face Accelerate's ``dp_cp``)."""
+        layout = self.layout
+        if layout.dp_size * layout.cp == layout.world_size:
             return None
         if self._dp_group is None:
-            dims = [n for n in _DP if getattr(self.layout, n) > 1] or ["dp_shard"]
+            dims = [n for n in (*_DP, "cp") if getattr(layout, n) > 1] or ["dp_shard"]
             mesh = self.mesh
             if len(dims) == 1:
                 self._dp_group = mesh[dims[0]].get_group()
-            else:  # replicas and shards (HSDP) together, as one dimension
-                self._dp_group = mesh[tuple(dims)]._flatten("dp").get_group()
+            else:  # replicas, shards (HSDP) and cp together, as one dimension
+                name = "dp_cp" if "cp" in dims else "dp"
+                self._dp_group = mesh[tuple(dims)]._flatten(name).get_group()
         return self._dp_group
