@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Iterator
-from typing import Any, cast
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import nn
@@ -30,6 +30,13 @@ from overdrive.parallel.topology import Topology
 from overdrive.parallel.tp_settings import TPSettings
 from overdrive.strategies.base import Params, Strategy, _raw
 from overdrive.strategies.rules import NO_RULES, LoopRules
+
+if TYPE_CHECKING:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
+
+    from overdrive.checkpoint.records import StateDict
 
 
 class FSDPStrategy(Strategy):
@@ -63,7 +70,7 @@ class FSDPStrategy(Strategy):
         self.units: dict[int, list[str]] = {}  # id(root) -> module paths of its units
 
     @property
-    def mesh(self) -> Any:
+    def mesh(self) -> DeviceMesh:
         assert self.topology is not None
         return self.topology.mesh
 
@@ -128,7 +135,7 @@ class FSDPStrategy(Strategy):
             broadcast_from_main(model, self.device)
         return model, fill_later
 
-    def _fsdp1_filler(self, root: nn.Module) -> Any:
+    def _fsdp1_filler(self, root: nn.Module) -> Callable[[nn.Module], None] | None:
         """FSDP1's ``param_init_fn`` for an all-empty model: allocate one module's own
         tensors on this device and broadcast the main process's values into them, module by
         module as each unit is sharded (a process holds its shards plus one unit)."""
@@ -153,7 +160,11 @@ class FSDPStrategy(Strategy):
         return fill
 
     def _shard(
-        self, model: nn.Module, *, split_locally: bool = True, fill: Any = None
+        self,
+        model: nn.Module,
+        *,
+        split_locally: bool = True,
+        fill: Callable[[nn.Module], None] | None = None,
     ) -> nn.Module:
         """The parallelize chain on the whole model: tensor parallelism, activation
         checkpointing, FSDP1 or FSDP2, compile."""
@@ -230,7 +241,7 @@ class FSDPStrategy(Strategy):
     # --- the step ------------------------------------------------------------------
     def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager[None]:
         if hasattr(model, "set_requires_gradient_sync"):
-            return _fsdp2_no_sync(model)
+            return _fsdp2_no_sync(cast("FSDPModule", model))
         no_sync = getattr(model, "no_sync", None)
         return no_sync() if callable(no_sync) else contextlib.nullcontext()
 
@@ -247,7 +258,7 @@ class FSDPStrategy(Strategy):
         norm = torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type=norm_type)
         return _full(norm)
 
-    def _fsdp1_root_of(self, params: list[torch.Tensor]) -> Any:
+    def _fsdp1_root_of(self, params: list[torch.Tensor]) -> FullyShardedDataParallel | None:
         from torch.distributed.fsdp import FullyShardedDataParallel
 
         wanted = {id(p) for p in params}
@@ -259,7 +270,7 @@ class FSDPStrategy(Strategy):
         return None
 
     # --- state dicts ------------------------------------------------------------------
-    def _model_state(self, model: nn.Module, sharded: bool) -> dict[str, Any]:
+    def _model_state(self, model: nn.Module, sharded: bool) -> StateDict:
         """Sharded: this process's shards as DTensors keyed by the user's names. Whole: the
         full state dict on the main process (an empty dict elsewhere); collective."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
@@ -270,11 +281,11 @@ class FSDPStrategy(Strategy):
         if not self._is_root(model):
             return super()._model_state(model, sharded)
         full = get_model_state_dict(model, options=self._full_options())
-        return cast(dict[str, Any], full) if self._is_main() else {}
+        return full if self._is_main() else {}
 
     def _load_model_state(
-        self, model: nn.Module, state: dict[str, Any], sharded: bool, strict: bool
-    ) -> Any:
+        self, model: nn.Module, state: StateDict, sharded: bool, strict: bool
+    ) -> object:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
         model = uncompiled(model)
@@ -286,7 +297,7 @@ class FSDPStrategy(Strategy):
             options = StateDictOptions(full_state_dict=True, strict=strict)
         return set_model_state_dict(model, state, options=options)
 
-    def _optimizer_state(self, optimizer: torch.optim.Optimizer, sharded: bool) -> dict[str, Any]:
+    def _optimizer_state(self, optimizer: torch.optim.Optimizer, sharded: bool) -> StateDict:
         from torch.distributed.checkpoint.state_dict import (
             StateDictOptions,
             get_optimizer_state_dict,
@@ -300,7 +311,7 @@ class FSDPStrategy(Strategy):
         return full if self._is_main() else {}
 
     def _load_optimizer_state(
-        self, optimizer: torch.optim.Optimizer, state: dict[str, Any], sharded: bool
+        self, optimizer: torch.optim.Optimizer, state: StateDict, sharded: bool
     ) -> None:
         from torch.distributed.checkpoint.state_dict import (
             StateDictOptions,
@@ -310,7 +321,7 @@ class FSDPStrategy(Strategy):
         options = StateDictOptions(full_state_dict=not sharded)
         set_optimizer_state_dict(self.model_for(optimizer), _raw(optimizer), state, options=options)
 
-    def _full_options(self) -> Any:
+    def _full_options(self) -> StateDictOptions:
         """Full state dicts gathered to the main process's CPU memory.
 
         On a CPU device every process assembles them (FSDP1's offload to the CPU frees
@@ -337,7 +348,7 @@ class FSDPStrategy(Strategy):
 
 
 @contextlib.contextmanager
-def _fsdp2_no_sync(model: Any) -> Iterator[None]:
+def _fsdp2_no_sync(model: FSDPModule) -> Iterator[None]:
     model.set_requires_gradient_sync(False)
     try:
         yield

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -26,12 +26,20 @@ from overdrive.parallel.chain import Chain, parallelize
 from overdrive.parallel.fill_from_main import broadcast_from_main
 from overdrive.parallel.grad_norm import total_norm
 from overdrive.parallel.layout import ParallelLayout
-from overdrive.parallel.pipeline import Stage, split_model
+from overdrive.parallel.pipeline import LossFn, Stage, split_model
 from overdrive.parallel.pipeline_loss import LossChannel
 from overdrive.parallel.rebind import named_params, rebind, replacement_map
 from overdrive.parallel.topology import Topology
 from overdrive.strategies.base import Params, Strategy, TrainingLoop, _raw
 from overdrive.strategies.rules import NO_RULES, LoopRules
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.pipelining.schedules import PipelineScheduleSingle as PipelineSchedule
+
+    from overdrive.accumulation import GradientState
+    from overdrive.checkpoint.records import StateDict
 
 MICRO_BATCHES_KEY = "megatron_lm_config.num_micro_batches"
 
@@ -43,7 +51,7 @@ class PPSettings:
     degree: int
     micro_batches: int
     schedule: str  # "1F1B" or "GPipe"
-    loss_fn: Callable[[Any, Any], torch.Tensor] | None = None
+    loss_fn: LossFn | None = None
     split_points: Sequence[int] | None = None
     key: str = "parallelism_config.parallelism_config_pp_size"  # the degree's setting
     # where the loss is given in code: ParallelismConfig(pp_loss_fn=...), or under MEGATRON_LM
@@ -64,8 +72,10 @@ class PipelineOutput:
     loss: torch.Tensor | None
     logits: torch.Tensor | None = None
 
-    def __getitem__(self, key: str) -> Any:
-        return getattr(self, key)
+    def __getitem__(self, key: str) -> torch.Tensor | None:
+        if key not in ("loss", "logits"):
+            raise KeyError(key)
+        return self.loss if key == "loss" else self.logits
 
 
 class PipelinedModel(nn.Module):
@@ -83,7 +93,7 @@ class PipelinedModel(nn.Module):
         """The user's model, holding only this stage's parts."""
         return self._original[0]
 
-    def forward(self, *args: Any, **kwargs: Any) -> PipelineOutput:
+    def forward(self, *args: object, **kwargs: object) -> PipelineOutput:
         labels = kwargs.pop("labels", None)
         inputs = args[0] if args else kwargs.pop("input_ids", None)
         extra = {k: v for k, v in kwargs.items() if not _ignorable(k, v)}
@@ -95,10 +105,15 @@ class PipelinedModel(nn.Module):
                 "  fix: pass the inputs as one tensor (attention masks other than all-ones "
                 "are not available yet under pipeline parallelism)"
             )
+        if labels is not None and not isinstance(labels, torch.Tensor):
+            raise OverdriveError(
+                f"a pipelined model takes labels= as a tensor; it got {type(labels).__name__}\n"
+                "  fix: pass the targets as one tensor"
+            )
         return self._strategy[0].run(self, inputs, labels)
 
 
-def _ignorable(key: str, value: Any) -> bool:
+def _ignorable(key: str, value: object) -> bool:
     """Keyword arguments that change nothing: None, use_cache, an all-ones attention mask."""
     if value is None or key in ("use_cache", "return_dict"):
         return True
@@ -131,20 +146,20 @@ class PipelineParallelStrategy(Strategy):
         self._models: list[PipelinedModel] = []
         self._optimizers: list[torch.optim.Optimizer] = []
         self._dropped: set[int] = set()  # ids of parameters other stages hold
-        self._schedules: dict[tuple[Any, ...], Any] = {}
+        self._schedules: dict[tuple[object, ...], PipelineSchedule] = {}
         self._stepped = False  # the last call ran backward: accelerator.backward skips it
-        self._accumulation: Any = None  # the Accelerator's GradientState, once prepared
+        self._accumulation: GradientState | None = None  # the Accelerator's, once prepared
         self._in_window = False  # inside no_sync: replicas average at the window's end only
         self._micro_losses: list[torch.Tensor] = []
         self._loss_channel: LossChannel | None = None
 
     @property
-    def mesh(self) -> Any:
+    def mesh(self) -> DeviceMesh:
         assert self.topology is not None
         return self.topology.mesh
 
     @property
-    def pp_group(self) -> Any:
+    def pp_group(self) -> ProcessGroup:
         return self.mesh["pp"].get_group()
 
     @property
@@ -153,8 +168,8 @@ class PipelineParallelStrategy(Strategy):
 
     # --- models and optimizers -------------------------------------------------------
     def prepare_engine(
-        self, objects: Sequence[Any], prepared: Sequence[Any], loop: TrainingLoop
-    ) -> dict[int, Any]:
+        self, objects: Sequence[object], prepared: Sequence[object], loop: TrainingLoop
+    ) -> dict[int, object]:
         self._accumulation = loop.gradient_state  # the loss inside the schedule divides by k
         return {}
 
@@ -240,11 +255,14 @@ class PipelineParallelStrategy(Strategy):
         args = (inputs,) if stage.is_first else ()
         self._micro_losses = []
         losses: list[torch.Tensor] = []  # the schedule's: one per micro-batch, scaled
-        kwargs: dict[str, Any] = {"target": target, "losses": losses if with_loss else None}
+        kept = losses if with_loss else None
         channel = self._channel()
         if with_loss and not stage.is_last:
             channel.expect()
-        outputs = schedule.step(*args, **kwargs) if training else schedule.eval(*args, **kwargs)
+        if training:
+            outputs = schedule.step(*args, target=target, losses=kept)
+        else:
+            outputs = schedule.eval(*args, target=target, losses=kept)
         loss = None
         if with_loss and stage.is_last:
             # the plain values of the schedule's losses (a first call also runs the loss
@@ -278,7 +296,7 @@ class PipelineParallelStrategy(Strategy):
 
     def _schedule(
         self, model: PipelinedModel, inputs: torch.Tensor, training: bool, with_loss: bool
-    ) -> Any:
+    ) -> PipelineSchedule:
         """A stage and schedule per batch shape (every process of a pipeline reads the same
         batch, so all agree when a new one is needed: shapes are inferred once per stage)."""
         from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
@@ -299,11 +317,11 @@ class PipelineParallelStrategy(Strategy):
             )
         return self._schedules[key]
 
-    def _scaled(self, loss_fn: Callable[[Any, Any], torch.Tensor]) -> Callable[..., Any]:
+    def _scaled(self, loss_fn: LossFn) -> LossFn:
         """``loss_fn`` divided by micro-batches x accumulation steps (the gradients are the
         mean over the window, as one pass over it would give); the plain value is kept."""
 
-        def scaled(output: Any, target: Any) -> torch.Tensor:
+        def scaled(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
             loss = loss_fn(output, target)
             self._micro_losses.append(loss.detach().float())
             steps = self._accumulation.num_steps if self._accumulation is not None else 1
@@ -337,7 +355,7 @@ class PipelineParallelStrategy(Strategy):
                 dist.all_reduce(grad, group=group)
                 grad.div_(self.layout.dp_size)
 
-    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+    def backward(self, loss: torch.Tensor, **kwargs: object) -> None:
         """Nothing left to do after the pipelined call (it ran the backward passes)."""
         if self._stepped and not loss.requires_grad:
             self._stepped = False
@@ -382,7 +400,7 @@ class PipelineParallelStrategy(Strategy):
         return total
 
     # --- checkpoints ---------------------------------------------------------------------
-    def _model_state(self, model: nn.Module, sharded: bool) -> dict[str, Any]:
+    def _model_state(self, model: nn.Module, sharded: bool) -> StateDict:
         """Whole: the model's weights on the main process (every stage's, by their names in
         the unsplit model), an empty dict elsewhere. Sharded: this stage's tensors as boxes
         (written by its first data-parallel replica), the others' as placeholders. Both are
@@ -397,8 +415,8 @@ class PipelineParallelStrategy(Strategy):
         return whole_model_state(stage.module, stage.names, self.pp_group)
 
     def _load_model_state(
-        self, model: nn.Module, state_dict: dict[str, Any], sharded: bool, strict: bool
-    ) -> Any:
+        self, model: nn.Module, state_dict: StateDict, sharded: bool, strict: bool
+    ) -> object:
         """Load this stage's part of the whole model's state dict (every process reads it;
         a sharded one is strict whatever ``strict`` says)."""
         if not isinstance(model, PipelinedModel):
@@ -417,7 +435,7 @@ class PipelineParallelStrategy(Strategy):
         wanted = {k: _like(state_dict[names[k]], live[k]) for k in local if names[k] in state_dict}
         return model.stage.module.load_state_dict(wanted, strict=strict)
 
-    def _optimizer_state(self, optimizer: torch.optim.Optimizer, sharded: bool) -> dict[str, Any]:
+    def _optimizer_state(self, optimizer: torch.optim.Optimizer, sharded: bool) -> StateDict:
         """Keyed by the unsplit model's parameter names, as FSDP's sharded state is. Whole:
         every stage's entries on the main process, an empty dict elsewhere. Sharded: this
         stage's tensors as boxes, the others' as placeholders. Collective over the pipeline."""
@@ -433,7 +451,7 @@ class PipelineParallelStrategy(Strategy):
         return whole_optimizer_state(raw, fqn, self.pp_group)
 
     def _load_optimizer_state(
-        self, optimizer: torch.optim.Optimizer, state: dict[str, Any], sharded: bool
+        self, optimizer: torch.optim.Optimizer, state: StateDict, sharded: bool
     ) -> None:
         """Load this stage's entries of the optimizer's state (by parameter name)."""
         from overdrive.parallel.pipeline_checkpoint import (
@@ -500,7 +518,7 @@ def _like(full: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
     return distribute_tensor(local, mesh, live.placements, src_data_rank=None)  # type: ignore[attr-defined]
 
 
-def _never(output: Any, target: Any) -> torch.Tensor:
+def _never(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """The loss other stages hand their schedule: only the last stage computes one, but a
     schedule without a loss function runs no backward passes."""
     raise AssertionError("only the last pipeline stage computes the loss")
