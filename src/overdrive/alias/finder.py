@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
+from overdrive.alias.metadata import COMPAT_VERSION, find_distributions
+
 ALIAS = "accelerate"
 TARGET = "overdrive"
 
@@ -30,7 +32,6 @@ class AliasPackage(ModuleType):
 
     def __init__(self, target: ModuleType) -> None:
         super().__init__(ALIAS, target.__doc__)
-        from overdrive.alias.metadata import COMPAT_VERSION
 
         self.__dict__["_target"] = target
         self.__version__ = COMPAT_VERSION
@@ -90,7 +91,6 @@ class AliasFinder(importlib.abc.MetaPathFinder):
 
     def find_distributions(self, context: object = None) -> list[Any]:
         """The ``accelerate`` distribution metadata for ``importlib.metadata``."""
-        from overdrive.alias.metadata import find_distributions
 
         return find_distributions(context)
 

@@ -13,10 +13,17 @@ import yaml
 
 from overdrive.cli.flags import add_flag
 from overdrive.config import load_settings, resolve
+from overdrive.config.prompts import MenuPrompter, StreamPrompter
 from overdrive.config.schema import MIXED_PRECISIONS
 from overdrive.config.settings import Settings, display_value
 from overdrive.config.sources import config_in_use, default_config_path, parse_config_text
+from overdrive.config.wizard import run_wizard
+from overdrive.ds.config import build
+from overdrive.ds.finish import describe
 from overdrive.errors import ConfigError
+from overdrive.launch import cluster
+from overdrive.launch.plan import process_limit
+from overdrive.preflight import plan_launch
 
 
 def register(commands: Any) -> None:
@@ -97,9 +104,6 @@ def _refuse_overwrite(path: Path, force: bool) -> None:
 
 
 def _wizard(args: argparse.Namespace) -> int:
-    from overdrive.config.prompts import MenuPrompter, StreamPrompter
-    from overdrive.config.wizard import run_wizard
-
     path = _target(args)
     _refuse_overwrite(path, args.force)  # before any question: no answers are wasted
     interactive = sys.stdin.isatty() and sys.stdout.isatty()
@@ -160,9 +164,6 @@ def _show(args: argparse.Namespace) -> int:
     print("precedence: code > launch flag > environment > config file > default\n")
     print(render_table(settings, changed_only=args.changed))
     if settings["distributed_type"] == "DEEPSPEED":
-        from overdrive.ds.config import build
-        from overdrive.ds.finish import describe
-
         print()
         print("\n".join(describe(build(settings))))
     return 0
@@ -182,10 +183,6 @@ def _gpus_described(settings: Settings) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from overdrive.launch import cluster
-    from overdrive.launch.plan import process_limit
-    from overdrive.preflight import plan_launch
-
     settings = load_settings(config_file=args.file, flags={})
     here = cluster.gpu_count(settings)
     notes: list[str] = []

@@ -11,7 +11,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import overdrive
+from overdrive.alias import engine_line
 from overdrive.cli.flags import add_flag
+from overdrive.config import load_settings
+from overdrive.config.sources import config_in_use
+from overdrive.errors import ConfigError
 
 OPTIONAL_BACKENDS = ("deepspeed", "tensorboard", "mlflow", "wandb", "transformers", "torchao")
 
@@ -66,8 +71,6 @@ def _torch_lines() -> list[str]:
 
 
 def _config_lines(config_file: str | None) -> list[str]:
-    from overdrive.config.sources import config_in_use
-
     path = Path(config_file) if config_file else config_in_use(os.environ)
     how = "given" if config_file else "default"
     if not path.is_file():
@@ -120,9 +123,6 @@ def _deepspeed_lines() -> list[str]:
 def _engine(config_file: str | None) -> str:
     """The engine line for this environment and config file, naming where ``as_accelerate``
     came from; without the file's word where the file cannot be read (shown below)."""
-    from overdrive.alias import engine_line
-    from overdrive.config import load_settings
-    from overdrive.errors import ConfigError
 
     try:
         settings = load_settings(config_file=config_file, flags={})
@@ -134,7 +134,6 @@ def _engine(config_file: str | None) -> str:
 
 def report(config_file: str | None = None) -> str:
     """The full report as text."""
-    import overdrive
 
     lines = [
         f"overdrive: {overdrive.__version__}",

@@ -7,6 +7,11 @@ import json
 from typing import Any
 
 from overdrive.cli.flags import add_flag
+from overdrive.errors import ConfigError
+from overdrive.memory_estimate import STRATEGIES, Layout, estimate, normalize_dtype
+from overdrive.memory_estimate.arithmetic import check_layout
+from overdrive.memory_estimate.build import load_spec
+from overdrive.memory_estimate.render import as_json, table
 
 
 def _positive(text: str) -> int:
@@ -84,9 +89,6 @@ def register(commands: Any) -> None:
 
 
 def _strategies(names: list[str] | None) -> list[Any]:
-    from overdrive.errors import ConfigError
-    from overdrive.memory_estimate import STRATEGIES
-
     if not names:
         return list(STRATEGIES)
     by_name = {s.name.lower(): s for s in STRATEGIES}
@@ -105,11 +107,6 @@ def _strategies(names: list[str] | None) -> list[Any]:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from overdrive.memory_estimate import Layout, estimate, normalize_dtype
-    from overdrive.memory_estimate.arithmetic import check_layout
-    from overdrive.memory_estimate.build import load_spec
-    from overdrive.memory_estimate.render import as_json, table
-
     dtypes = list(dict.fromkeys(normalize_dtype(d) for d in args.dtypes))
     strategies = _strategies(args.strategies)
     layout = Layout(args.num_processes, args.tp, args.pp)

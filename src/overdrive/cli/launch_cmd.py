@@ -14,10 +14,16 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from overdrive import alias
+from overdrive.alias.notice import LINE_VARIABLE
 from overdrive.cli.flags import TypedStore, typed_name
 from overdrive.cli.launch_options import add_option, container_for, flag_settings, launch_options
 from overdrive.config import load_settings
 from overdrive.errors import LaunchError
+from overdrive.launch import cluster, ports
+from overdrive.launch.describe import banner, dry_run_text
+from overdrive.launch.runner import run
+from overdrive.preflight import plan_launch
 
 
 def _dest(key: str) -> str:
@@ -139,9 +145,6 @@ def _log_dir(args: argparse.Namespace, project_dir: str | None) -> str | None:
 
 def handle(args: argparse.Namespace) -> int:
     """Resolve settings, plan, then dry-run or run."""
-    from overdrive.launch import cluster, ports
-    from overdrive.launch.describe import banner, dry_run_text
-    from overdrive.preflight import plan_launch
 
     if getattr(args, "no_python", False):
         raise LaunchError(
@@ -186,8 +189,6 @@ def handle(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(dry_run_text(plan, show_all=args.verbose))
         return 0
-    from overdrive import alias
-    from overdrive.alias.notice import LINE_VARIABLE
 
     asked_by = None
     if settings["as_accelerate"]:  # flag, config file or environment
@@ -208,6 +209,5 @@ def handle(args: argparse.Namespace) -> int:
             _say(f"overdrive: note: each rank's output also goes to {plan.log_dir}/rank_N.log")
     if plan.port_note:
         _say(f"overdrive: note: {plan.port_note}")
-    from overdrive.launch.runner import run
 
     return run(plan, verbose=args.verbose)

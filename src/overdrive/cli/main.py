@@ -7,6 +7,7 @@ import difflib
 import sys
 from collections.abc import Sequence
 
+from overdrive.cli import config_cmd, env_cmd, estimate_memory_cmd, launch_cmd, merge_cmd, test_cmd
 from overdrive.errors import OverdriveError
 
 
@@ -22,14 +23,6 @@ def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``overdrive`` parser with every subcommand registered."""
-    from overdrive.cli import (
-        config_cmd,
-        env_cmd,
-        estimate_memory_cmd,
-        launch_cmd,
-        merge_cmd,
-        test_cmd,
-    )
 
     parser = argparse.ArgumentParser(
         prog="overdrive",

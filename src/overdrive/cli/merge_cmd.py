@@ -47,6 +47,7 @@ def register(commands: Any) -> None:
 
 def _config_line(checkpoint: Path, output: Path) -> str:
     """Copy the model's config.json beside the weights, or say where one must go."""
+    # deferred: keeps overdrive.cli.merge_cmd torch-free
     from overdrive.checkpoint.merge import config_places, copy_model_config
 
     found = copy_model_config(checkpoint, output)
@@ -62,6 +63,7 @@ def _config_line(checkpoint: Path, output: Path) -> str:
 def handle(args: argparse.Namespace) -> int:
     import shutil
 
+    # deferred: keeps overdrive.cli.merge_cmd torch-free
     from overdrive.checkpoint.merge import merge_weights
 
     checkpoint = Path(args.checkpoint_dir)

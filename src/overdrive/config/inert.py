@@ -8,6 +8,7 @@ line picks the backend), so the section is named, with the setting that made it 
 
 from __future__ import annotations
 
+from overdrive.config import schema
 from overdrive.config.settings import Settings
 
 SECTION_BACKENDS = {
@@ -66,7 +67,6 @@ def inert_sections(settings: Settings, *, from_code_only: bool = False) -> list[
 def no_effect_notes(settings: Settings, *, from_code_only: bool = False) -> list[str]:
     """One line per setting Hugging Face Accelerate's files may hold that is set here (not at
     its default) but cannot take effect under overdrive, with its source and the reason."""
-    from overdrive.config import schema
 
     notes: list[str] = []
     for item in schema.iter_settings():

@@ -15,6 +15,8 @@ import sys
 import traceback
 from types import FrameType, TracebackType
 
+from overdrive.alias import install
+from overdrive.alias.notice import LINE_VARIABLE, announce
 from overdrive.launch.failure import write_error_file
 from overdrive.launch.rankfiles import register_worker, report_collective_timeout
 from overdrive.launch.worker_exit import finish
@@ -91,7 +93,6 @@ def _quiet_interrupts() -> None:
 
 def _announce_engine() -> None:
     """Rank 0 says which engine `import accelerate` gets, once the script imports it."""
-    from overdrive.alias.notice import LINE_VARIABLE, announce
 
     line = os.environ.pop(LINE_VARIABLE, None)  # not for the script's own subprocesses
     if line and os.environ.get("RANK", "0") == "0":
@@ -119,7 +120,6 @@ def run(argv: list[str]) -> int:
         sys.stderr.write("usage: python -m overdrive.launch.bootstrap [-m] target [args...]\n")
         return 2
     target, args = argv[0], argv[1:]
-    from overdrive.alias import install
 
     install()  # `import accelerate` gets overdrive unless a real one is installed and not opted out of
     _announce_engine()
