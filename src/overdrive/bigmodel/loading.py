@@ -14,7 +14,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from overdrive.bigmodel.auto_map import infer_auto_device_map
 from overdrive.bigmodel.checkpoint_files import checkpoint_files, load_state_dict
+from overdrive.bigmodel.dispatch import dispatch_model
+from overdrive.bigmodel.memory import get_balanced_memory
 from overdrive.bigmodel.sizes import as_dtype
 from overdrive.bigmodel.store import load_offloaded_weight, offload_weight, save_offload_index
 from overdrive.bigmodel.tensors import set_module_tensor_to_device
@@ -225,9 +228,6 @@ def load_checkpoint_and_dispatch(
     CPU and disk) or ``"sequential"`` (fill each GPU in turn) within ``max_memory``; None
     loads without dispatching. The CPU weights are parked on disk while loading when the
     map uses the disk (unless ``offload_state_dict=False``)."""
-    from overdrive.bigmodel.auto_map import infer_auto_device_map
-    from overdrive.bigmodel.dispatch import dispatch_model
-    from overdrive.bigmodel.memory import get_balanced_memory
 
     strategies = ("auto", "balanced", "balanced_low_0", "sequential")
     if isinstance(device_map, str) and device_map not in strategies:

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from overdrive.bigmodel.custom_dtype import CustomDtype
 from overdrive.errors import ConfigError
 
 _INTEGER_PREFIXES = ("torch.uint", "torch.int", "torch.bool")
@@ -40,7 +41,6 @@ def is_integer_dtype(dtype: torch.dtype) -> bool:
 
 def dtype_byte_size(dtype: Any) -> float:
     """Bytes one element of ``dtype`` takes (a bool is an eighth; ``CustomDtype`` values too)."""
-    from overdrive.bigmodel.custom_dtype import CustomDtype
 
     if dtype == torch.bool:
         return 1 / 8

@@ -31,6 +31,7 @@ from overdrive.checkpoint.serialization import load_tree, read_json
 from overdrive.checkpoint.shard_reader import full_tensor, load_shards
 from overdrive.checkpoint.sync import Rendezvous
 from overdrive.checkpoint.unread import load_unread
+from overdrive.random_state import restore_rng_state
 
 if TYPE_CHECKING:
     from overdrive.checkpoint.host import CheckpointHost
@@ -113,8 +114,6 @@ def _state_dict(state: object) -> StateDict:
 
 
 def _restore_rank(accelerator: CheckpointHost, state: RankState) -> None:
-    from overdrive.random_state import restore_rng_state
-
     # A script written for Hugging Face Accelerate skips the batches it already trained on by
     # itself after load_state (skip_first_batches, or counting steps): its loaders restart the
     # saved epoch, in the saved order, or those batches would be skipped twice.

@@ -12,6 +12,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from overdrive import __version__
 from overdrive.checkpoint import atomic, integrity, layout, save_alone
 from overdrive.checkpoint.errors import CheckpointError
 from overdrive.checkpoint.parts import FORMAT, VERSION, describe, main_parts, require_prepared
@@ -61,8 +62,6 @@ def _check_window(accelerator: CheckpointHost) -> None:
 
 
 def _manifest(accelerator: CheckpointHost, final: Path, files: dict[str, FileRecord]) -> Manifest:
-    from overdrive import __version__
-
     precision_state = accelerator.precision.state_dict()
     return {
         "format": FORMAT,

@@ -19,6 +19,8 @@ from overdrive.checkpoint import integrity
 from overdrive.checkpoint.parts import main_parts
 from overdrive.checkpoint.records import FileRecord, RankState
 from overdrive.checkpoint.serialization import save_tree, writing
+from overdrive.checkpoint.shards import LocalShard, local_shard, save_shards
+from overdrive.random_state import capture_rng_state
 
 if TYPE_CHECKING:
     from torch.distributed.tensor import DTensor
@@ -47,7 +49,6 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
 
 def rank_state(accelerator: CheckpointHost) -> RankState:
     """What differs between ranks: RNG streams, data positions, an open accumulation window."""
-    from overdrive.random_state import capture_rng_state
 
     state: RankState = {
         "rng": capture_rng_state(),
@@ -72,7 +73,6 @@ def rank_state(accelerator: CheckpointHost) -> RankState:
 def _copy(tree: object) -> object:
     """``tree`` with every tensor copied to host memory of its own; a DTensor becomes the
     host copy of this process's box (``LocalShard``), which ``save_shards`` writes as is."""
-    from overdrive.checkpoint.shards import LocalShard, local_shard
 
     if isinstance(tree, LocalShard):  # a box given as such (pipeline stages): copied if written
         keep = tree.write and not tree.data.is_meta
@@ -128,7 +128,6 @@ def take(accelerator: CheckpointHost, *, copy: bool) -> Snapshot:
 def write(snap: Snapshot, temp: Path, fault_point: Callable[[str], None]) -> str:
     """Write this process's files into ``temp``; a JSON record of their sizes and checksums.
     ``fault_point`` is called between stages (a seam for tests that kill a save)."""
-    from overdrive.checkpoint.shards import save_shards
 
     written: list[str] = []
     sums: dict[Path, FileRecord] = {}  # tensor files' checksums, taken while writing

@@ -20,6 +20,7 @@ from torch.utils.data import BatchSampler, DataLoader
 from overdrive.data.batches import to_device
 from overdrive.data.loader import PreparedDataLoader
 from overdrive.data.stateful import is_stateful_class, stateful_variant
+from overdrive.random_state import synchronize_rng_states
 
 
 class DataLoaderStateMixin:
@@ -259,8 +260,6 @@ class DataLoaderShard(
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         if self.rng_types:
-            from overdrive.random_state import synchronize_rng_states
-
             synchronize_rng_states(self.rng_types, self.synchronized_generator)
         self.begin()
         self.set_epoch(self.iteration)

@@ -9,6 +9,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
 
 from overdrive.data.loader import PreparedDataLoader, _draw_seed, _loader_kwargs
+from overdrive.data.loaders_by_hand import DataLoaderShard
 from overdrive.data.samplers import SeedableRandomSampler
 from overdrive.data.stateful import stateful_variant
 from overdrive.errors import ConfigError
@@ -197,7 +198,6 @@ def skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
         raise ValueError(f"skip_first_batches(num_batches={num_batches}) must be >= 0")
     if isinstance(dataloader, PreparedDataLoader):
         return dataloader.skipping(num_batches)
-    from overdrive.data.loaders_by_hand import DataLoaderShard
 
     if type.__instancecheck__(DataLoaderShard, dataloader):  # built by hand, not prepared
         return dataloader.skipping(num_batches)

@@ -15,6 +15,14 @@ from typing import Any
 import torch
 from torch import nn
 
+from overdrive.bigmodel.auto_map import infer_auto_device_map
+from overdrive.bigmodel.dispatch import dispatch_model
+from overdrive.bigmodel.empty_init import init_empty_weights
+from overdrive.bigmodel.loading import load_checkpoint_in_model
+from overdrive.bigmodel.memory import get_balanced_memory
+from overdrive.bigmodel.store import offload_weight
+from overdrive.bigmodel.tensors import set_module_tensor_to_device
+from overdrive.bigmodel.ties import find_tied_parameters
 from overdrive.quantize.bnb_config import BnbQuantizationConfig
 
 logger = logging.getLogger("overdrive.utils.bnb")
@@ -49,7 +57,6 @@ def get_keys_to_not_convert(model: nn.Module) -> list[str]:
     """The modules to keep in full precision: tied weights and the model's last child (its
     head, e.g. ``lm_head``), without ``.weight``/``.bias``; none for a transformers base
     model without tied weights."""
-    from overdrive.bigmodel.ties import find_tied_parameters
 
     tied: Any = find_tied_parameters(model)
     if isinstance(tied, dict):  # the mapping form older versions returned
@@ -162,8 +169,6 @@ def get_quantized_model_device_map(
                 "If passing a string for `device_map`, please choose 'auto', 'balanced', "
                 "'balanced_low_0' or 'sequential'."
             )
-        from overdrive.bigmodel.auto_map import infer_auto_device_map
-        from overdrive.bigmodel.memory import get_balanced_memory
 
         names = [name for name, _ in model.named_parameters()]
         special: dict[str, Any] = {
@@ -294,9 +299,6 @@ def load_and_quantize_model(
             "`weights_location` needs to be the folder path containing the weights of the "
             f"model, but we found {weights_location}"
         )
-    from overdrive.bigmodel.dispatch import dispatch_model
-    from overdrive.bigmodel.empty_init import init_empty_weights
-    from overdrive.bigmodel.loading import load_checkpoint_in_model
 
     with init_empty_weights():
         model = replace_with_bnb_layers(model, config, modules_to_not_convert=skip)
@@ -333,8 +335,6 @@ def quantize_and_offload_8bit(
     """Write the 8-bit weight ``param_name`` (quantizing ``param`` on GPU 0 first when
     ``fp16_statistics`` is None) and its ``SCB`` scale statistics to ``offload_folder``,
     recorded in ``offload_index``; the model keeps a meta tensor in its place."""
-    from overdrive.bigmodel.store import offload_weight
-    from overdrive.bigmodel.tensors import set_module_tensor_to_device
 
     scb_name = param_name.replace("weight", "SCB")
     if fp16_statistics is None:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any, TypeVar
 
+from overdrive.process_env import detect_process_env
 from overdrive.tracking.base import Tracker, TrackerError
 from overdrive.tracking.registry import LOGGER_TYPE_TO_CLASS, not_driven
 
@@ -27,6 +28,7 @@ def get_available_trackers() -> list[str]:
 
 
 def _needs_directory(name: str) -> bool:
+    # deferred: import cycle, overdrive.tracking imports this module at its top
     from overdrive.tracking import AVAILABLE, _class
 
     if name not in AVAILABLE and name not in LOGGER_TYPE_TO_CLASS:
@@ -40,6 +42,7 @@ def filter_trackers(log_with: Any, logging_dir: Any = None) -> list[Any]:
     ``logging_dir``. An unknown name, or one overdrive does not run, is an error (a
     ``ValueError``), as at ``Accelerator(log_with=...)``; a known tracker whose package is
     missing is left out."""
+    # deferred: import cycle, overdrive.tracking imports this module at its top
     from overdrive.tracking import AVAILABLE, _registered
 
     if log_with is None:
@@ -76,8 +79,6 @@ def _rank() -> int:
     import os
 
     import torch.distributed as dist
-
-    from overdrive.process_env import detect_process_env
 
     if dist.is_available() and dist.is_initialized():
         return int(dist.get_rank())
