@@ -26,6 +26,7 @@ from overdrive.plugins import (
     ProjectConfiguration,
 )
 from overdrive.types import ComputeEnvironment, DistributedType
+from overdrive.version import __version__ as __version__
 
 if TYPE_CHECKING:
     from overdrive.accelerator import Accelerator
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
     from overdrive.random_state import set_seed
     from overdrive.state import PartialState
 
-__version__ = "0.1.0"
 
 _LAZY = {
     "Accelerator": "overdrive.accelerator",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+from collections.abc import Collection
 from pathlib import Path
 
 import pytest
@@ -26,9 +27,12 @@ def _modules() -> dict[str, Path]:
     return found
 
 
-def _imported_targets(tree: ast.Module, package: str) -> set[str]:
+def _imported_targets(tree: ast.Module, package: str, modules: Collection[str]) -> set[str]:
     """Dotted names a module imports anywhere: at import time, inside functions and under
-    ``if TYPE_CHECKING:`` alike (a circle tied by a deferred import is still a circle)."""
+    ``if TYPE_CHECKING:`` alike (a circle tied by a deferred import is still a circle).
+
+    ``from pkg import name`` imports the submodule ``pkg.name`` when there is one, else a
+    name that ``pkg`` itself defines: then ``pkg`` (its ``__init__``) is the dependency."""
     targets: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -38,9 +42,9 @@ def _imported_targets(tree: ast.Module, package: str) -> set[str]:
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(anchor + ([node.module] if node.module else []))
-            # `from pkg import name` imports the submodule pkg.name when there is one.
-            targets.update(f"{base}.{alias.name}" for alias in node.names)
-            targets.add(base)
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                targets.add(sub if sub in modules else base)
     return targets
 
 
@@ -51,16 +55,12 @@ def import_graph() -> dict[str, set[str]]:
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         edges = set()
-        for target in _imported_targets(ast.parse(path.read_text()), package):
+        for target in _imported_targets(ast.parse(path.read_text()), package, modules):
             while target and target not in modules:
                 target = target.rpartition(".")[0]
             if target and target != name:
                 edges.add(target)
         graph[name] = edges
-    # A submodule named in `from pkg import sub` is the import; the package itself is only
-    # the parent every submodule initialises first, not a dependency that can form a cycle.
-    for name, edges in graph.items():
-        graph[name] = {e for e in edges if not any(f.startswith(e + ".") for f in edges)}
     return graph
 
 
@@ -109,16 +109,20 @@ def test_no_import_cycles() -> None:
     assert cycles(import_graph()) == []
 
 
-def test_the_cycle_check_counts_deferred_imports_and_ignores_parent_packages() -> None:
+def test_the_cycle_check_counts_deferred_imports_and_names_from_a_package_init() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     tree = ast.parse(
         "from typing import TYPE_CHECKING\n"
         "from overdrive.config import schema\n"
         "if TYPE_CHECKING:\n    from overdrive.state import PartialState\n"
         "def f():\n    import overdrive.accelerator\n"
+        "    from overdrive.tracking import AVAILABLE\n"
     )
-    targets = _imported_targets(tree, "overdrive.config")
-    assert {"overdrive.config.schema", "overdrive.state.PartialState"} <= targets
+    modules = _modules()
+    targets = _imported_targets(tree, "overdrive.config", modules)
+    # a submodule by its name; a name an __init__ defines, as that package
+    assert {"overdrive.config.schema", "overdrive.state", "overdrive.tracking"} <= targets
+    assert "overdrive.config" not in targets
     assert "overdrive.accelerator" in targets
     assert "overdrive.config.load" in import_graph()["overdrive.config"]
 

@@ -12,13 +12,13 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from overdrive import __version__
 from overdrive.checkpoint import atomic, integrity, layout, save_alone
 from overdrive.checkpoint.errors import CheckpointError
 from overdrive.checkpoint.parts import FORMAT, VERSION, describe, main_parts, require_prepared
 from overdrive.checkpoint.records import FileRecord, Manifest
 from overdrive.checkpoint.snapshot import Snapshot, take, write
 from overdrive.checkpoint.sync import Rendezvous
+from overdrive.version import __version__
 
 if TYPE_CHECKING:
     from overdrive.checkpoint.host import CheckpointHost

@@ -17,6 +17,7 @@ from overdrive.errors import OverdriveError
 from overdrive.logging import get_logger
 from overdrive.tracking.available import filter_trackers, get_available_trackers, on_main_process
 from overdrive.tracking.base import GeneralTracker, NoOpTracker, Tracker, TrackerError
+from overdrive.tracking.known import AVAILABLE, registered_class, tracker_class
 from overdrive.tracking.registry import (
     LOGGER_TYPE_TO_CLASS,
     AimTracker,
@@ -60,19 +61,6 @@ __all__ = [
 
 logger = get_logger(__name__)
 
-# name -> (module, class, package that must be importable, extra to install)
-AVAILABLE: dict[str, tuple[str, str, str | None, str | None]] = {
-    "jsonl": ("overdrive.tracking.jsonl", "JSONLTracker", None, None),
-    "tensorboard": (
-        "overdrive.tracking.tensorboard",
-        "TensorBoardTracker",
-        "tensorboard",
-        "tensorboard",
-    ),
-    "wandb": ("overdrive.tracking.wandb", "WandBTracker", "wandb", "wandb"),
-    "mlflow": ("overdrive.tracking.mlflow", "MLflowTracker", "mlflow", "mlflow"),
-}
-
 
 def is_installed(name: str) -> bool:
     package = AVAILABLE[name][2] if name in AVAILABLE else None
@@ -105,9 +93,9 @@ def _check(names: list[str], source: str) -> None:
                 f"  fix: use one or more of {', '.join([*AVAILABLE, 'all'])}, or register your "
                 "own with overdrive.tracking.register_tracker_class"
             )
-        if getattr(_registered(name), "not_driven", False):
+        if getattr(registered_class(name), "not_driven", False):
             raise not_driven(name)
-        if _registered(name) is None and not is_installed(name):
+        if registered_class(name) is None and not is_installed(name):
             raise TrackerError(
                 f"log_with asks for {name!r} ({source}), but the {AVAILABLE[name][2]} package "
                 f"is not installed\n  fix: pip install 'overdrive[{AVAILABLE[name][3]}]', or "
@@ -117,7 +105,7 @@ def _check(names: list[str], source: str) -> None:
 
 def _needs_directory(item: Any) -> bool:
     if isinstance(item, str):
-        return bool(getattr(_class(item), "requires_logging_directory", False))
+        return bool(getattr(tracker_class(item), "requires_logging_directory", False))
     return False  # an instance was built with its own directory
 
 
@@ -159,27 +147,12 @@ def check_logging_dir(accelerator: Any) -> None:
     _logging_dir(accelerator, items, source)
 
 
-def _registered(name: str) -> type[Tracker] | None:
-    """A class registered under ``name`` by the user (or a name overdrive does not drive)."""
-    cls = LOGGER_TYPE_TO_CLASS.get(name)
-    return cls if cls is not None and issubclass(cls, GeneralTracker) else None
-
-
-def _class(name: str) -> type[Tracker]:
-    registered = _registered(name)
-    if registered is not None:
-        return registered
-    module, cls, _, _ = AVAILABLE[name]
-    tracker_class: type[Tracker] = getattr(importlib.import_module(module), cls)
-    return tracker_class
-
-
 def _build(name: str, project_name: str, logging_dir: Path | None, kwargs: dict[str, Any]) -> Any:
     """A started tracker by name: ours from (project, logging_dir, init kwargs); a registered
     class with Hugging Face Accelerate's (run_name[, logging_dir=...], **kwargs)."""
-    cls = _registered(name)
+    cls = registered_class(name)
     if cls is None:
-        ours: Any = _class(name)
+        ours: Any = tracker_class(name)
         requested = getattr(ours, "requested", None)
         tracker = requested(project_name, logging_dir, kwargs) if requested else None
         if tracker is None:

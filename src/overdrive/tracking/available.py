@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from overdrive.process_env import detect_process_env
 from overdrive.tracking.base import Tracker, TrackerError
+from overdrive.tracking.known import AVAILABLE, registered_class, tracker_class
 from overdrive.tracking.registry import LOGGER_TYPE_TO_CLASS, not_driven
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -28,12 +29,9 @@ def get_available_trackers() -> list[str]:
 
 
 def _needs_directory(name: str) -> bool:
-    # deferred: import cycle, overdrive.tracking imports this module at its top
-    from overdrive.tracking import AVAILABLE, _class
-
     if name not in AVAILABLE and name not in LOGGER_TYPE_TO_CLASS:
         return False
-    return bool(getattr(_class(name), "requires_logging_directory", False))
+    return bool(getattr(tracker_class(name), "requires_logging_directory", False))
 
 
 def filter_trackers(log_with: Any, logging_dir: Any = None) -> list[Any]:
@@ -42,9 +40,6 @@ def filter_trackers(log_with: Any, logging_dir: Any = None) -> list[Any]:
     ``logging_dir``. An unknown name, or one overdrive does not run, is an error (a
     ``ValueError``), as at ``Accelerator(log_with=...)``; a known tracker whose package is
     missing is left out."""
-    # deferred: import cycle, overdrive.tracking imports this module at its top
-    from overdrive.tracking import AVAILABLE, _registered
-
     if log_with is None:
         return []
     items = list(log_with) if isinstance(log_with, (list, tuple)) else [log_with]
@@ -62,7 +57,7 @@ def filter_trackers(log_with: Any, logging_dir: Any = None) -> list[Any]:
                 f"{', '.join([*AVAILABLE, 'all'])}, or a name registered with "
                 "register_tracker_class"
             )
-        registered = _registered(name)
+        registered = registered_class(name)
         if getattr(registered, "not_driven", False):
             raise not_driven(name)
         if registered is None and name in DRIVEN and importlib.util.find_spec(name) is None:
