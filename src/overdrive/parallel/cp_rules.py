@@ -15,10 +15,10 @@ gradient.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from overdrive.errors import ConfigError
+from overdrive.parallel.degree_rules import Rule, refuse_by_rules, refuse_not_dividing
 
 if TYPE_CHECKING:
     from overdrive.config.settings import Settings
@@ -28,7 +28,7 @@ CP_COMM_KEY = "parallelism_config.parallelism_config_cp_comm_strategy"
 SP_KEY = "parallelism_config.parallelism_config_sp_size"
 
 # (setting, what it cannot be given the settings, the fix): checked in this order
-RULES: tuple[tuple[str, Callable[[object, Settings], bool], str], ...] = (
+RULES: tuple[Rule, ...] = (
     (
         "distributed_type",
         lambda v, s: v != "FSDP",
@@ -76,15 +76,7 @@ def cp_degree(settings: Settings, world: int, others: dict[str, tuple[int, str]]
     if cp <= 1:
         return 1
     source = settings.source(CP_KEY)
-    for key, bad, fix in RULES:
-        value = settings[key]
-        if bad(value, settings):
-            raise ConfigError(
-                f"{key} = {value} ({settings.source(key)}) cannot run with context "
-                f"parallelism ({CP_KEY} = {cp}, from {source})",
-                key=key,
-                fix=fix,
-            )
+    refuse_by_rules(RULES, settings, what="context", asked_by=f"{CP_KEY} = {cp}, from {source}")
     for name, (degree, key) in others.items():
         if degree > 1:
             raise ConfigError(
@@ -93,15 +85,7 @@ def cp_degree(settings: Settings, world: int, others: dict[str, tuple[int, str]]
                 key=key,
                 fix=f"set one of {key} and {CP_KEY} to 1",
             )
-    if world % cp:
-        fits = [d for d in range(2, cp) if world % d == 0]
-        raise ConfigError(
-            f"context-parallel degree {cp} ({CP_KEY}, from {source}) does not divide the "
-            f"{world} processes of this launch",
-            key=CP_KEY,
-            fix=f"launch a multiple of {cp} processes (e.g. {cp * -(-world // cp)}), or set "
-            f"{CP_KEY} to a divisor of {world}" + (f" (e.g. {fits[-1]})" if fits else ""),
-        )
+    refuse_not_dividing(cp, world, what="context-parallel", key=CP_KEY, source=source)
     return cp
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from overdrive.errors import ConfigError
 from overdrive.parallel.cp_rules import cp_degree
+from overdrive.parallel.degree_rules import refuse_not_dividing
 from overdrive.parallel.mesh_shape import MESH_ORDER, mesh_shape
 from overdrive.parallel.pipeline_rules import check_pipeline_settings
 
@@ -159,15 +160,7 @@ def _tp_degree(settings: Settings, world: int) -> int:
             fix="use distributed_type FSDP with fsdp_version 2 (--fsdp_version 2), or MEGATRON_LM / MULTI_CPU / "
             "MULTI_GPU, or drop the tensor-parallel degree",
         )
-    if world % tp:
-        fits = [d for d in range(1, tp + 1) if world % d == 0 and d > 1]
-        raise ConfigError(
-            f"tensor-parallel degree {tp} ({key}, from {settings.source(key)}) does not divide "
-            f"the {world} processes of this launch",
-            key=key,
-            fix=f"launch a multiple of {tp} processes (e.g. {tp * -(-world // tp)}), or set "
-            f"{key} to a divisor of {world}" + (f" (e.g. {fits[-1]})" if fits else ""),
-        )
+    refuse_not_dividing(tp, world, what="tensor-parallel", key=key, source=settings.source(key))
     return tp
 
 

@@ -7,16 +7,15 @@ first two before any worker starts.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from overdrive.errors import ConfigError
+from overdrive.parallel.degree_rules import Rule, refuse_by_rules
 
 if TYPE_CHECKING:
     from overdrive.config.settings import Settings
 
 # (setting, what it cannot be given the settings, the fix)
-RULES: tuple[tuple[str, Callable[[object, Settings], bool], str], ...] = (
+RULES: tuple[Rule, ...] = (
     (
         "distributed_type",
         lambda v, s: v == "DEEPSPEED",
@@ -58,12 +57,5 @@ def check_pipeline_settings(settings: Settings, degree: int, pp_key: str) -> Non
     (set by ``pp_key``)."""
     if degree <= 1:
         return
-    for key, bad, fix in RULES:
-        value = settings[key]
-        if bad(value, settings):
-            raise ConfigError(
-                f"{key} = {value} ({settings.source(key)}) cannot run with pipeline "
-                f"parallelism ({pp_key} = {degree}, from {settings.source(pp_key)}) yet",
-                key=key,
-                fix=fix,
-            )
+    asked_by = f"{pp_key} = {degree}, from {settings.source(pp_key)}"
+    refuse_by_rules(RULES, settings, what="pipeline", asked_by=asked_by, suffix=" yet")
