@@ -127,3 +127,13 @@ def test_dry_run_shows_the_cp_coordinate(tmp_path: Path, capsys: pytest.CaptureF
     out = capsys.readouterr().out
     assert code == 0
     assert "dp_shard=2 x cp=2" in out, out
+
+
+def test_a_refusal_names_an_unset_setting_as_not_set() -> None:
+    from overdrive.config import load_settings
+    from overdrive.parallel.degree_rules import refuse_by_rules
+
+    settings = load_settings(code={"distributed_type": None}, environ={}, config_file=None)
+    rules = [("distributed_type", lambda v, s: v is None, "set it")]
+    with pytest.raises(ConfigError, match=r"^distributed_type = not set \("):
+        refuse_by_rules(rules, settings, what="context", asked_by="cp = 2")

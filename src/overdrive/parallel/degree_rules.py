@@ -40,8 +40,9 @@ def refuse_by_rules(
     for key, bad, fix in rules:
         value = settings[key]
         if bad(value, settings):
+            shown = "not set" if value is None else value
             raise ConfigError(
-                f"{key} = {value} ({settings.source(key)}) cannot run with {what} "
+                f"{key} = {shown} ({settings.source(key)}) cannot run with {what} "
                 f"parallelism ({asked_by}){suffix}",
                 key=key,
                 fix=fix,
