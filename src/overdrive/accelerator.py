@@ -277,7 +277,7 @@ class Accelerator(AcceleratorCompat):
             model = self.precision.convert_module(model)
             return model.to(self.device) if place else model
         model = self.precision.convert_module(model)  # also runs forward under autocast
-        model = self.strategy.wrap_model(model, device_placement=place)  # and compiled
+        model = self.strategy.setup_model(model, device_placement=place)  # the chain
         self._models.append(model)
         return model
 

@@ -80,6 +80,10 @@ def code_settings(args: dict[str, Any], plugins: Iterable[Any]) -> Labelled:
         # TorchDynamoPlugin carries the backend as a setting; its other fields are torch.compile options
         code["dynamo_config.dynamo_backend"] = str(dynamo.backend).lower()
         labels["dynamo_config.dynamo_backend"] = "Accelerator(dynamo_plugin=...)"
+    regional = "dynamo_config.dynamo_use_regional_compilation"
+    if dynamo is not None and getattr(dynamo, "use_regional_compilation", None) is not None:
+        code[regional] = bool(dynamo.use_regional_compilation)
+        labels[regional] = "Accelerator(dynamo_plugin=...)"
     for plugin in plugins:
         if plugin is None:
             continue

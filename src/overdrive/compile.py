@@ -10,11 +10,13 @@ import torch
 
 from overdrive.config.settings import Settings
 from overdrive.errors import ConfigError
+from overdrive.parallel.regional_compile import compile_regions_fsdp2
 
 BACKEND = "dynamo_config.dynamo_backend"
 MODE = "dynamo_config.dynamo_mode"
 FULLGRAPH = "dynamo_config.dynamo_use_fullgraph"
 DYNAMIC = "dynamo_config.dynamo_use_dynamic"
+REGIONAL = "dynamo_config.dynamo_use_regional_compilation"
 
 
 def compile_kwargs(settings: Settings) -> dict[str, Any] | None:
@@ -50,10 +52,16 @@ def compile_kwargs(settings: Settings) -> dict[str, Any] | None:
 
 @dataclass(frozen=True)
 class CompileStep:
-    """The parallelize chain's compile step: ``torch.compile`` with ``kwargs``, applied to
-    the whole model once it is wrapped (as Hugging Face Accelerate compiles it)."""
+    """The parallelize chain's compile step: ``torch.compile`` with ``kwargs``.
+
+    Whole-model (``regional=False``): the model once it is wrapped becomes an
+    ``OptimizedModule``, as Hugging Face Accelerate compiles it. Regional: each repeated
+    block is compiled in place before the model is wrapped (torchtitan's order: tp -> ac ->
+    compile -> fsdp), so the model keeps its identity and parameter names and the wrapper's
+    hooks run around compiled blocks."""
 
     kwargs: dict[str, Any] = field(default_factory=dict)
+    regional: bool = False
 
     def apply(self, model: torch.nn.Module) -> torch.nn.Module:
         """``model`` compiled (an ``OptimizedModule``), unless it is compiled already."""
@@ -61,11 +69,25 @@ class CompileStep:
             return model
         return torch.compile(model, **self.kwargs)  # type: ignore[return-value]
 
+    def apply_regions(self, model: torch.nn.Module) -> torch.nn.Module:
+        """``model`` with each repeated block compiled in place (the whole model in place
+        when it repeats none); returns ``model``."""
+        import torch._dynamo.config as dynamo_config  # heavy: only when compiling
+
+        # As torchtitan's per-block recipe (and Hugging Face Accelerate's under FSDP2): a
+        # checkpointed block does not replay its forward's Python side effects in backward,
+        # and data-dependent scalars stay in the graph.
+        dynamo_config.capture_scalar_outputs = True
+        dynamo_config.skip_fwd_side_effects_in_bwd_under_checkpoint = True
+        return compile_regions_fsdp2(model, **self.kwargs)
+
 
 def compile_step(settings: Settings) -> CompileStep | None:
     """The compile step the ``dynamo_config`` settings ask for, or None (``no``)."""
     kwargs = compile_kwargs(settings)
-    return None if kwargs is None else CompileStep(kwargs)
+    if kwargs is None:
+        return None
+    return CompileStep(kwargs, regional=bool(settings[REGIONAL]))
 
 
 def compile_model(model: torch.nn.Module, settings: Settings) -> torch.nn.Module:

@@ -28,6 +28,12 @@ CASES = {
     ),
     # torch.compile is the chain's last step, around the wrapped model (eager: same numbers).
     "compiled": (2, [*LAYER_WRAP, "--dynamo_backend", "eager"], BLOCKS),
+    # Regional: each block compiled in place before FSDP wraps it (torchtitan's order).
+    "regional-compiled": (
+        2,
+        [*LAYER_WRAP, "--dynamo_backend", "eager", "--dynamo_use_regional_compilation", "true"],
+        BLOCKS,
+    ),
     "hybrid-2x2": (
         4,
         ["--fsdp_sharding_strategy", "HYBRID_SHARD", "--parallelism_config_dp_shard_size", "2"],
@@ -64,6 +70,9 @@ def test_fsdp_trains_like_one_process(case: str, version: int) -> None:
     assert_ok(result)
     assert f"ALL CHECKS PASSED world={nprocs}" in result.stdout
     assert f"UNITS {units or '-'}" in result.stdout
-    assert f"COMPILED {'--dynamo_backend' in flags}" in result.stdout
+    compiled = "no" if "--dynamo_backend" not in flags else "whole"
+    if "--dynamo_use_regional_compilation" in flags:
+        compiled = "regions"
+    assert f"COMPILED {compiled}" in result.stdout
     if "--fsdp_activation_checkpointing" in flags:
         assert f"CHECKPOINTED {units}" in result.stdout

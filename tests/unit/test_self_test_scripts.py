@@ -9,7 +9,6 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-import torch
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
 from overdrive import Accelerator, debug_launcher
@@ -77,12 +76,8 @@ def test_accumulate_check_catches_an_unscaled_loss(monkeypatch: pytest.MonkeyPat
 
 @pytest.mark.distributed
 def test_sync_check_catches_unsynchronised_gradients(monkeypatch: pytest.MonkeyPatch) -> None:
-    # DDP never wraps the model, so nothing averages the gradients (forked children inherit it)
-    def unwrapped(
-        self: DDPStrategy, model: torch.nn.Module, *, device_placement: bool
-    ) -> torch.nn.Module:
-        return Strategy.setup_model(self, model, device_placement=device_placement)
-
-    monkeypatch.setattr(DDPStrategy, "setup_model", unwrapped)
+    # DDP's chain has no DDP step, so nothing averages the gradients (forked children
+    # inherit it)
+    monkeypatch.setattr(DDPStrategy, "model_chain", Strategy.model_chain)
     with pytest.raises(ChildFailedError, match="AssertionError: step 1: gradient after no_sync"):
         debug_launcher(test_sync.main, num_processes=2)

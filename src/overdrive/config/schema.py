@@ -266,6 +266,15 @@ SETTINGS: tuple[Setting, ...] = (
         aliases=("dynamo_use_dynamic",),
         flag=True,
     ),
+    setting(
+        "dynamo_config.dynamo_use_regional_compilation",
+        ON_OFF,
+        False,
+        "compile each repeated block in place before wrapping, not the whole model",
+        env=("ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION",),
+        aliases=("dynamo_use_regional_compilation",),
+        flag=True,
+    ),
     # --- Data loading (seed 000 table 5) -------------------------------------------------
     setting("split_batches", ON_OFF, False, "split each batch across processes"),
     setting(

@@ -18,7 +18,6 @@ SEQUENCE = (
     "(docs/parallelism.md)"
 )
 MOE = "DeepSpeed's mixture-of-experts leaf modules, which overdrive does not mark"
-REGIONAL = "compiling repeated blocks one by one; overdrive compiles the whole model"
 
 
 def _inert(key: str, kind: Kind, default: Any, help: str, why: str) -> Setting:
@@ -59,9 +58,6 @@ ACCELERATE_ONLY_SETTINGS: tuple[Setting, ...] = (
         False,
         "fp8 all-gather",
         TRANSFORMER_ENGINE,
-    ),
-    _inert(
-        "dynamo_config.dynamo_use_regional_compilation", ON_OFF, False, "regional compile", REGIONAL
     ),
     _inert(
         "deepspeed_config.deepspeed_moe_layer_cls_names", Names(), None, "MoE leaf classes", MOE

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from torch import nn
 
+from overdrive.errors import ConfigError
+
+_CHECKPOINTED = "_overdrive_checkpointed"
+
 
 def apply_activation_checkpointing(units: Iterable[nn.Module]) -> int:
-    """Checkpoint each module's forward in place (parameter names unchanged); returns the count.
+    """Checkpoint each module's forward in place (parameter names unchanged), once however
+    often a model is prepared; returns how many were newly checkpointed.
 
     Uses PyTorch's composable ``checkpoint``, which adds hooks rather than a wrapper module,
     so state-dict keys stay the user's names.
@@ -17,17 +23,32 @@ def apply_activation_checkpointing(units: Iterable[nn.Module]) -> int:
 
     count = 0
     for module in units:
+        if getattr(module, _CHECKPOINTED, False):
+            continue
         checkpoint(module)
+        setattr(module, _CHECKPOINTED, True)
         count += 1
     return count
+
+
+@dataclass(frozen=True)
+class RecomputeLayers:
+    """The chain's activation-checkpointing step when ``key`` (Megatron-LM's
+    ``recompute_activations``, from ``source``) asks for it: every repeated layer of the
+    model recomputes its activations in backward."""
+
+    key: str
+    source: str
+
+    def units(self, model: nn.Module) -> list[nn.Module]:
+        """The layers of ``model`` to checkpoint (an error naming ``key`` when it has none)."""
+        return repeated_layers(model, key=self.key, source=self.source)
 
 
 def repeated_layers(model: nn.Module, *, key: str, source: str) -> list[nn.Module]:
     """The layers a transformer repeats: the model's ``_no_split_modules`` classes (a
     transformers model), the children of an ``nn.Sequential``, else those of the longest
     ``nn.ModuleList``; an error naming ``key`` when there are none."""
-    from overdrive.errors import ConfigError
-
     classes = set(getattr(model, "_no_split_modules", None) or ())
     found = [m for m in model.modules() if m is not model and type(m).__name__ in classes]
     if found:

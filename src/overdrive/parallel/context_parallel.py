@@ -6,11 +6,13 @@ refusals are ``parallel/cp_rules.py``; FSDP2 shards over ``dp_shard`` x ``cp``,
 step with the batch's tensors: inside it torch's ``context_parallel`` keeps this rank's two
 chunks of every buffer's sequence (head and tail, for causal load balance) and runs SDPA as
 ring attention over the ``cp`` ranks, which pass keys and values round by
-``cp_comm_strategy``. Before the first block, each prepared model is checked (SDPA
-attention, no sliding-window layers) and its ``*self_attn`` modules get a hook that, inside
-a block only, drops the attention mask for ``is_causal=True`` (ring attention takes no mask);
-a transformers model called in a block without ``position_ids`` is refused (it would number
-each chunk from 0).
+``cp_comm_strategy``. The parallelize chain's context-parallel step
+(``ContextParallelStep``) readies each model that trains when it is prepared: it is checked
+(SDPA attention, no sliding-window layers) and its ``*self_attn`` modules get a hook that,
+inside a block only, drops the attention mask for ``is_causal=True`` (ring attention takes
+no mask); a transformers model called in a block without ``position_ids`` is refused (it
+would number each chunk from 0). A block readies the models given to it the same way when
+the chain did not (evaluation-only models).
 
 torch 2.13 dispatches ring attention for the CUDA kernels only (flash, memory-efficient,
 cuDNN); on CPU, SDPA runs ``aten._scaled_dot_product_flash_attention_for_cpu``, which has no
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 import torch
@@ -91,6 +94,20 @@ def check_model(model: nn.Module, cp: int, source: str) -> None:
             key=CP_KEY,
             fix=f"use a model with full attention in every layer, or set {CP_KEY} to 1",
         )
+
+
+@dataclass(frozen=True)
+class ContextParallelStep:
+    """The parallelize chain's context-parallel step: ready a model for ring attention over
+    ``cp`` processes (``parallelism_config_cp_size``, set in ``source``)."""
+
+    cp: int
+    source: str
+
+    def apply(self, model: nn.Module) -> None:
+        """Refuse a model ring attention cannot run, and hook its attention modules."""
+        check_model(model, self.cp, self.source)
+        hook_attention(model)
 
 
 def _drop_mask(

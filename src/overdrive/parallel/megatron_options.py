@@ -5,15 +5,9 @@ strategy as its ``LoopRules``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from torch import nn
-
-from overdrive.parallel.activation_checkpointing import (
-    apply_activation_checkpointing,
-    repeated_layers,
-)
+from overdrive.parallel.activation_checkpointing import RecomputeLayers
 from overdrive.strategies.rules import NO_RULES, LoopRules
 
 if TYPE_CHECKING:
@@ -31,19 +25,6 @@ def megatron_rules(settings: Settings) -> LoopRules:
     clip = settings[CLIP_KEY]
     source = str(settings.source(RECOMPUTE_KEY))
     return LoopRules(
-        before_wrap=_recompute(source) if settings[RECOMPUTE_KEY] else None,
+        recompute=RecomputeLayers(RECOMPUTE_KEY, source) if settings[RECOMPUTE_KEY] else None,
         clip_grad_norm=float(clip) if clip else None,  # 0 turns clipping off, as in Megatron
     )
-
-
-def _recompute(source: str) -> Callable[[nn.Module], None]:
-    """A step that makes each repeated layer of a model recompute its activations in
-    backward (once per model, however often it is prepared)."""
-
-    def apply(model: nn.Module) -> None:
-        if getattr(model, "_overdrive_recomputes", False):
-            return
-        apply_activation_checkpointing(repeated_layers(model, key=RECOMPUTE_KEY, source=source))
-        model._overdrive_recomputes = True  # type: ignore[assignment]
-
-    return apply

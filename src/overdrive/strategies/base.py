@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from overdrive.optimizer_steps import PlainSteps
+from overdrive.parallel.chain import Chain, parallelize
 from overdrive.strategies.rules import NO_RULES, LoopRules
 
 if TYPE_CHECKING:
@@ -106,20 +107,19 @@ class Strategy(PlainSteps):
         """Where a model is built so this backend can create it efficiently (nothing here)."""
         return contextlib.nullcontext()
 
-    def wrap_model(self, model: nn.Module, *, device_placement: bool) -> nn.Module:
-        """``setup_model``, after ``rules.before_wrap`` on a model that trains, then
-        ``rules.compile`` when the backend's parallelize chain did not compile it."""
-        trains = any(p.requires_grad for p in model.parameters())
-        if self.rules.before_wrap is not None and trains:
-            self.rules.before_wrap(model)
-        model = self.setup_model(model, device_placement=device_placement)
-        return model if self.rules.compile is None else self.rules.compile.apply(model)
-
     def setup_model(self, model: nn.Module, *, device_placement: bool) -> nn.Module:
-        """Move ``model`` to the device (when asked) and wrap it for this backend."""
+        """Move ``model`` to the device (when asked), then run the parallelize chain on it:
+        ``model_chain`` for a model that trains, its compile step only for one that does
+        not."""
         if device_placement:
             model = model.to(self.device)
-        return model
+        chain = self.model_chain() if _trains(model) else Chain(compile=self.rules.compile)
+        return parallelize(model, model, None, chain).module
+
+    def model_chain(self) -> Chain:
+        """The parallelize chain for a model that trains: the loop's recomputation and
+        compile steps, and this backend's wrap step (none here)."""
+        return Chain(recompute=self.rules.recompute, compile=self.rules.compile)
 
     def setup_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         """Backend work on the raw optimizer (sharding, offload); identity by default."""
@@ -276,3 +276,7 @@ def _raw(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
 
 def _is_wrapper(model: nn.Module) -> bool:
     return isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel))
+
+
+def _trains(model: nn.Module) -> bool:
+    return any(p.requires_grad for p in model.parameters())

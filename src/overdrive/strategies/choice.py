@@ -69,7 +69,7 @@ def _pipeline(c: Choice) -> Strategy:
             fix="turn sequence parallelism off, or drop the pipeline degree",
         )
     fsdp = _fsdp_policy(c) if c.settings["distributed_type"] == "FSDP" else None
-    chain = Chain(tp=c.tp, fsdp=fsdp)
+    chain = Chain(tp=c.tp, recompute=c.rules.recompute, fsdp=fsdp)
     return PipelineParallelStrategy(c.device, c.topology, c.pp, chain, rules=c.rules)
 
 
@@ -101,6 +101,8 @@ def _fsdp_policy(c: Choice) -> FSDPPolicy:
 def _mesh(c: Choice) -> Strategy:
     """The mesh strategy: FSDP's policy under FSDP, else Megatron-LM's distributed optimizer
     (the data-parallel processes shard), else plain replication around tensor parallelism."""
+    from overdrive.parallel.context_parallel import ContextParallelStep
+    from overdrive.parallel.cp_rules import CP_KEY
     from overdrive.strategies.fsdp import FSDPStrategy
     from overdrive.strategies.tensor_parallel import distributed_optimizer_policy, replicate_policy
 
@@ -110,7 +112,9 @@ def _mesh(c: Choice) -> Strategy:
         policy = distributed_optimizer_policy()
     else:
         policy = replicate_policy()
-    return FSDPStrategy(c.device, c.topology, policy, c.tp, rules=c.rules)
+    cp = c.topology.layout.cp
+    step = ContextParallelStep(cp, str(c.settings.source(CP_KEY))) if cp > 1 else None
+    return FSDPStrategy(c.device, c.topology, policy, c.tp, cp=step, rules=c.rules)
 
 
 def _ddp(c: Choice) -> Strategy:

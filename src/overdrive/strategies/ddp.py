@@ -3,28 +3,21 @@
 from __future__ import annotations
 
 import contextlib
-from typing import TypedDict, cast
+from dataclasses import replace
+from functools import partial
+from typing import cast
 
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from overdrive.kwargs_handlers import DistributedDataParallelKwargs
+from overdrive.parallel.chain import Chain
+from overdrive.parallel.ddp_step import DDPOptions, DDPStep
 from overdrive.parallel.topology import Topology
 from overdrive.strategies.base import Strategy
+from overdrive.strategies.ddp_comm_hooks import register_comm_hook
 from overdrive.strategies.rules import NO_RULES, LoopRules
-
-
-class DDPOptions(TypedDict, total=False):
-    """What ``DistributedDataParallelKwargs.ddp_kwargs`` hands DDP: the fields set of these."""
-
-    dim: int
-    broadcast_buffers: bool
-    bucket_cap_mb: int
-    find_unused_parameters: bool
-    check_reduction: bool
-    gradient_as_bucket_view: bool
-    static_graph: bool
 
 
 class DDPStrategy(Strategy):
@@ -48,21 +41,17 @@ class DDPStrategy(Strategy):
         super().__init__(device, topology, rules=rules)
         given = ddp_kwargs.ddp_kwargs() if ddp_kwargs else {}
         self.ddp_kwargs = cast(DDPOptions, given)
-        self._handler = ddp_kwargs
+        hook = partial(register_comm_hook, kwargs=ddp_kwargs) if ddp_kwargs else None
+        self._ddp_step = DDPStep(device, self.ddp_kwargs, hook)
 
     def setup_model(self, model: nn.Module, *, device_placement: bool) -> nn.Module:
-        model = super().setup_model(model, device_placement=device_placement)
         if isinstance(model, DistributedDataParallel):
             return model
-        if not any(p.requires_grad for p in model.parameters()):
-            return model  # DDP refuses modules with nothing to train; evaluation-only models
-        device_ids = [self.device.index] if self.device.type == "cuda" else None
-        wrapped = DistributedDataParallel(model, device_ids=device_ids, **self.ddp_kwargs)
-        if self._handler is not None:
-            from overdrive.strategies.ddp_comm_hooks import register_comm_hook
+        return super().setup_model(model, device_placement=device_placement)
 
-            register_comm_hook(wrapped, self._handler)
-        return wrapped
+    def model_chain(self) -> Chain:
+        """The loop's recomputation, then DDP, then the compile step."""
+        return replace(super().model_chain(), ddp=self._ddp_step)
 
     def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager[None]:
         if isinstance(model, DistributedDataParallel):

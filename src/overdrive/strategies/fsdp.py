@@ -2,7 +2,8 @@
 tensor parallelism in front when a plan is given: one strategy for the DTensor mesh.
 
 Models go through the parallelize chain (``parallel/chain.py``: tensor parallel -> fill
-from the main process -> activation checkpointing -> FSDP1, FSDP2 or replicate -> compile).
+from the main process -> context parallel -> activation checkpointing -> regional compile ->
+FSDP1, FSDP2 or replicate -> compile).
 The strategy adds what the loop needs from a sharded model: gradient sync
 control, a global gradient norm, full and sharded state dicts.
 """
@@ -20,6 +21,7 @@ from torch import nn
 from overdrive.compile import uncompiled
 from overdrive.errors import OverdriveError
 from overdrive.parallel.chain import Chain, parallelize
+from overdrive.parallel.context_parallel import ContextParallelStep
 from overdrive.parallel.fill_from_main import broadcast_from_main, fill_from_main
 from overdrive.parallel.fsdp_policy import FSDPPolicy
 from overdrive.parallel.grad_norm import clip_grad_norm
@@ -53,9 +55,11 @@ class FSDPStrategy(Strategy):
         policy: FSDPPolicy,
         tp: TPSettings | None = None,
         *,
+        cp: ContextParallelStep | None = None,
         rules: LoopRules = NO_RULES,
     ) -> None:
         super().__init__(device, topology, rules=rules)
+        self.cp = cp  # context parallelism over the mesh's ``cp`` dimension
         if tp is not None:
             self.name = "tensor_parallel"  # the same strategy, named for its plan
         self.layout: ParallelLayout = topology.layout
@@ -166,11 +170,18 @@ class FSDPStrategy(Strategy):
         split_locally: bool = True,
         fill: Callable[[nn.Module], None] | None = None,
     ) -> nn.Module:
-        """The parallelize chain on the whole model: tensor parallelism, activation
-        checkpointing, FSDP1 or FSDP2, compile."""
+        """The parallelize chain on the whole model: tensor or context parallelism,
+        activation checkpointing, regional compile, FSDP1 or FSDP2, compile."""
         p = self.policy
         shard = p.version == 1 or self._fsdp_has_work()
-        chain = Chain(tp=self.tp, fsdp=p, shard=shard, compile=self.rules.compile)
+        chain = Chain(
+            tp=self.tp,
+            cp=self.cp,
+            recompute=self.rules.recompute,
+            fsdp=p,
+            shard=shard,
+            compile=self.rules.compile,
+        )
         done = parallelize(
             model,
             model,

@@ -8,25 +8,22 @@ on any layout. Built by ``strategies/rules_from_settings.py``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
-from torch import nn
-
 from overdrive.compile import CompileStep
+from overdrive.parallel.activation_checkpointing import RecomputeLayers
 
 
 @dataclass(frozen=True)
 class LoopRules:
-    """``before_wrap`` runs once on each model that trains, before the backend wraps it
-    (activation recomputation); ``clip_grad_norm`` is the max norm the gradients are clipped
-    to before every optimizer step (None: no clipping); ``compile`` compiles each prepared
-    model once it is wrapped (the chain's last step; ``Strategy.wrap_model`` for a strategy
-    that does not run the chain)."""
+    """``recompute``: the layers of each model that trains recompute their activations in
+    backward (the chain's activation-checkpointing step); ``clip_grad_norm`` is the max norm
+    the gradients are clipped to before every optimizer step (None: no clipping);
+    ``compile``: the chain's compile step for every prepared model."""
 
-    before_wrap: Callable[[nn.Module], None] | None = None
+    recompute: RecomputeLayers | None = None
     clip_grad_norm: float | None = None
-    compile: CompileStep | None = None  # dynamo_config's torch.compile, the chain's last step
+    compile: CompileStep | None = None  # dynamo_config's torch.compile
 
 
 NO_RULES = LoopRules()

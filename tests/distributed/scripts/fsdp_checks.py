@@ -129,9 +129,18 @@ def check_units(acc: Accelerator, model: nn.Module, expected: str) -> None:
         assert checkpointed == names, (checkpointed, names)
         acc.print(f"CHECKPOINTED {','.join(checkpointed)}")
     acc.print(f"UNITS {','.join(names) or '-'}")
+    acc.print(f"COMPILED {compiled_how(model)}")
+
+
+def compiled_how(model: nn.Module) -> str:
+    """whole (an OptimizedModule around the wrapped model), regions (blocks compiled in
+    place, inside the FSDP wrapping), or no."""
     from overdrive.compile import is_compiled
 
-    acc.print(f"COMPILED {is_compiled(model)}")
+    if is_compiled(model):
+        return "whole"
+    inside = [m for m in model.modules() if getattr(m, "_compiled_call_impl", None) is not None]
+    return "regions" if inside else "no"
 
 
 def check_data_parallel(acc: Accelerator, expected_units: str) -> None:
