@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from overdrive.errors import ConfigError
+from overdrive.logging import get_logger
 from overdrive.parallel.cp_rules import CP_COMM_KEY, CP_KEY, check_sequence_length
 
 if TYPE_CHECKING:
@@ -54,8 +55,6 @@ def say_not_enabled() -> None:
     global _told_not_enabled
     if not _told_not_enabled:
         _told_not_enabled = True
-        from overdrive.logging import get_logger
-
         get_logger("overdrive").warning(
             "Context parallel training is not enabled. This context manager will have no "
             "effect. To enable it, set `parallelism_config.cp_size` > 1 in the `Accelerator` "

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from overdrive.parallel.layout import ParallelLayout
+from overdrive.parallel.mesh import build_mesh
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
@@ -32,8 +33,6 @@ class Topology:
     def mesh(self) -> DeviceMesh:
         """The device mesh of every dimension above 1 (and ``dp_shard``); built once."""
         if self._mesh is None:
-            from overdrive.parallel.mesh import build_mesh
-
             self._mesh = build_mesh(self.layout, self.device_type)
         return self._mesh
 

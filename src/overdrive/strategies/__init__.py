@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from overdrive.backends import check_available
 from overdrive.config import Settings
+from overdrive.parallel.decide import decide_layout
+from overdrive.parallel.topology import Topology
 from overdrive.strategies.base import Strategy
+from overdrive.strategies.chain_settings import pp_settings, tp_settings
+from overdrive.strategies.choice import BUILDERS, Choice, kind
 from overdrive.strategies.ddp import DDPStrategy
 from overdrive.strategies.options import NO_OPTIONS, ProcessInfo, StrategyOptions
+from overdrive.strategies.rules_from_settings import rules_from_settings
 from overdrive.strategies.single import SingleDeviceStrategy
 
 __all__ = [
@@ -34,12 +39,6 @@ def select_strategy(
     device. A backend that is asked for but not built yet is an error naming the setting and
     where it came from.
     """
-    from overdrive.parallel.decide import decide_layout
-    from overdrive.parallel.topology import Topology
-    from overdrive.strategies.chain_settings import pp_settings, tp_settings
-    from overdrive.strategies.choice import BUILDERS, Choice, kind
-    from overdrive.strategies.rules_from_settings import rules_from_settings
-
     check_available(settings)
     rules = rules_from_settings(settings)
     layout = decide_layout(settings, state.num_processes)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from overdrive.errors import ConfigError
 from overdrive.optimizer_steps import PlainSteps
 from overdrive.parallel.chain import Chain, parallelize
 from overdrive.strategies.rules import NO_RULES, LoopRules
@@ -259,8 +260,6 @@ def _refuse_stand_in(obj: object, backend: str) -> None:
     stands_in_for = getattr(type(obj), "stands_in_for", None)
     if stands_in_for is None:
         return
-    from overdrive.errors import ConfigError
-
     engine, what = stands_in_for
     raise ConfigError(
         f"prepare() got {type(obj).__name__}, a stand-in for {what}, but the backend is {backend}",

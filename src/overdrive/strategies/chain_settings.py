@@ -13,10 +13,10 @@ import warnings
 from typing import TYPE_CHECKING
 
 from overdrive.parallel.layout import pp_key, pp_micro_batches, tp_setting
+from overdrive.parallel.tp_settings import TPSettings
 
 if TYPE_CHECKING:
     from overdrive.config.settings import Settings
-    from overdrive.parallel.tp_settings import TPSettings
     from overdrive.strategies.options import StrategyOptions
     from overdrive.strategies.pipeline import PPSettings
 
@@ -51,8 +51,6 @@ def tp_settings(settings: Settings, degree: int, options: StrategyOptions) -> TP
                     stacklevel=_STACKLEVEL,
                 )
         return None
-    from overdrive.parallel.tp_settings import TPSettings
-
     return TPSettings(
         degree=degree,
         key=key,
@@ -84,6 +82,8 @@ def pp_settings(settings: Settings, degree: int, options: StrategyOptions) -> PP
                 stacklevel=_STACKLEVEL,
             )
         return None
+    # Loads torch.distributed.pipelining, needed only under a pipeline degree above 1.
+    # deferred: heavy (about 150 ms at every start otherwise)
     from overdrive.strategies.pipeline import PPSettings
 
     return PPSettings(

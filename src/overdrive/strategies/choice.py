@@ -12,7 +12,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from overdrive.errors import ConfigError
+from overdrive.parallel.chain import Chain
+from overdrive.parallel.context_parallel import ContextParallelStep
+from overdrive.parallel.cp_rules import CP_KEY
+from overdrive.parallel.fsdp_policy import policy_from_settings
+from overdrive.strategies.ddp import DDPStrategy
 from overdrive.strategies.options import StrategyOptions
+from overdrive.strategies.single import SingleDeviceStrategy
 
 if TYPE_CHECKING:
     import torch
@@ -56,8 +63,7 @@ def kind(choice: Choice) -> str:
 def _pipeline(c: Choice) -> Strategy:
     """Each stage runs the parallelize chain: tensor parallelism when a tp degree is set, then
     FSDP2 under distributed_type FSDP (else the stage's replicas average their gradients)."""
-    from overdrive.errors import ConfigError
-    from overdrive.parallel.chain import Chain
+    # deferred: torch.distributed.pipelining (about 150 ms), heavy, needed only here
     from overdrive.strategies.pipeline import PipelineParallelStrategy
 
     assert c.pp is not None
@@ -76,8 +82,9 @@ def _pipeline(c: Choice) -> Strategy:
 def _deepspeed(c: Choice) -> Strategy:
     """DeepSpeed's engine, its config from the settings and any given in code; its topology is
     replicas (the engine groups the processes itself)."""
-    from overdrive.ds.config import build
-    from overdrive.strategies.deepspeed import DeepSpeedStrategy
+    # The DeepSpeed backend is optional: its glue and checkpoint code load when asked for.
+    from overdrive.ds.config import build  # deferred: optional DeepSpeed backend
+    from overdrive.strategies.deepspeed import DeepSpeedStrategy  # deferred: same, ~150 ms
 
     given = c.options.ds_config
     # transformers' TrainingArguments(deepspeed=...) passes its HfTrainerDeepSpeedConfig:
@@ -93,18 +100,18 @@ def _deepspeed(c: Choice) -> Strategy:
 
 
 def _fsdp_policy(c: Choice) -> FSDPPolicy:
-    from overdrive.parallel.fsdp_policy import policy_from_settings
-
     return policy_from_settings(c.settings, c.options.fsdp_wrap)
 
 
 def _mesh(c: Choice) -> Strategy:
     """The mesh strategy: FSDP's policy under FSDP, else Megatron-LM's distributed optimizer
     (the data-parallel processes shard), else plain replication around tensor parallelism."""
-    from overdrive.parallel.context_parallel import ContextParallelStep
-    from overdrive.parallel.cp_rules import CP_KEY
-    from overdrive.strategies.fsdp import FSDPStrategy
-    from overdrive.strategies.tensor_parallel import distributed_optimizer_policy, replicate_policy
+    # torch.distributed.fsdp and tensor parallelism (about 85 ms), for the mesh strategy only.
+    from overdrive.strategies.fsdp import FSDPStrategy  # deferred: heavy, mesh runs only
+    from overdrive.strategies.tensor_parallel import (  # deferred: heavy, mesh runs only
+        distributed_optimizer_policy,
+        replicate_policy,
+    )
 
     if c.settings["distributed_type"] == "FSDP":
         policy = _fsdp_policy(c)
@@ -118,14 +125,10 @@ def _mesh(c: Choice) -> Strategy:
 
 
 def _ddp(c: Choice) -> Strategy:
-    from overdrive.strategies.ddp import DDPStrategy
-
     return DDPStrategy(c.device, c.options.ddp_kwargs, c.topology, rules=c.rules)
 
 
 def _single(c: Choice) -> Strategy:
-    from overdrive.strategies.single import SingleDeviceStrategy
-
     return SingleDeviceStrategy(c.device, c.topology, rules=c.rules)
 
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from torch.nn.parallel import DistributedDataParallel
 
+from overdrive.errors import ConfigError
 from overdrive.kwargs_handlers import DistributedDataParallelKwargs
 
 if TYPE_CHECKING:
@@ -48,8 +49,6 @@ def _check_runnable(kwargs: DistributedDataParallelKwargs) -> None:
     import torch
     import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
-
-    from overdrive.errors import ConfigError
 
     source = "code: DistributedDataParallelKwargs(...)"
     backend = dist.get_backend() if dist.is_initialized() else "none"

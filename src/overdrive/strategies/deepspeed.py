@@ -43,6 +43,7 @@ from overdrive.ds.finish import finish
 from overdrive.ds.window import WindowScale
 from overdrive.errors import ConfigError, OverdriveError
 from overdrive.parallel.topology import Topology
+from overdrive.scheduler import AcceleratedScheduler, is_scheduler
 from overdrive.strategies.base import Params, Strategy, TrainingLoop
 
 if TYPE_CHECKING:
@@ -427,8 +428,6 @@ class DeepSpeedStrategy(Strategy):
 
 
 def _is_new_scheduler(obj: object, strategy: DeepSpeedStrategy) -> bool:
-    from overdrive.scheduler import AcceleratedScheduler, is_scheduler
-
     if isinstance(obj, DummyScheduler):
         return True
     return (

@@ -27,9 +27,18 @@ from overdrive.parallel.fill_from_main import broadcast_from_main
 from overdrive.parallel.grad_norm import total_norm
 from overdrive.parallel.layout import ParallelLayout
 from overdrive.parallel.pipeline import LossFn, Stage, split_model
+from overdrive.parallel.pipeline_checkpoint import (
+    load_stage_optimizer,
+    load_whole_optimizer,
+    stage_model_state,
+    stage_optimizer_state,
+    whole_model_state,
+    whole_optimizer_state,
+)
 from overdrive.parallel.pipeline_loss import LossChannel
 from overdrive.parallel.rebind import named_params, rebind, replacement_map
 from overdrive.parallel.topology import Topology
+from overdrive.precision.autocast import AutocastForward
 from overdrive.strategies.base import Params, Strategy, TrainingLoop, _raw
 from overdrive.strategies.rules import NO_RULES, LoopRules
 
@@ -405,8 +414,6 @@ class PipelineParallelStrategy(Strategy):
         the unsplit model), an empty dict elsewhere. Sharded: this stage's tensors as boxes
         (written by its first data-parallel replica), the others' as placeholders. Both are
         collective over the pipeline."""
-        from overdrive.parallel.pipeline_checkpoint import stage_model_state, whole_model_state
-
         if not isinstance(model, PipelinedModel):  # not split: every process holds it whole
             return super()._model_state(model, sharded)
         stage = model.stage
@@ -439,11 +446,6 @@ class PipelineParallelStrategy(Strategy):
         """Keyed by the unsplit model's parameter names, as FSDP's sharded state is. Whole:
         every stage's entries on the main process, an empty dict elsewhere. Sharded: this
         stage's tensors as boxes, the others' as placeholders. Collective over the pipeline."""
-        from overdrive.parallel.pipeline_checkpoint import (
-            stage_optimizer_state,
-            whole_optimizer_state,
-        )
-
         raw = _raw(optimizer)
         fqn = self._param_names()
         if sharded:
@@ -454,11 +456,6 @@ class PipelineParallelStrategy(Strategy):
         self, optimizer: torch.optim.Optimizer, state: StateDict, sharded: bool
     ) -> None:
         """Load this stage's entries of the optimizer's state (by parameter name)."""
-        from overdrive.parallel.pipeline_checkpoint import (
-            load_stage_optimizer,
-            load_whole_optimizer,
-        )
-
         raw = _raw(optimizer)
         fqn = self._param_names()
         if sharded:
@@ -500,8 +497,6 @@ class PipelineParallelStrategy(Strategy):
 def _keep_autocast(model: nn.Module, stage_module: nn.Module) -> None:
     """The stage runs under the autocast the precision plugin gave the model's forward
     (a stage calls the model's parts, not that forward)."""
-    from overdrive.precision.autocast import AutocastForward
-
     wrapped = model.__dict__.get("forward")
     if isinstance(wrapped, AutocastForward):
         stage_module.forward = AutocastForward(stage_module.forward, wrapped._args)
