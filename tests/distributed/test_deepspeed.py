@@ -80,6 +80,18 @@ def test_zero_stage_trains_like_one_process(
     assert row["basic_optimizer"] == ("DeepSpeedCPUAdam" if offload else "AdamW")
 
 
+def test_dynamo_backend_compiles_the_engine_and_trains_the_same(tmp_path: Path) -> None:
+    """DeepSpeed wraps the model itself, so dynamo_config's compile step runs on its engine
+    (eager: the same numbers as one plain process)."""
+    section = {"zero_stage": 2, "gradient_accumulation_steps": 2, "gradient_clipping": MAX_NORM}
+    config = _yaml(tmp_path, section)
+    data = yaml.safe_load(config.read_text())
+    data["dynamo_config"] = {"dynamo_backend": "EAGER"}
+    config.write_text(yaml.safe_dump(data))
+    row = _train(tmp_path, config, "run")
+    assert row["compiled"] is True and row["unwrapped"] == "Net"
+
+
 @pytest.mark.extended
 def test_json_with_auto_values_trains_like_the_yaml(tmp_path: Path) -> None:
     section = {"zero_stage": 2, "gradient_accumulation_steps": 2, "gradient_clipping": MAX_NORM}

@@ -96,7 +96,9 @@ def _deepspeed(c: Choice) -> Strategy:
     code = given if isinstance(given, dict) else None
     config = build(c.settings, code_config=code, caller_accumulates=from_transformers, **label)
     zero3_init = bool(c.settings["deepspeed_config.zero3_init_flag"])
-    return DeepSpeedStrategy(c.device, config, zero3_init=zero3_init, topology=c.topology)
+    return DeepSpeedStrategy(
+        c.device, config, zero3_init=zero3_init, topology=c.topology, rules=c.rules
+    )
 
 
 def _fsdp_policy(c: Choice) -> FSDPPolicy:

@@ -45,6 +45,7 @@ from overdrive.errors import ConfigError, OverdriveError
 from overdrive.parallel.topology import Topology
 from overdrive.scheduler import AcceleratedScheduler, is_scheduler
 from overdrive.strategies.base import Params, Strategy, TrainingLoop
+from overdrive.strategies.rules import NO_RULES, LoopRules
 
 if TYPE_CHECKING:
     from overdrive.precision import Precision
@@ -73,6 +74,8 @@ class DeepSpeedEngine(Protocol):
 
     def destroy(self) -> object: ...
 
+    def compile(self, backend: str, compile_kwargs: dict[str, object]) -> None: ...
+
 
 def _trains(obj: object) -> TypeGuard[nn.Module]:
     return isinstance(obj, nn.Module) and any(p.requires_grad for p in obj.parameters())
@@ -93,8 +96,9 @@ class DeepSpeedStrategy(Strategy):
         *,
         zero3_init: bool = False,
         topology: Topology | None = None,
+        rules: LoopRules = NO_RULES,
     ) -> None:
-        super().__init__(device, topology)
+        super().__init__(device, topology, rules=rules)
         self.config = config
         self.zero3_init = zero3_init and config.zero_stage == 3
         self.engine: DeepSpeedEngine | None = None
@@ -197,6 +201,7 @@ class DeepSpeedStrategy(Strategy):
         if fitted is not optimizer and isinstance(optimizer, torch.optim.Optimizer):
             self._replaced = optimizer  # what DeepSpeed's CPU Adam replaced
         engine: DeepSpeedEngine = initialize(self.deepspeed, model, fitted, config, scheduler)
+        _compile_engine(engine, self.rules)
         self.engine = engine
         self.basic_optimizer = engine.basic_optimizer
         built: dict[int, object] = {models[0]: engine}
@@ -441,3 +446,18 @@ def _caller_clipping(loop: object) -> object:
     plugin = getattr(loop, "deepspeed_plugin", None)
     config = getattr(getattr(plugin, "hf_ds_config", None), "config", None)
     return config.get("gradient_clipping") if isinstance(config, dict) else None
+
+
+def _compile_engine(engine: DeepSpeedEngine, rules: LoopRules) -> None:
+    """``dynamo_config``'s compile step on the engine DeepSpeed built (it wraps the model
+    itself, so the chain does not): regional, each repeated block of the model in place;
+    else the engine's own ``compile``, which its forward then runs."""
+    step = rules.compile
+    if step is None:
+        return
+    if step.regional:
+        step.apply_regions(engine.module)
+        return
+    kwargs = dict(step.kwargs)
+    backend = kwargs.pop("backend")
+    engine.compile(backend=backend, compile_kwargs=kwargs)

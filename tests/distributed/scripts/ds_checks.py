@@ -132,6 +132,7 @@ def main() -> None:
             "saved_diff": saved_diff,
             "norm_diff": norm_diff,
             "unwrapped": type(acc.unwrap_model(model)).__name__,
+            "compiled": bool(getattr(model, "is_compiled", False)),
             "basic_optimizer": type(opt.optimizer).__name__,
             "scheduler": type(getattr(sched.scheduler, "scheduler", sched.scheduler)).__name__,
         }
