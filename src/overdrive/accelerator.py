@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from overdrive import effective_settings
+from overdrive import effective_settings, ops, tracking
 from overdrive.accelerator_setup import (
     checked_accumulation_plugin,
     code_settings,
@@ -29,12 +29,20 @@ from overdrive.accelerator_setup import (
 )
 from overdrive.accumulation import GradientState
 from overdrive.compat.accelerator_compat import AcceleratorCompat
+from overdrive.compat.checkpoint_args import load_state_kwargs, save_state_kwargs
 from overdrive.compat.plugin_views import expose_plugins
 from overdrive.config import Settings, load_settings
+from overdrive.data import (
+    PreparedDataLoader,
+    gather_for_metrics,
+    prepare_data_loader,
+    skip_first_batches,
+)
 from overdrive.kwargs_handlers import AutocastKwargs, GradScalerKwargs, InitProcessGroupKwargs
 from overdrive.logging import get_logger
 from overdrive.loop_state import LoopState
 from overdrive.optimizer import AcceleratedOptimizer
+from overdrive.parallel.meta_init import init_empty_weights
 from overdrive.plugins import (
     DataLoaderConfiguration,
     DeepSpeedPlugin,
@@ -53,6 +61,7 @@ from overdrive.random_state import check_rng_types
 from overdrive.scheduler import AcceleratedScheduler, is_scheduler
 from overdrive.strategies import check_available
 from overdrive.strategies.base import TrainingLoop
+from overdrive.tracking import check_started, find_tracker
 from overdrive.utils.imports import is_bitsandbytes_multi_backend_available, is_xpu_available
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -321,8 +330,6 @@ class Accelerator(AcceleratorCompat):
 
     def prepare_data_loader(self, dataloader: Any, device_placement: bool | None = None) -> Any:
         """Shard ``dataloader`` across processes (see ``overdrive.data.prepare_data_loader``)."""
-        from overdrive.data import PreparedDataLoader, prepare_data_loader
-
         if isinstance(dataloader, PreparedDataLoader):
             return dataloader  # prepared before: sharding it again would shard a share
         place = self.device_placement if device_placement is None else device_placement
@@ -352,8 +359,6 @@ class Accelerator(AcceleratorCompat):
         """Build a model inside: with FSDP's ``cpu_ram_efficient_loading`` on, processes other
         than the main one create it empty (meta device) and ``prepare`` fills their shards
         from the main process; otherwise nothing changes."""
-        from overdrive.parallel.meta_init import init_empty_weights
-
         efficient = (
             self.distributed_type == "FSDP"
             and self.settings["fsdp_config.fsdp_cpu_ram_efficient_loading"]
@@ -438,14 +443,10 @@ class Accelerator(AcceleratorCompat):
     # --- collectives and process control --------------------------------------------------
     def gather(self, tensor: Any) -> Any:
         """Concatenate ``tensor`` (or a nest of tensors) from every process along dim 0."""
-        from overdrive import ops
-
         return ops.gather(tensor, debug=self._debug)
 
     def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
         """Gather evaluation outputs: exactly the dataset's samples, in order, no padding."""
-        from overdrive.data import gather_for_metrics
-
         ranks = self.strategy.data_parallel_ranks()
         options = {"use_gather_object": use_gather_object, "debug": self._debug, "ranks": ranks}
         return gather_for_metrics(input_data, self.loop_state, **options)
@@ -453,8 +454,6 @@ class Accelerator(AcceleratorCompat):
     def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
         """Sum (or mean) ``tensor`` over the data-parallel processes (every process unless
         tensor parallelism makes several hold the same data), then multiply by ``scale``."""
-        from overdrive import ops
-
         group = self.strategy.data_parallel_group()
         out = ops.reduce(tensor, reduction, debug=self._debug, group=group)
         return out if scale == 1.0 else ops.map_tensors(lambda t: t * scale, out)
@@ -463,8 +462,6 @@ class Accelerator(AcceleratorCompat):
         self, tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False
     ) -> Any:
         """Pad ``tensor`` along ``dim`` to the largest size any process holds."""
-        from overdrive import ops
-
         return ops.pad_across_processes(tensor, dim, pad_index, pad_first, debug=self._debug)
 
     def wait_for_everyone(self) -> None:
@@ -495,8 +492,6 @@ class Accelerator(AcceleratorCompat):
 
     def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
         """A loader that resumes ``dataloader`` after its first ``num_batches`` batches."""
-        from overdrive.data import skip_first_batches
-
         return skip_first_batches(dataloader, num_batches)
 
     def free_memory(self, *objects: Any) -> list[Any]:
@@ -524,16 +519,16 @@ class Accelerator(AcceleratorCompat):
         self._custom_objects.extend(registrable(objects))
 
     def save_state(self, output_dir: str | None = None, **kwargs: Any) -> Any:
+        # deferred: keeps overdrive.checkpoint (safetensors) out of `import overdrive.accelerator`
         from overdrive import checkpoint
-        from overdrive.compat.checkpoint_args import save_state_kwargs
 
         kwargs = save_state_kwargs(kwargs)
         hooks = self._run_save_state_hooks  # they write into the checkpoint being written
         return checkpoint.save_state(self, output_dir, before_write=hooks, **kwargs)
 
     def load_state(self, input_dir: str | None = None, **kwargs: Any) -> Any:
+        # deferred: keeps overdrive.checkpoint (safetensors) out of `import overdrive.accelerator`
         from overdrive import checkpoint
-        from overdrive.compat.checkpoint_args import load_state_kwargs
 
         kwargs = load_state_kwargs(kwargs)
         self._run_load_state_hooks(input_dir)
@@ -546,6 +541,7 @@ class Accelerator(AcceleratorCompat):
         max_shard_size: int | str = "10GB",
         safe_serialization: bool = True,
     ) -> Any:
+        # deferred: keeps overdrive.checkpoint (safetensors) out of `import overdrive.accelerator`
         from overdrive import checkpoint
 
         return checkpoint.save_model(
@@ -562,8 +558,6 @@ class Accelerator(AcceleratorCompat):
         config: dict[str, Any] | None = None,
         init_kwargs: dict[str, Any] | None = None,
     ) -> None:
-        from overdrive import tracking
-
         self.trackers = tracking.start_trackers(self, project_name, config, init_kwargs or {})
 
     def log(
@@ -573,19 +567,16 @@ class Accelerator(AcceleratorCompat):
         log_kwargs: dict[str, Any] | None = None,
     ) -> None:
         if not self.trackers and self.is_main_process:
-            from overdrive.tracking import check_started
-
             check_started(self.log_with, self.trackers)  # elsewhere a no-op, as in Accelerate
         for tracker in self.trackers:
             tracker.log(values, step=step, **(log_kwargs or {}).get(tracker.name, {}))
 
     def get_tracker(self, name: str, unwrap: bool = False) -> Any:
-        from overdrive.tracking import find_tracker
-
         return find_tracker(self.trackers, name, unwrap)
 
     def end_training(self) -> None:
         """Finish an asynchronous save and every tracker, then wait for all processes."""
+        # deferred: keeps overdrive.checkpoint (safetensors) out of `import overdrive.accelerator`
         from overdrive.checkpoint.save import wait_for_pending
 
         wait_for_pending(self)

@@ -18,6 +18,7 @@ from overdrive.kwargs_handlers import (
 )
 from overdrive.plugins import GradientAccumulationPlugin, ProjectConfiguration
 from overdrive.precision import FP8RecipeKwargs
+from overdrive.strategies import StrategyOptions, select_strategy
 
 if TYPE_CHECKING:
     from overdrive.strategies import ProcessInfo, Strategy
@@ -191,8 +192,6 @@ def strategy_for(
     """The strategy for this run, with what the plugins give in code (a wrap policy, a
     DeepSpeed config dict, a tensor-parallel plan, a pipeline loss and split points),
     gathered once into ``StrategyOptions``."""
-    from overdrive.strategies import StrategyOptions, select_strategy
-
     options = StrategyOptions(
         ddp_kwargs=handlers.get(DistributedDataParallelKwargs),
         fsdp_wrap=callable_wrap_policy(fsdp_plugin),

@@ -19,7 +19,14 @@ from typing import Any
 
 import torch
 
+from overdrive.checkpoint.errors import CheckpointError, UnsafeCheckpointError
+from overdrive.checkpoint.legacy import _restore_rng
+from overdrive.checkpoint.serialization import load_pickle, load_tree, save_tree
 from overdrive.logging import get_logger
+from overdrive.optimizer import move_to_device
+from overdrive.process_state import current_partial_state
+from overdrive.random_state import capture_rng_state, restore_rng_state
+from overdrive.utils.saving import without_shared_storage
 
 logger = get_logger(__name__)
 
@@ -38,15 +45,11 @@ def _name(stem: str, index: int) -> str:
 def _writer(save_on_each_node: bool) -> bool:
     """Whether this process writes the shared files (each machine's first with
     ``save_on_each_node``, else the job's first)."""
-    from overdrive.process_state import current_partial_state
-
     state = current_partial_state()
     return bool(state.is_local_main_process if save_on_each_node else state.is_main_process)
 
 
 def _save(obj: Any, directory: Path, stem: str) -> None:
-    from overdrive.checkpoint.serialization import save_tree
-
     save_tree(obj, directory, stem, what=stem)
 
 
@@ -70,9 +73,6 @@ def save_accelerator_state(
     ``random_states_<process_index>``. ``safe_serialization=False`` still writes
     safetensors (overdrive writes no pickle), with a warning.
     """
-    from overdrive.random_state import capture_rng_state
-    from overdrive.utils.saving import without_shared_storage
-
     directory = Path(output_dir)
     directory.mkdir(parents=True, exist_ok=True)
     if not safe_serialization:
@@ -113,9 +113,6 @@ def _weights_only_load(path: Path, map_location: Any = None) -> Any:
 
 def _read(directory: Path, stem: str, *, required: bool = True) -> Any:
     """``stem``'s state: overdrive's ``stem.json``, else Accelerate's pickle file."""
-    from overdrive.checkpoint.errors import CheckpointError
-    from overdrive.checkpoint.serialization import load_tree
-
     if (directory / f"{stem}.json").exists():
         return load_tree(directory, stem, what=stem)
     for suffix in (".bin", ".pkl", ".pt"):
@@ -162,10 +159,6 @@ def load_accelerator_state(
     (``strict=...``). ``load_kwargs`` may only confirm ``weights_only=True``: a full
     unpickle runs code from the file and is refused.
     """
-    from overdrive.checkpoint.errors import UnsafeCheckpointError
-    from overdrive.optimizer import move_to_device
-    from overdrive.process_state import current_partial_state
-
     if map_location not in (None, "cpu", "on_device"):
         raise TypeError(
             "Unsupported optimizer map location passed, please choose one of `None`, "
@@ -197,9 +190,6 @@ def load_accelerator_state(
 
 def _restore_random_states(directory: Path, index: int) -> dict[str, Any]:
     """Put this process's RNG states back; ``{"step": ...}`` when the file holds one."""
-    from overdrive.checkpoint.legacy import _restore_rng
-    from overdrive.random_state import restore_rng_state
-
     states = _read(directory, f"random_states_{index}", required=False)
     if not isinstance(states, dict):
         logger.info("Could not load random states")
@@ -228,8 +218,6 @@ def load_custom_state(
     """Give ``obj.load_state_dict`` what ``save_custom_state`` wrote. Hugging Face
     Accelerate's ``custom_checkpoint_<index>.pkl`` is a full pickle (it may run code): read
     only with ``allow_unsafe_pickle=True``."""
-    from overdrive.checkpoint.serialization import load_pickle, load_tree
-
     directory, stem = Path(path), f"custom_checkpoint_{index}"
     logger.info(f"Loading the state of {type(obj).__name__} from {directory / stem}")
     if (directory / f"{stem}.json").exists():

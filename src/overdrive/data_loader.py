@@ -19,6 +19,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from overdrive.data import PreparedDataLoader, SeedableRandomSampler, skip_first_batches
+from overdrive.data import prepare_data_loader as prepare
 from overdrive.data.loaders_by_hand import (
     DataLoaderAdapter,
     DataLoaderShard,
@@ -30,6 +31,9 @@ from overdrive.data.shards_by_hand import BatchSamplerShard, IterableDatasetShar
 from overdrive.data.skip_sampler import SkipBatchSampler
 from overdrive.errors import ConfigError
 from overdrive.logging import get_logger
+from overdrive.loop_state import LoopState
+from overdrive.process_state import current_accelerator, current_partial_state
+from overdrive.state import GradientState
 
 logger = get_logger(__name__)
 
@@ -72,10 +76,6 @@ def prepare_data_loader(
     taken from the process state when None). Prepared loaders are always resumable
     (``state_dict``), so ``use_stateful_dataloader`` needs nothing more.
     """
-    from overdrive.data import prepare_data_loader as prepare
-    from overdrive.loop_state import LoopState
-    from overdrive.process_state import current_accelerator, current_partial_state
-
     state = current_partial_state()
     for name, given, actual in (
         ("num_processes", num_processes, state.num_processes),
@@ -155,8 +155,6 @@ class DataLoaderDispatcher(DataLoaderShard):
         )
         self.split_batches = split_batches
         self.slice_fn = slice_fn
-        from overdrive.state import GradientState
-
         GradientState()  # as in Hugging Face Accelerate, a dispatcher sets up the gradient state
 
     def __len__(self) -> int:
@@ -164,18 +162,12 @@ class DataLoaderDispatcher(DataLoaderShard):
         batch is split between them."""
         import math
 
-        from overdrive.process_state import current_partial_state
-
         whole, world = super().__len__(), current_partial_state().num_processes
         if self.split_batches or world == 1:
             return whole
         return whole // world if self._drop_last else math.ceil(whole / world)
 
     def _batches(self) -> Iterator[Any]:
-        from overdrive.data import prepare_data_loader as prepare
-        from overdrive.loop_state import LoopState
-        from overdrive.process_state import current_partial_state
-
         state = current_partial_state()
         if state.num_processes == 1:
             return super()._batches()

@@ -25,6 +25,8 @@ from overdrive.parallel.pipeline_inference import (
     pad_batch,
 )
 from overdrive.parallel.stage_balance import balanced_device_map, split_points_from_map
+from overdrive.state import PartialState
+from overdrive.utils.modeling import infer_auto_device_map
 
 __all__ = [
     "build_pipeline",
@@ -36,8 +38,6 @@ __all__ = [
 
 
 def _state() -> Any:
-    from overdrive.state import PartialState
-
     return PartialState()
 
 
@@ -52,8 +52,6 @@ def generate_device_map(
     ``i``), never inside a class named in ``no_split_module_classes``. With one process,
     ``infer_auto_device_map``'s answer."""
     if num_processes == 1:
-        from overdrive.utils.modeling import infer_auto_device_map
-
         return infer_auto_device_map(
             model,
             max_memory=max_memory,

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import timedelta
 from typing import Any
 
+from overdrive.compat.enums import DDPCommunicationHookType as Hook
 from overdrive.errors import ConfigError
 
 
@@ -94,8 +95,6 @@ class DistributedDataParallelKwargs(KwargsHandler):
     comm_state_option: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from overdrive.compat.enums import DDPCommunicationHookType as Hook
-
         self.comm_hook = _hook_name(self.comm_hook, "comm_hook", [h.value for h in Hook])
         self.comm_wrapper = _hook_name(self.comm_wrapper, "comm_wrapper", ["no", "fp16", "bf16"])
         powersgd = self.comm_hook in ("power_sgd", "batched_power_sgd")

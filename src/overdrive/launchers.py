@@ -14,6 +14,7 @@ __all__ = ["debug_launcher", "notebook_launcher", "test_launch"]
 def test_launch() -> Any:
     """Make the process state of this process (rank, world, device), as a launched function's
     first line would; an error here is the launch problem, not the training code's."""
+    # deferred: keeps overdrive.launchers torch-free, as overdrive.compat.launchers is
     from overdrive.state import PartialState
 
     return PartialState()

@@ -10,6 +10,7 @@ import torch
 from overdrive.accumulation import GradientState
 from overdrive.optimizer_steps import OptimizerSteps, PlainSteps
 from overdrive.precision import Precision
+from overdrive.process_state import current_accelerator, current_partial_state
 
 
 def move_to_device(state: Any, device: torch.device | str) -> Any:
@@ -109,8 +110,6 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self.optimizer = optimizer
         self.device_placement = device_placement
         if gradient_state is None:
-            from overdrive.process_state import current_accelerator
-
             gradient_state = getattr(current_accelerator(), "gradient_state", None)
             if gradient_state is None:  # no Accelerator: every step closes a window
                 gradient_state = GradientState(1)
@@ -125,8 +124,6 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self._pending_rescale = 1.0
         self._unscaled = False
         if device_placement and optimizer.state:
-            from overdrive.process_state import current_partial_state
-
             device = current_partial_state().device
             optimizer.load_state_dict(move_to_device(optimizer.state_dict(), device))
 

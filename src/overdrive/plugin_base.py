@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
+from overdrive.errors import ConfigError
+
 
 class Plugin:
     """Base: maps dataclass fields to canonical setting keys."""
@@ -38,8 +40,6 @@ def refuse_fields(plugin: Any, rules: dict[str, tuple[Any, str]]) -> None:
 
     ``rules`` maps a field to (the value or tuple of values accepted, why others are not).
     """
-    from overdrive.errors import ConfigError
-
     cls = type(plugin).__name__
     for name, (accepted, why) in rules.items():
         value = getattr(plugin, name)

@@ -12,7 +12,15 @@ from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
+from overdrive.compat.parallel_handlers import (
+    DeepSpeedSequenceParallelConfig,
+    TorchContextParallelConfig,
+)
+from overdrive.errors import ConfigError
 from overdrive.megatron_plugin import MegatronLMPlugin
+from overdrive.parallel.mesh import init_mesh
+from overdrive.parallel.mesh_shape import mesh_shape
+from overdrive.parallel.tp_plan import check_plan
 from overdrive.plugin_base import Plugin, _plain, refuse_fields
 
 __all__ = [
@@ -183,8 +191,6 @@ class FullyShardedDataParallelPlugin(Plugin):
             kind = kinds.get(type(given).__name__.replace("Optim", ""))
             chosen = _plain(self.state_dict_type) if self.state_dict_type is not None else None
             if kind is None or (chosen is not None and chosen != kind):
-                from overdrive.errors import ConfigError
-
                 raise ConfigError(
                     f"FullyShardedDataParallelPlugin({name}={type(given).__name__}(...)) "
                     + (
@@ -202,8 +208,6 @@ class FullyShardedDataParallelPlugin(Plugin):
         """Fill what the wrap policy needs from ``model``, as Hugging Face Accelerate does:
         TRANSFORMER_BASED_WRAP without layer classes takes the model's ``_no_split_modules``;
         a named layer class the model does not contain is an error."""
-        from overdrive.errors import ConfigError
-
         policy = self.auto_wrap_policy
         if not isinstance(policy, str) or policy.upper() not in (
             "TRANSFORMER_BASED_WRAP",
@@ -357,18 +361,11 @@ class ParallelismConfig(Plugin):
                 setattr(self, name, os.environ.get(f"PARALLELISM_CONFIG_{name.upper()}", default))
         self._default_handlers()
         if self.tp_plan is not None:
-            from overdrive.parallel.tp_plan import check_plan
-
             check_plan(self.tp_plan, "ParallelismConfig(tp_plan=...)")
 
     def _default_handlers(self) -> None:
         """As Hugging Face Accelerate does: ``cp_size`` / ``sp_size`` above 1 get their
         backend's options object (read from ``PARALLELISM_CONFIG_*``) unless one is given."""
-        from overdrive.compat.parallel_handlers import (
-            DeepSpeedSequenceParallelConfig,
-            TorchContextParallelConfig,
-        )
-
         if (self.cp_size or 1) > 1:
             if self.cp_handler is None:
                 self.cp_handler = TorchContextParallelConfig()
@@ -385,8 +382,6 @@ class ParallelismConfig(Plugin):
         ``cp_comm_strategy`` when ``cp_size`` is above 1. Refuses sequence parallelism:
         describing a layout with it is fine (a mesh for another tool), training with it is
         not available yet."""
-        from overdrive.errors import ConfigError
-
         sp = self.sp_size
         if sp is not None and sp > 1:
             raise ConfigError(
@@ -446,16 +441,12 @@ class ParallelismConfig(Plugin):
     def _get_mesh(self) -> tuple[tuple[str, ...], tuple[int, ...]]:
         """(dimension names, sizes) of the mesh: the dimensions above 1, outermost first
         (the order every overdrive mesh has: ``parallel/mesh_shape.py``)."""
-        from overdrive.parallel.mesh_shape import mesh_shape
-
         return mesh_shape(self._sizes())
 
     def build_device_mesh(self, device_type: str) -> Any:
         """The device mesh of this layout, with the flattened ``dp``, ``dp_shard_cp`` and
         ``dp_cp`` dimensions Hugging Face Accelerate adds; needs a process group. Built by the
         code that builds a strategy's mesh (``parallel/mesh.py``)."""
-        from overdrive.parallel.mesh import init_mesh
-
         mesh = init_mesh(device_type, self._sizes())
         for dims, flat in (
             (self.dp_dim_names, "dp"),
@@ -491,8 +482,6 @@ def plugin_aliases(
     (Accelerate's switchable ones) is refused by name. ``both_accumulations``: both
     ``gradient_accumulation_steps`` and ``gradient_accumulation_plugin`` were given (refused).
     """
-    from overdrive.errors import ConfigError
-
     if both_accumulations:
         raise ConfigError(
             "gradient accumulation is given twice: gradient_accumulation_steps and "

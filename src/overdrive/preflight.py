@@ -13,7 +13,10 @@ from collections.abc import Callable, Mapping, Sequence
 from overdrive.backends import check_available
 from overdrive.config import Settings
 from overdrive.config.inert import inert_sections, no_effect_notes
+from overdrive.ds.config import build
+from overdrive.errors import ConfigError
 from overdrive.launch.plan import LaunchPlan, build_plan
+from overdrive.parallel.fsdp_policy import policy_from_settings
 
 
 def _stderr_warning(text: str) -> None:
@@ -25,7 +28,8 @@ def _check_compile(settings: Settings) -> None:
     """The dynamo backend exists and the dynamo options fit it (each worker checks again)."""
     if settings["dynamo_config.dynamo_backend"] == "no":
         return
-    from overdrive.compile import compile_kwargs  # imports torch: only when compiling
+    # deferred: keeps overdrive.preflight torch-free (overdrive.compile imports torch)
+    from overdrive.compile import compile_kwargs
 
     compile_kwargs(settings)
 
@@ -35,6 +39,7 @@ def _check_precision(settings: Settings, device: str) -> None:
         return
     import torch
 
+    # deferred: keeps overdrive.preflight torch-free
     from overdrive.precision.fp8 import check_fp8_available
 
     # Refuse here rather than in every worker: fp8 needs a recent GPU.
@@ -45,7 +50,6 @@ def _check_fsdp(settings: Settings) -> None:
     """The fsdp_config settings hold together (each worker builds the same policy again)."""
     if settings["distributed_type"] != "FSDP":
         return
-    from overdrive.parallel.fsdp_policy import policy_from_settings
 
     policy_from_settings(settings)
 
@@ -55,9 +59,6 @@ def _check_deepspeed(settings: Settings, warn: Callable[[str], None]) -> None:
     if settings["distributed_type"] != "DEEPSPEED":
         return
     import importlib.util
-
-    from overdrive.ds.config import build
-    from overdrive.errors import ConfigError
 
     if importlib.util.find_spec("deepspeed") is None:
         raise ConfigError(

@@ -27,6 +27,7 @@ from typing import Any, ClassVar, TypeVar
 import torch
 import torch.distributed as dist
 
+from overdrive import ops
 from overdrive.config import Settings, load_settings
 from overdrive.errors import ConfigError
 from overdrive.kwargs_handlers import InitProcessGroupKwargs
@@ -86,8 +87,6 @@ class PartialState:
         if self._env.world_size > 1 or self._distributed_type in _GROUP_EVEN_ALONE:
             self._setup_process_group()
         if self.debug:
-            from overdrive import ops
-
             ops.set_debug_default(True)
         PartialState._shared_state = {
             "_cpu": bool(self._settings["use_cpu"]),
@@ -320,8 +319,6 @@ class PartialState:
 
     @debug.setter
     def debug(self, value: bool) -> None:
-        from overdrive import ops
-
         self._debug = bool(value)
         ops.set_debug_default(self._debug)  # module-level collectives follow, as in the seeds
 

@@ -7,6 +7,10 @@ import os
 import runpy
 import sys
 
+from overdrive import alias
+from overdrive.alias.notice import announce
+from overdrive.cli.launch_cmd import after_script_note, check_script, flags_after_script
+from overdrive.config import load_settings
 from overdrive.errors import OverdriveError
 
 USAGE = (
@@ -58,9 +62,6 @@ def _parse(argv: list[str]) -> tuple[bool, bool, str, list[str]]:
 
 def _engine(as_accelerate: bool) -> str:
     """Install the alias as the settings ask; return the engine line, with its source."""
-    from overdrive import alias
-    from overdrive.config import load_settings
-
     flags = {"as_accelerate": True} if as_accelerate else {}
     settings = load_settings(flags=flags, flag_names={"as_accelerate": "as_accelerate"})
     asked_by = str(settings.source("as_accelerate")) if settings["as_accelerate"] else None
@@ -76,9 +77,6 @@ def _engine(as_accelerate: bool) -> str:
 
 def _prepare(argv: list[str]) -> tuple[bool, str, list[str]]:
     """Every check before the script runs: its path, our options after it, the alias."""
-    from overdrive.alias.notice import announce
-    from overdrive.cli.launch_cmd import after_script_note, check_script, flags_after_script
-
     as_accelerate, is_module, target, args = _parse(argv)
     if not is_module:
         check_script(target, command="python -m overdrive.run")

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 import torch
 from torch.nn.functional import mse_loss
 
+from overdrive import Accelerator
+
 BATCH_PER_PROCESS = 2
 FEATURES = 4
 MAX_SKIPPED_STEPS = 40
@@ -49,8 +51,6 @@ def _reference_loss(model: torch.nn.Module, inputs: torch.Tensor, targets: torch
 
 def run() -> str | None:
     """Do the checks; the main process gets a one-line summary (RuntimeError on a mismatch)."""
-    from overdrive import Accelerator
-
     accelerator = Accelerator()
     state = accelerator.state
     world, rank, device = state.num_processes, state.process_index, state.device

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from overdrive.optimizer import AcceleratedOptimizer
+from overdrive.process_state import current_partial_state
 
 
 def is_scheduler(obj: Any) -> bool:
@@ -23,8 +24,6 @@ def is_scheduler(obj: Any) -> bool:
 
 def _processes() -> int:
     """The number of running processes (the current Accelerator's, else the launcher's)."""
-    from overdrive.process_state import current_partial_state
-
     return int(current_partial_state().num_processes)
 
 
