@@ -8,14 +8,19 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from overdrive.alias import caller_imports_accelerate
 from overdrive.compat.checkpoint_args import CheckpointArgsMixin
 from overdrive.compat.hooks import HooksMixin
 from overdrive.compat.process_control import ProcessControlMixin
 from overdrive.compat.properties import PropertiesMixin
 from overdrive.compat.triggers import TriggerMixin
 from overdrive.errors import ConfigError
+from overdrive.kwargs_handlers import SchedulerKwargs
+from overdrive.parallel.context_parallel import context_parallel_block, say_not_enabled
 from overdrive.prepared import PreparedRegistry
 from overdrive.process_state import RESET_MESSAGE, set_current
+from overdrive.quantize.placement import check_quantized_placement
+from overdrive.tracking import check_logging_dir
 
 
 class AcceleratorCompat(
@@ -36,10 +41,7 @@ class AcceleratorCompat(
         set_current(self)
         self.gradient_state._loop = self.loop_state  # type: ignore[attr-defined]
         if getattr(self, "log_with", None):
-            from overdrive.tracking import check_logging_dir
-
             check_logging_dir(self)  # as Hugging Face Accelerate: here, not at init_trackers
-        from overdrive.alias import caller_imports_accelerate
 
         # Code written for Hugging Face Accelerate resumes the way it expects (load_state).
         self.written_for_accelerate = caller_imports_accelerate()
@@ -47,8 +49,6 @@ class AcceleratorCompat(
     def _scheduler_per_process(self) -> bool:
         """Whether a prepared scheduler advances once per process per optimizer step (the
         Hugging Face Accelerate's count without split_batches)."""
-        from overdrive.kwargs_handlers import SchedulerKwargs
-
         handlers: dict[type, Any] = self.kwargs_handlers
         handler = handlers.get(SchedulerKwargs) or SchedulerKwargs()
         return not (handler.once_per_optimizer_step or self.settings["split_batches"])
@@ -76,8 +76,6 @@ class AcceleratorCompat(
         """Refuse an 8-bit or 4-bit model placed where it cannot train (Hugging Face
         Accelerate's check in ``prepare_model``; the bitsandbytes probes come from the
         ``accelerator`` module, where its tests patch them)."""
-        from overdrive.quantize.placement import check_quantized_placement
-
         state = self.state
         check_quantized_placement(model, state.device, state.use_distributed, multi_backend, on_xpu)
 
@@ -103,7 +101,6 @@ class AcceleratorCompat(
         (said once in the log), as in Hugging Face Accelerate."""
         topology = getattr(self.strategy, "topology", None)
         cp = topology.layout.cp if topology is not None else 1
-        from overdrive.parallel.context_parallel import context_parallel_block, say_not_enabled
 
         if topology is None or cp <= 1:
             say_not_enabled()

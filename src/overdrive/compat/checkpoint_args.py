@@ -12,7 +12,9 @@ import os
 import warnings
 from typing import Any
 
+from overdrive.compile import compiled_like
 from overdrive.errors import ConfigError
+from overdrive.utils.saving import write_once
 
 SAVE_STATE_ARGS = ("output_dir", "timeout", "safe_serialization", "async_save")
 LOAD_STATE_ARGS = ("input_dir", "timeout", "allow_unsafe_pickle", "load_kwargs", "strict")
@@ -80,7 +82,6 @@ class CheckpointArgsMixin:
         writer = self.state.is_local_main_process if on_each_node else self.state.is_main_process
         if not writer:
             return
-        from overdrive.utils.saving import write_once
 
         write_once(obj, f, safe_serialization)
 
@@ -106,7 +107,6 @@ class CheckpointArgsMixin:
         Accelerate does, would make it bypass DDP afterwards."""
         if not keep_torch_compile or not hasattr(model, "_orig_mod"):
             return module
-        from overdrive.compile import compiled_like
 
         again = compiled_like(model, module)
         if again is None:  # regional compilation: the compiled blocks are inside ``module``

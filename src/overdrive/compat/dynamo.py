@@ -42,6 +42,7 @@ class TorchDynamoPlugin:
 
     def to_kwargs(self) -> dict[str, Any]:
         """The fields that differ from a plugin made with no arguments and no environment."""
+        # deferred: breaks the cycle compat.dynamo -> utils/__init__ -> utils.dataclasses
         from overdrive.utils.environment import clear_environment
 
         with clear_environment():

@@ -23,16 +23,15 @@ import torch
 
 from overdrive.errors import ConfigError
 from overdrive.precision.fp8 import FP8RecipeKwargs as EngineRecipe
+from overdrive.utils.ao import filter_linear_layers, find_first_last_linear_layers
 from overdrive.utils.dataclasses import AmaxComputeAlgorithm, FP8Format, OptLevel
-from overdrive.utils.environment import parse_flag_from_env
+from overdrive.utils.environment import clear_environment, parse_flag_from_env
 from overdrive.utils.imports import is_torchao_available, is_transformer_engine_available
 
 _PREFIX = "ACCELERATE_FP8_"
 
 
 def _first_and_last_linear(model: torch.nn.Module) -> list[str | None]:
-    from overdrive.utils.ao import find_first_last_linear_layers
-
     return list(find_first_last_linear_layers(model))
 
 
@@ -84,7 +83,6 @@ class AORecipeKwargs(EngineRecipe):
     def filter_for(self, model: torch.nn.Module) -> Callable[[torch.nn.Module, str], bool]:
         if self.module_filter_fn is not None:
             return self.module_filter_fn
-        from overdrive.utils.ao import filter_linear_layers
 
         return partial(filter_linear_layers, layers_to_filter=_first_and_last_linear(model))
 
@@ -171,8 +169,6 @@ class _ForeignBackendRecipe:
         return copy.deepcopy(self.__dict__)
 
     def to_kwargs(self) -> dict[str, Any]:
-        from overdrive.utils.environment import clear_environment
-
         with clear_environment():
             default = type(self)().to_dict()
         return {k: v for k, v in self.to_dict().items() if default.get(k) != v}

@@ -14,6 +14,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from overdrive.checkpoint.merge import SHARDED_STEM, merge_into
+from overdrive.checkpoint.shards import save_shards
+from overdrive.checkpoint.tensor_file import write_safetensors
 from overdrive.errors import OverdriveError
 
 
@@ -43,9 +46,6 @@ def save_fsdp_model(
     strategy = accelerator.strategy
     output = Path(output_dir)
     if getattr(strategy, "sharded_checkpoints", False):
-        from overdrive.checkpoint.merge import SHARDED_STEM
-        from overdrive.checkpoint.shards import save_shards
-
         folder = output / f"pytorch_model_fsdp_{model_index}"
         folder.mkdir(parents=True, exist_ok=True)
         tree = strategy.state_dict(model, sharded=True)
@@ -57,7 +57,6 @@ def save_fsdp_model(
         accelerator.wait_for_everyone()
         _say_how_to_merge(accelerator, folder)
         return folder
-    from overdrive.checkpoint.tensor_file import write_safetensors
 
     state = accelerator.get_state_dict(model)
     path = output / f"pytorch_model_fsdp_{model_index}.safetensors"
@@ -118,8 +117,6 @@ def merge_fsdp_weights(
     in Hugging Face Accelerate, so a script may call it on every rank.
     """
     import torch.distributed as dist
-
-    from overdrive.checkpoint.merge import merge_into
 
     grouped = dist.is_available() and dist.is_initialized()
     written: list[str] = []

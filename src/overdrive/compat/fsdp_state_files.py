@@ -15,6 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from overdrive.checkpoint.errors import CheckpointError
+from overdrive.checkpoint.load import keyed_for_strategy
+from overdrive.checkpoint.merge import SHARDED_STEM
+from overdrive.checkpoint.parts import Part, raw_optimizer
+from overdrive.checkpoint.serialization import save_tree
+from overdrive.checkpoint.shards import save_shards
+from overdrive.checkpoint.unread import load_unread, read_like, unread_safetensors
 
 
 def _sharded(accelerator: Any) -> bool:
@@ -33,9 +39,6 @@ def load_fsdp_model(
     """Restore ``model`` from what ``save_fsdp_model`` wrote into ``input_dir`` (or that folder
     itself); call it on every process. Either form loads under either state-dict type and any
     process count. ``use_dcp`` changes nothing (one format, see ``save_fsdp_model``)."""
-    from overdrive.checkpoint.merge import SHARDED_STEM
-    from overdrive.checkpoint.unread import load_unread, read_like, unread_safetensors
-
     what = f"load_fsdp_model: model {model_index}"
     folder = _named_folder(Path(input_dir), f"pytorch_model_fsdp_{model_index}")
     if folder.is_dir():
@@ -90,21 +93,15 @@ def save_fsdp_optimizer(
     """Write ``optimizer``'s state under ``output_dir``; call it on every process. Returns the
     folder (sharded) or the JSON file (full) written. ``use_dcp`` changes nothing (one
     pickle-free format, see ``save_fsdp_model``)."""
-    from overdrive.checkpoint.parts import raw_optimizer
-
     strategy, output = accelerator.strategy, Path(output_dir)
     what = f"save_fsdp_optimizer: optimizer {optimizer_index}"
     if _sharded(accelerator):
-        from overdrive.checkpoint.merge import SHARDED_STEM
-        from overdrive.checkpoint.shards import save_shards
-
         folder = output / f"optimizer_{optimizer_index}"
         folder.mkdir(parents=True, exist_ok=True)
         tree = strategy.state_dict(raw_optimizer(optimizer), sharded=True)
         save_shards(tree, folder, SHARDED_STEM, rank=accelerator.process_index, what=what)
         accelerator.wait_for_everyone()
         return folder
-    from overdrive.checkpoint.serialization import save_tree
 
     state = strategy.state_dict(raw_optimizer(optimizer))  # collective under FSDP
     stem = f"optimizer_{optimizer_index}"
@@ -128,11 +125,6 @@ def load_fsdp_optimizer(
     """Restore ``optimizer`` from what ``save_fsdp_optimizer`` wrote into ``input_dir`` (or that
     folder itself); call it on every process, after the model is prepared. Moments and step
     come back per parameter, resharded to this run's layout. ``use_dcp`` changes nothing."""
-    from overdrive.checkpoint.load import keyed_for_strategy
-    from overdrive.checkpoint.merge import SHARDED_STEM
-    from overdrive.checkpoint.parts import Part, raw_optimizer
-    from overdrive.checkpoint.unread import load_unread, read_like
-
     raw = raw_optimizer(optimizer)
     what = f"load_fsdp_optimizer: optimizer {optimizer_index}"
     folder = _named_folder(Path(input_dir), f"optimizer_{optimizer_index}")

@@ -21,6 +21,7 @@ SP_REFUSED_ATTENTION = ("eager", "flex_attention")
 
 
 def _torch_at_least(version: str) -> bool:
+    # deferred: keeps compat.parallel_handlers torch-free (utils.versions loads torch)
     from overdrive.utils.versions import is_torch_version
 
     return is_torch_version(">=", version)
@@ -51,6 +52,7 @@ class TorchTensorParallelConfig:
                 f"{BETA_TP_AVAILABLE_PYTORCH_VERSION} and later versions. Please upgrade your "
                 "PyTorch version."
             )
+        # deferred: keeps compat.parallel_handlers torch-free (utils.versions loads torch)
         from overdrive.utils.versions import compare_versions
 
         try:

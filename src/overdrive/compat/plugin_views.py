@@ -9,6 +9,7 @@ from typing import Any
 
 from overdrive.config import Settings
 from overdrive.plugins import DeepSpeedPlugin, FullyShardedDataParallelPlugin
+from overdrive.utils.deepspeed import HfDeepSpeedConfig
 
 
 def effective_fsdp_plugin(
@@ -35,7 +36,6 @@ def effective_deepspeed_plugin(given: Any, settings: Settings, strategy: Any) ->
     resolved: Any = getattr(strategy, "config", None)
     if not isinstance(getattr(resolved, "config", None), dict):
         return given
-    from overdrive.utils.deepspeed import HfDeepSpeedConfig
 
     plugin: Any = copy.copy(given) if given is not None else DeepSpeedPlugin()
     for field, key in plugin.KEYS.items():

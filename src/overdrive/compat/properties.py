@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from overdrive.compat.process_control import _set_even
+from overdrive.config.provenance import Resolved, Source
+from overdrive.config.settings import Settings
+from overdrive.plugins import ParallelismConfig
+
 
 class PropertiesMixin:
     """Data-loading settings, backend facts and parallel ranks, read from the settings."""
@@ -35,10 +40,6 @@ class PropertiesMixin:
     @even_batches.setter
     def even_batches(self, value: bool) -> None:
         """Change the setting for loaders prepared from now on and those prepared so far."""
-        from overdrive.compat.process_control import _set_even
-        from overdrive.config.provenance import Resolved, Source
-        from overdrive.config.settings import Settings
-
         resolved = {key: self.settings.resolved(key) for key in self.settings}
         source = Source(kind="code", detail="accelerator.even_batches = ...")
         resolved["even_batches"] = Resolved(bool(value), source)
@@ -96,8 +97,6 @@ class PropertiesMixin:
 
     @property
     def parallelism_config(self) -> Any:
-        from overdrive.plugins import ParallelismConfig
-
         keys = ("dp_replicate_size", "dp_shard_size", "tp_size")
         unset = all(
             self.settings[f"parallelism_config.parallelism_config_{k}"] is None for k in keys

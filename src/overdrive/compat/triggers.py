@@ -6,6 +6,8 @@ from typing import Any
 
 import torch
 
+from overdrive import ops
+
 
 class TriggerMixin:
     """A flag any process can set and all processes read together (e.g. to stop early)."""
@@ -19,8 +21,6 @@ class TriggerMixin:
     def check_trigger(self) -> bool:
         """Collective: True on every process when any process set the flag since the last
         check (the flag is then cleared). Call it on every process."""
-        from overdrive import ops
-
         state: Any = self.state  # type: ignore[attr-defined]
         flag = torch.tensor([1 if self._trigger else 0], device=_comm_device(state))
         total = ops.reduce(flag, "sum", debug=False)
