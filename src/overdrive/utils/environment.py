@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from overdrive.errors import ConfigError
+
 logger = logging.getLogger(__name__)
 
 _TRUE = ("y", "yes", "t", "true", "on", "1")
@@ -67,6 +69,7 @@ def get_current_device_type() -> tuple[str, str]:
 
 def get_gpu_info() -> tuple[list[str], int]:
     """``(names, count)`` of the NVIDIA GPUs, from ``nvidia-smi`` (CUDA stays uninitialised)."""
+    # deferred: keeps overdrive.utils light and torch-free (launch/ loads config/ and yaml)
     from overdrive.launch.host_gpus import gpu_names_and_count
 
     return gpu_names_and_count()
@@ -74,6 +77,7 @@ def get_gpu_info() -> tuple[list[str], int]:
 
 def get_driver_version() -> str:
     """The NVIDIA driver version of the first GPU, from ``nvidia-smi``."""
+    # deferred: keeps overdrive.utils light and torch-free (launch/ loads config/ and yaml)
     from overdrive.launch.host_gpus import driver_version
 
     return driver_version()
@@ -82,6 +86,7 @@ def get_driver_version() -> str:
 def check_cuda_p2p_ib_support() -> bool:
     """False when several RTX 40xx GPUs run a driver older than 550.40.07 (their P2P and
     InfiniBand traffic hangs); True otherwise, or when ``nvidia-smi`` cannot tell."""
+    # deferred: keeps overdrive.utils light and torch-free (launch/ loads config/ and yaml)
     from overdrive.launch.host_gpus import p2p_ib_supported
 
     return p2p_ib_supported()
@@ -91,6 +96,7 @@ def check_cuda_p2p_ib_support() -> bool:
 def check_cuda_fp8_capability() -> bool:
     """Whether the first GPU has compute capability 8.9 or newer (fp8 matmuls); asks
     ``nvidia-smi`` first and falls back to torch, which initialises CUDA."""
+    # deferred: keeps overdrive.utils light and torch-free (launch/ loads config/ and yaml)
     from overdrive.launch.host_gpus import fp8_capable
 
     return fp8_capable()
@@ -142,6 +148,7 @@ def override_numa_affinity(local_process_index: int, verbose: bool | None = None
     """Pin this process to the CPU cores nearest GPU ``local_process_index`` (needs
     nvidia-ml-py, or amdsmi on ROCm; nothing happens without CUDA). ``verbose`` defaults to
     ``ACCELERATE_DEBUG_MODE``."""
+    # deferred: keeps overdrive.utils light and torch-free (launch/ loads config/ and yaml)
     from overdrive.launch.host_gpus import pin_to_gpu_numa_node
 
     if verbose is None:
@@ -261,9 +268,11 @@ def write_basic_config(
     Returns the path written, or False when a file already exists there (it is kept).
     ``save_location`` defaults to the file ``overdrive launch`` reads.
     """
+    # deferred: keeps overdrive.utils light and torch-free (cli.config_cmd loads config/, yaml)
     from overdrive.cli.config_cmd import _gpu_count, _write, default_answers
+
+    # deferred: keeps overdrive.utils light and torch-free (config/ loads yaml)
     from overdrive.config.sources import default_config_path
-    from overdrive.errors import ConfigError
 
     if use_xpu:
         raise ConfigError(

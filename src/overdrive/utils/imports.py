@@ -28,6 +28,7 @@ def _installed(name: str) -> bool:
 
 def _version_at_least(distribution: str, floor: str) -> bool:
     """The installed ``distribution``'s version is ``floor`` or newer."""
+    # deferred: keeps overdrive.utils.imports torch-free (utils.versions loads torch)
     from overdrive.utils.versions import compare_versions
 
     try:
@@ -71,6 +72,7 @@ def is_mps_available(min_version: str = "1.12") -> bool:
     """Apple's MPS backend is built and usable, with torch ``min_version`` or newer."""
     import torch
 
+    # deferred: keeps overdrive.utils.imports torch-free (utils.versions loads torch)
     from overdrive.utils.versions import is_torch_version
 
     mps = getattr(torch.backends, "mps", None)
@@ -121,6 +123,7 @@ is_habana_gaudi1 = _never  # an HPU generation
 
 def is_xccl_available() -> bool:
     """torch (2.7 or newer) was built with Intel's XCCL collectives."""
+    # deferred: keeps overdrive.utils.imports torch-free (utils.versions loads torch)
     from overdrive.utils.versions import is_torch_version
 
     if not is_torch_version(">=", "2.7.0"):
@@ -133,6 +136,7 @@ def is_xccl_available() -> bool:
 
 def is_pippy_available() -> bool:
     """torch's pipeline parallelism (``torch.distributed.pipelining``, torch 2.4+) exists."""
+    # deferred: keeps overdrive.utils.imports torch-free (utils.versions loads torch)
     from overdrive.utils.versions import is_torch_version
 
     return is_torch_version(">=", "2.4.0")
@@ -140,6 +144,7 @@ def is_pippy_available() -> bool:
 
 def is_weights_only_available() -> bool:
     """``torch.load(weights_only=True)`` takes an allow-list of globals (torch 2.4+)."""
+    # deferred: keeps overdrive.utils.imports torch-free (utils.versions loads torch)
     from overdrive.utils.versions import is_torch_version
 
     return is_torch_version(">=", "2.4.0")
@@ -308,6 +313,7 @@ def is_aim_available() -> bool:
     """aim before 4.0 (the tracker API Hugging Face Accelerate uses)."""
     if not _installed("aim"):
         return False
+    # deferred: keeps overdrive.utils.imports torch-free (utils.versions loads torch)
     from overdrive.utils.versions import compare_versions
 
     return compare_versions("aim", "<", "4.0.0")
@@ -362,6 +368,7 @@ def deepspeed_required(func: _F) -> _F:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        # deferred: keeps overdrive.utils.imports torch-free (process_state loads torch)
         from overdrive.process_state import current_accelerator
 
         accelerator = current_accelerator()

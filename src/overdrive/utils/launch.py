@@ -11,7 +11,12 @@ from collections.abc import Callable
 from shutil import which  # noqa: F401  (tests patch overdrive.utils.launch.which)
 from typing import Any
 
+from overdrive.commands.launch import settings_from_args
+from overdrive.launch import cluster
 from overdrive.launch.plan import LaunchPlan
+from overdrive.launch.ports import free_port, settle_port
+from overdrive.preflight import plan_launch
+from overdrive.types import DistributedType
 
 _MULTI_PROCESS = (
     "MULTI_GPU",
@@ -26,11 +31,6 @@ _MULTI_PROCESS = (
 
 def _plan(args: argparse.Namespace) -> LaunchPlan:
     """Plan the launch ``args`` (Hugging Face Accelerate's launch namespace) asks for."""
-    from overdrive.commands.launch import settings_from_args
-    from overdrive.launch import cluster
-    from overdrive.launch.ports import free_port, settle_port
-    from overdrive.preflight import plan_launch
-
     if getattr(args, "main_process_port", None) in (0, "0"):
         args.main_process_port = free_port()  # 0 asks for any free port, as torchrun's does
     settings = settings_from_args(args)
@@ -160,8 +160,6 @@ class PrepareForLaunch:
     def __init__(
         self, launcher: Callable[..., Any], distributed_type: Any = "NO", debug: bool = False
     ) -> None:
-        from overdrive.types import DistributedType
-
         self.launcher = launcher
         self.distributed_type = DistributedType(distributed_type)
         self.debug = debug

@@ -40,6 +40,8 @@ from overdrive.bigmodel.ties import (
     find_tied_parameters,
     retie_parameters,
 )
+from overdrive.state import AcceleratorState
+from overdrive.utils.other import extract_model_from_parallel
 
 WEIGHTS_INDEX_NAME = "pytorch_model.bin.index.json"
 logger = logging.getLogger(__name__)
@@ -90,8 +92,6 @@ def is_peft_model(model: Any) -> bool:
         return False
     from peft import PeftModel
 
-    from overdrive.utils.other import extract_model_from_parallel
-
     return isinstance(extract_model_from_parallel(model), PeftModel)
 
 
@@ -102,7 +102,6 @@ def get_mixed_precision_context_manager(
     for bf16 and fp8) when ``native_amp``, else a context that does nothing."""
     if not native_amp:
         return contextlib.nullcontext()
-    from overdrive.state import AcceleratorState
 
     state = AcceleratorState()
     extra = {} if autocast_kwargs is None else autocast_kwargs.to_kwargs()

@@ -17,7 +17,9 @@ from typing import Any, TypeVar
 import torch
 
 from overdrive import ops
+from overdrive.ds.helpers import gathered_parameters
 from overdrive.ops import CollectiveMismatchError, DistributedOperationException, is_namedtuple
+from overdrive.process_state import current_partial_state
 from overdrive.utils import nesting
 from overdrive.utils.dataclasses import TensorInformation
 from overdrive.utils.nesting import (
@@ -176,7 +178,6 @@ def convert_to_fp32(tensor: Any) -> Any:
 def _debugging() -> bool:
     if ops.world_size() < 2:
         return False
-    from overdrive.process_state import current_partial_state
 
     return bool(getattr(current_partial_state(), "debug", False))
 
@@ -192,7 +193,6 @@ def verify_operation(function: _F) -> _F:
             return function(*args, **kwargs)
         operation = f"{function.__module__}.{function.__name__}"
         tensor = kwargs["tensor"] if "tensor" in kwargs else args[0]
-        from overdrive.process_state import current_partial_state
 
         expected = current_partial_state().device.type
         found = find_device(tensor)
@@ -256,8 +256,6 @@ def GatheredParameters(
     """Inside the block, ZeRO-3 partitioned ``params`` are whole on every process (changes
     made on ``modifier_rank`` are partitioned back on exit); without ZeRO-3 partitioning it
     does nothing."""
-    from overdrive.ds.helpers import gathered_parameters
-
     with gathered_parameters(params, modifier_rank, fwd_module, enabled):
         yield
 

@@ -15,17 +15,21 @@ import numpy as np
 import torch
 from torch import nn
 
+from overdrive.bigmodel.sizes import id_tensor_storage
 from overdrive.compile_regions import (
     compile_regions,
     compile_regions_deepspeed,
     has_compiled_regions,
     is_compiled_module,
 )
+from overdrive.launch.ports import free_port
 from overdrive.parallel.regional_compile import (
     compile_regions_fsdp2,
     has_repeated_blocks,
     is_repeated_blocks,
 )
+from overdrive.precision.autocast import AutocastForward
+from overdrive.process_state import current_partial_state
 from overdrive.utils.environment import write_basic_config
 from overdrive.utils.saving import save
 from overdrive.utils.system import check_os_kernel
@@ -120,8 +124,6 @@ def extract_model_from_parallel(
 def _drop_fp32_forward(model: nn.Module) -> None:
     """Take off overdrive's autocast forward, or a ``convert_outputs_to_fp32`` wrapper whose
     original forward the model kept in ``_original_forward``."""
-    from overdrive.precision.autocast import AutocastForward
-
     forward: Any = model.__dict__.get("forward")
     if isinstance(forward, AutocastForward):
         del model.forward
@@ -159,8 +161,6 @@ def model_has_dtensor(model: nn.Module) -> bool:
 
 def wait_for_everyone() -> None:
     """Block until every process reaches this call (all of them must reach it)."""
-    from overdrive.process_state import current_partial_state
-
     current_partial_state().wait_for_everyone()
 
 
@@ -168,8 +168,6 @@ def clean_state_dict_for_safetensors(state_dict: dict[str, Any]) -> dict[str, An
     """``state_dict`` with one name kept per shared storage (safetensors refuses aliases; the
     others are deleted from ``state_dict`` too, with a warning) and every tensor contiguous.
     String entries (bitsandbytes metadata) pass through."""
-    from overdrive.bigmodel.sizes import id_tensor_storage
-
     names_by_storage: dict[Any, list[str]] = collections.defaultdict(list)
     for name, tensor in state_dict.items():
         if not isinstance(tensor, str):
@@ -239,8 +237,6 @@ def is_port_in_use(port: int | None = None) -> bool:
 
 def get_free_port() -> int:
     """A port the operating system reports free right now."""
-    from overdrive.launch.ports import free_port
-
     return free_port()
 
 

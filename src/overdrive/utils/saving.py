@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from overdrive.errors import ConfigError
+from overdrive.process_state import current_partial_state
 
 
 def without_shared_storage(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -60,8 +61,6 @@ def save(
     safe_serialization: bool = False,
 ) -> None:
     """Save ``obj`` from the main process (each machine's with ``save_on_each_node``)."""
-    from overdrive.process_state import current_partial_state
-
     state = current_partial_state()
     writer = state.is_local_main_process if save_on_each_node else state.is_main_process
     if writer:

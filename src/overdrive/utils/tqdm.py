@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from overdrive.process_env import detect_process_env
+
 
 def tqdm(*args: Any, main_process_only: bool = True, **kwargs: Any) -> Any:
     """``tqdm.auto.tqdm(*args, **kwargs)``, disabled on processes other than each machine's
@@ -18,7 +20,5 @@ def tqdm(*args: Any, main_process_only: bool = True, **kwargs: Any) -> Any:
             "tqdm's first positional argument is the iterable; pass main_process_only= by name"
         )
     if main_process_only and not kwargs.get("disable", False):
-        from overdrive.process_env import detect_process_env
-
         kwargs["disable"] = detect_process_env(os.environ).local_rank != 0
     return _tqdm(*args, **kwargs)
