@@ -7,6 +7,13 @@ from __future__ import annotations
 
 import sys
 
+from overdrive.commands.config import get_config_parser
+from overdrive.commands.env import env_command_parser
+from overdrive.commands.estimate import estimate_command_parser
+from overdrive.commands.launch import launch_command_parser
+from overdrive.commands.merge import merge_command_parser
+from overdrive.commands.test import test_command_parser
+from overdrive.commands.to_fsdp2 import to_fsdp2_command_parser
 from overdrive.commands.utils import CustomArgumentParser
 
 __all__ = ["main"]
@@ -15,14 +22,6 @@ __all__ = ["main"]
 def main() -> None:
     """Parse this process's command line as ``accelerate <command> [<args>]`` and run it;
     without a command, print the help and exit with status 1."""
-    from overdrive.commands.config import get_config_parser
-    from overdrive.commands.env import env_command_parser
-    from overdrive.commands.estimate import estimate_command_parser
-    from overdrive.commands.launch import launch_command_parser
-    from overdrive.commands.merge import merge_command_parser
-    from overdrive.commands.test import test_command_parser
-    from overdrive.commands.to_fsdp2 import to_fsdp2_command_parser
-
     parser = CustomArgumentParser(
         "accelerate", usage="accelerate <command> [<args>]", allow_abbrev=False
     )

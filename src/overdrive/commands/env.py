@@ -9,6 +9,8 @@ import platform
 from shutil import which
 from typing import Any
 
+import overdrive
+from overdrive.cli.env_cmd import report
 from overdrive.commands.parser import command_parser
 
 
@@ -33,9 +35,6 @@ def _torch_facts() -> dict[str, str]:
 def env_command(args: argparse.Namespace) -> dict[str, Any]:
     """Print the report; return its facts (``"`accelerate` bash location"`` is where the
     Hugging Face Accelerate's command is, "Not found" where it is not installed)."""
-    import overdrive
-    from overdrive.cli.env_cmd import report
-
     info: dict[str, Any] = {
         "`overdrive` version": overdrive.__version__,
         "Platform": platform.platform(),

@@ -16,6 +16,8 @@ from typing import Any
 import torch
 
 from overdrive.commands.parser import command_parser
+from overdrive.memory_estimate.build import load_spec
+from overdrive.utils import init_empty_weights
 
 DTYPE_DIVISORS = {"float32": 1, "float16": 2, "int8": 4, "int4": 8}
 
@@ -122,8 +124,6 @@ def create_empty_model(
     """The model ``model_name`` (a Hub repo id or a local directory) built in float32 on the
     meta device from its config, with ``transformers`` or ``timm`` (``library_name``, else
     the repo's Hub metadata): nothing but the config is downloaded."""
-    from overdrive.utils import init_empty_weights
-
     info: Any = None
     if not os.path.exists(model_name):
         info = verify_on_hub(model_name, access_token)
@@ -187,8 +187,6 @@ def create_ascii_table(headers: list[str], rows: list[list[str]], title: str) ->
 
 def gather_data(args: argparse.Namespace) -> list[list[Any]]:
     """Per dtype: [dtype, largest layer bytes, total bytes, training usage dict]."""
-    from overdrive.memory_estimate.build import load_spec
-
     spec = load_spec(
         _local_or_hub(args),
         library_name=args.library_name,

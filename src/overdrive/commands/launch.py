@@ -12,6 +12,9 @@ import subprocess
 import sys
 from typing import Any
 
+from overdrive.cli import launch_cmd
+from overdrive.cli.flags import TYPED_FLAGS
+from overdrive.cli.launch_cmd import _dest
 from overdrive.cli.launch_options import (
     GENERAL,
     GROUPS,
@@ -169,9 +172,6 @@ def _validate_launch_command(
 
 def _launch_namespace(args: argparse.Namespace) -> argparse.Namespace:
     """``args`` in the shape ``overdrive launch``'s handler takes."""
-    from overdrive.cli.flags import TYPED_FLAGS
-    from overdrive.cli.launch_cmd import _dest
-
     flags, names = given_flags(args)
     namespace = argparse.Namespace(
         command=[args.training_script, *getattr(args, "training_script_args", [])],
@@ -185,8 +185,6 @@ def _launch_namespace(args: argparse.Namespace) -> argparse.Namespace:
 
 def launch_command(args: argparse.Namespace) -> None:
     """Launch as ``overdrive launch`` would; a failed run raises ``CalledProcessError``."""
-    from overdrive.cli import launch_cmd
-
     namespace = _launch_namespace(args)
     code = launch_cmd.handle(namespace)
     if code:

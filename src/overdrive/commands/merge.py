@@ -34,6 +34,7 @@ def merge_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
 
 def merge_command(args: argparse.Namespace) -> list[str]:
     """Run the merge the parsed ``args`` ask for; returns the written file names."""
+    # deferred: keeps overdrive.commands.merge torch-free (compat.fsdp_files loads torch)
     from overdrive.compat.fsdp_files import merge_fsdp_weights
 
     return merge_fsdp_weights(

@@ -8,6 +8,7 @@ import argparse
 import subprocess
 from typing import Any
 
+from overdrive.cli import launch_cmd, test_cmd
 from overdrive.commands.parser import command_parser
 
 
@@ -21,8 +22,6 @@ def test_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
 
 def test_command(args: argparse.Namespace) -> None:
     """Run the sanity check; a failure raises ``CalledProcessError``."""
-    from overdrive.cli import launch_cmd, test_cmd
-
     parser = argparse.ArgumentParser()
     launch_cmd.add_launch_options(parser)
     namespace = parser.parse_args([])

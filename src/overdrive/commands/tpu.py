@@ -8,6 +8,7 @@ import argparse
 import subprocess
 from typing import Any
 
+from overdrive.commands.config.config_args import ClusterConfig, load_config_from_file
 from overdrive.commands.parser import command_parser
 
 SETUP_DIRECTORY = "cd /usr/share"
@@ -40,8 +41,6 @@ def _commands(args: argparse.Namespace, config: Any) -> list[str]:
 
 def gcloud_command(args: argparse.Namespace) -> list[str]:
     """The gcloud command line ``args`` (and its config file) ask for."""
-    from overdrive.commands.config.config_args import ClusterConfig, load_config_from_file
-
     config = load_config_from_file(args.config_file) if args.config_file else None
     cluster = config if isinstance(config, ClusterConfig) else None
     name = args.tpu_name or (cluster.tpu_name if cluster else None)

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from overdrive.cli.config_cmd import _gpu_count, _write
 from overdrive.commands.config.config_args import (
     BaseConfig,
     ClusterConfig,
@@ -20,6 +21,8 @@ from overdrive.commands.config.config_args import (
     load_config_from_file,
 )
 from overdrive.commands.parser import command_parser
+from overdrive.config.prompts import MenuPrompter, StreamPrompter
+from overdrive.config.wizard import run_wizard
 
 __all__ = [
     "config_command",
@@ -41,10 +44,6 @@ description = (
 def get_user_input() -> BaseConfig:
     """The wizard's answers (asked on the terminal, or read from stdin when it is not
     one) as a ``ClusterConfig`` (``SageMakerConfig`` for AMAZON_SAGEMAKER)."""
-    from overdrive.cli.config_cmd import _gpu_count
-    from overdrive.config.prompts import MenuPrompter, StreamPrompter
-    from overdrive.config.wizard import run_wizard
-
     interactive = sys.stdin.isatty() and sys.stdout.isatty()
     prompter = MenuPrompter() if interactive else StreamPrompter(sys.stdin, sys.stdout)
     answers = run_wizard(prompter, gpu_count=_gpu_count())
@@ -79,8 +78,6 @@ def config_command(args: argparse.Namespace) -> None:
     if str(target).endswith(".json"):
         config.to_json_file(target)
     else:
-        from overdrive.cli.config_cmd import _write
-
         _write(Path(target), config.to_file_dict())
     print(f"overdrive configuration saved at {target}")
 

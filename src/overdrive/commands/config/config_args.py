@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from overdrive.config import schema
 from overdrive.config.sources import default_config_path
 from overdrive.types import ComputeEnvironment, DistributedType
 
@@ -112,8 +113,6 @@ class BaseConfig:
         overdrive has no setting for while they hold their default (empty sections, TPU and
         CPU-affinity switches off) and without an unset ``num_processes`` (-1). A field set
         away from its default stays, for the launch to name it."""
-        from overdrive.config import schema
-
         known = {s.key.split(".")[0] for s in schema.SETTINGS}
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
         out = {}

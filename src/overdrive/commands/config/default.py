@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from overdrive.cli.config_cmd import _gpu_count, default_answers
 from overdrive.commands.config.config_args import ClusterConfig, default_json_config_file
 from overdrive.utils.environment import write_basic_config
 
@@ -40,8 +41,6 @@ def default_command_parser(parser: Any, parents: list[argparse.ArgumentParser]) 
 
 def _write_basic_json(mixed_precision: str, save_location: str) -> Path | bool:
     """``write_basic_config``'s settings written as JSON (for a ``.json`` save location)."""
-    from overdrive.cli.config_cmd import _gpu_count, default_answers
-
     path = Path(save_location)
     if path.exists():
         return False
