@@ -8,6 +8,8 @@ import unittest
 from pathlib import Path
 from typing import Any, ClassVar
 
+from overdrive.process_state import reset_state
+
 
 class TempDirTestCase(unittest.TestCase):
     """One temporary folder (``self.tmpdir``) for the whole class, emptied before each test."""
@@ -38,7 +40,6 @@ class AccelerateTestCase(unittest.TestCase):
 
     def tearDown(self) -> None:
         super().tearDown()
-        from overdrive.process_state import reset_state
 
         reset_state(True)
 

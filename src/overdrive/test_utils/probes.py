@@ -10,6 +10,7 @@ import importlib.util
 
 import torch
 
+from overdrive.precision.fp8 import MIN_CAPABILITY
 from overdrive.utils import imports
 from overdrive.utils.versions import is_torch_version
 
@@ -72,8 +73,6 @@ def is_habana_gaudi1() -> bool:
 
 def cuda_supports_fp8() -> bool:
     """The current CUDA GPU has the compute capability float8 matmuls need."""
-    from overdrive.precision.fp8 import MIN_CAPABILITY
-
     return tuple(torch.cuda.get_device_capability()) >= MIN_CAPABILITY
 
 

@@ -12,7 +12,7 @@ import unittest
 from typing import Any
 
 from overdrive.test_utils import probes
-from overdrive.utils import imports
+from overdrive.utils import constants, imports, versions
 
 
 def _skip_unless(ok: bool, reason: str, test_case: Any) -> Any:
@@ -56,17 +56,13 @@ def require_torch_min_version(test_case: Any = None, version: str | None = None)
     """Skip unless torch is at least ``version``; use it bare or as ``(version=...)``."""
     if test_case is None:
         return functools.partial(require_torch_min_version, version=version)
-    from overdrive.utils.versions import is_torch_version
-
-    ok = is_torch_version(">=", str(version))
+    ok = versions.is_torch_version(">=", str(version))
     return _skip_unless(ok, f"test requires torch version >= {version}", test_case)
 
 
 def require_fsdp2(test_case: Any) -> Any:
     """Skip unless torch has FSDP2 (``fully_shard``, torch 2.5 and later)."""
-    from overdrive.utils.versions import is_torch_version
-
-    ok = is_torch_version(">=", "2.5.0")
+    ok = versions.is_torch_version(">=", "2.5.0")
     return _skip_unless(ok, "test requires FSDP2 (torch >= 2.5.0)", test_case)
 
 
@@ -74,15 +70,12 @@ def require_tp(test_case: Any) -> Any:
     """Skip unless torch and transformers are new enough for tensor parallelism (torch 2.3,
     transformers 4.52). Unlike Hugging Face Accelerate's, which raises when transformers is
     not installed, this one skips then."""
-    from overdrive.utils import constants
-    from overdrive.utils.versions import compare_versions, is_torch_version
-
     torch_floor = constants.BETA_TP_AVAILABLE_PYTORCH_VERSION
     transformers_floor = constants.BETA_TP_AVAILABLE_TRANSFORMERS_VERSION
     ok = (
-        is_torch_version(">=", torch_floor)
+        versions.is_torch_version(">=", torch_floor)
         and imports.is_transformers_available()
-        and compare_versions("transformers", ">=", transformers_floor)
+        and versions.compare_versions("transformers", ">=", transformers_floor)
     )
     reason = (
         f"test requires torch version >= {torch_floor} "

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from overdrive.process_state import current_partial_state
 from overdrive.test_utils.cases import AccelerateTestCase, MockingTestCase, TempDirTestCase
 from overdrive.test_utils.devices import (
     device_count,
@@ -93,6 +94,7 @@ from overdrive.test_utils.subprocesses import (
     run_command,
 )
 from overdrive.utils import imports  # noqa: F401  (kept: tests patch checks via testing.imports)
+from overdrive.utils.operations import gather
 
 __all__ = [
     # the device the tests run on, launching
@@ -183,9 +185,6 @@ __all__ = [
 
 def are_the_same_tensors(tensor: torch.Tensor) -> bool:
     """True when every process holds an equal ``tensor``."""
-    from overdrive.process_state import current_partial_state
-    from overdrive.utils.operations import gather
-
     state = current_partial_state()
     mine = tensor[None].clone().to(state.device)
     everyone = gather(mine).cpu()
