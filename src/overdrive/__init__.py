@@ -45,9 +45,9 @@ _LAZY = {
     # Hugging Face Accelerate's top-level names (``from accelerate import ...``).
     "AcceleratorState": "overdrive.state",
     "GradientState": "overdrive.state",
-    "DDPCommunicationHookType": "overdrive.compat.enums",
-    "LoggerType": "overdrive.compat.enums",
-    "PrecisionType": "overdrive.compat.enums",
+    "DDPCommunicationHookType": "overdrive.enums",
+    "LoggerType": "overdrive.enums",
+    "PrecisionType": "overdrive.enums",
     "ProfileKwargs": "overdrive.kwargs_handlers",
     "SchedulerKwargs": "overdrive.kwargs_handlers",
     "ParallelismConfig": "overdrive.plugins",

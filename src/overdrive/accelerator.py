@@ -27,9 +27,9 @@ from overdrive.accelerator_setup import (
     strategy_for,
     trackers_given,
 )
-from overdrive.accumulation import GradientState
 from overdrive.compat.accelerator_compat import AcceleratorCompat
 from overdrive.compat.checkpoint_args import load_state_kwargs, save_state_kwargs
+from overdrive.compat.gradient_state import GradientStateCompat
 from overdrive.compat.plugin_views import expose_plugins
 from overdrive.config import Settings, load_settings
 from overdrive.data import (
@@ -159,7 +159,7 @@ class Accelerator(AcceleratorCompat):
         )
         plugin = checked_accumulation_plugin(gradient_accumulation_plugin)
         self._sync_with_dataloader = plugin.sync_with_dataloader
-        self.gradient_state = GradientState(
+        self.gradient_state = GradientStateCompat(
             self.settings["gradient_accumulation_steps"], sync_each_batch=plugin.sync_each_batch
         )
         self.loop_state = LoopState()

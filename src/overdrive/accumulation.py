@@ -17,10 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from overdrive.compat.gradient_state import GradientStateCompat
 
-
-class GradientState(GradientStateCompat):
+class GradientState:
     """Shared by the Accelerator and its optimizers: is this micro-batch the window's last?"""
 
     __slots__ = (

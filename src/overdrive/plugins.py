@@ -12,15 +12,15 @@ from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
-from overdrive.compat.parallel_handlers import (
-    DeepSpeedSequenceParallelConfig,
-    TorchContextParallelConfig,
-)
 from overdrive.errors import ConfigError
 from overdrive.megatron_plugin import MegatronLMPlugin
 from overdrive.parallel.mesh import init_mesh
 from overdrive.parallel.mesh_shape import mesh_shape
 from overdrive.parallel.tp_plan import check_plan
+from overdrive.parallel_handlers import (
+    DeepSpeedSequenceParallelConfig,
+    TorchContextParallelConfig,
+)
 from overdrive.plugin_base import Plugin, _plain, refuse_fields
 
 __all__ = [

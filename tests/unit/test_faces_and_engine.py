@@ -1,6 +1,9 @@
 """Faces and engine: modules at Hugging Face Accelerate's dotted paths hold its public names
-and adapt them; the engine packages never import them (at import time or inside a
-function), so the arrows run one way, face -> engine."""
+and adapt them; engine modules (every other module, top-level ones and ``cli/`` included)
+never import them (at import time or inside a function), so the arrows run one way, face ->
+engine. Two composition roots may import both: the package's ``__init__`` (its lazy table
+of Accelerate's top-level names) and ``accelerator`` (the engine's loop with Accelerate's
+adaptation mixed into its ``Accelerator``); no engine module imports either."""
 
 from __future__ import annotations
 
@@ -17,22 +20,9 @@ FACE_MODULES = (
     "launchers",
     "memory_utils",
     "state",
+    "data_loader",
 )
-ENGINE_PACKAGES = (
-    "alias",
-    "bigmodel",
-    "checkpoint",
-    "config",
-    "data",
-    "ds",
-    "launch",
-    "memory_estimate",
-    "parallel",
-    "precision",
-    "quantize",
-    "strategies",
-    "tracking",
-)
+COMPOSITION_ROOTS = ("", "accelerator")  # the package's __init__, and the Accelerator
 
 
 def is_face(dotted: str) -> bool:
@@ -60,14 +50,35 @@ def imported(path: Path) -> set[str]:
     return found
 
 
-def test_engine_packages_import_no_face() -> None:
+def dotted_name(path: Path) -> str:
+    """``overdrive/a/b.py`` -> ``a.b``; a package's ``__init__`` is the package's name."""
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def engine_modules() -> list[Path]:
+    """Every module that is neither a face nor a composition root."""
+    return [
+        path
+        for path in sorted(SRC.rglob("*.py"))
+        if not is_face(dotted_name(path)) and dotted_name(path) not in COMPOSITION_ROOTS
+    ]
+
+
+def test_engine_modules_import_no_face_and_no_composition_root() -> None:
     crossings = []
-    for package in ENGINE_PACKAGES:
-        for path in sorted((SRC / package).rglob("*.py")):
-            for target in sorted(imported(path)):
-                if is_face(target):
-                    crossings.append(f"{path.relative_to(SRC)} imports overdrive.{target}")
+    for path in engine_modules():
+        for target in sorted(imported(path)):
+            if is_face(target) or target in COMPOSITION_ROOTS:
+                crossings.append(f"{path.relative_to(SRC)} imports overdrive.{target}")
     assert crossings == []
+
+
+def test_every_part_of_the_house_is_classified() -> None:
+    engine = {dotted_name(p).split(".")[0] for p in engine_modules()}
+    # the engine holds the packages that do the work and the top-level modules beside them
+    assert {"checkpoint", "parallel", "strategies", "cli", "accumulation", "plugins"} <= engine
+    assert not engine & set(FACE_PACKAGES) and "data_loader" not in engine
 
 
 def test_the_rule_sees_a_crossing(tmp_path: Path) -> None:

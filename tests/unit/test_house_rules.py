@@ -132,7 +132,7 @@ def test_the_cycle_check_counts_deferred_imports_and_names_from_a_package_init()
 # above leaves out, since it does not count `from pkg.sub import x` as importing `pkg`).
 FIRST_IMPORTS = (
     "overdrive.plugins",
-    "overdrive.compat.parallel_handlers",
+    "overdrive.parallel_handlers",
     "overdrive.utils.constants",
     "overdrive.utils.dataclasses",
     "overdrive.state",

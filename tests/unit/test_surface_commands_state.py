@@ -287,7 +287,7 @@ def test_loader_shard_moves_through_epochs_and_the_dispatcher_reads_alone() -> N
 
 # --- tracking ------------------------------------------------------------------------------
 def test_filter_trackers_checks_dedupes_and_needs_a_directory() -> None:
-    from overdrive.compat.enums import LoggerType
+    from overdrive.enums import LoggerType
     from overdrive.tracking import (
         GeneralTracker,
         TrackerError,

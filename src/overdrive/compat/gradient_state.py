@@ -1,31 +1,39 @@
-"""Hugging Face Accelerate's ``GradientState`` attributes about the active dataloader."""
+"""Hugging Face Accelerate's ``GradientState`` attributes about the active dataloader, on
+the engine's accumulation window (``accumulation.GradientState``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from overdrive.accumulation import GradientState
+
+if TYPE_CHECKING:
+    from overdrive.loop_state import LoopState
 
 
-class GradientStateCompat:
-    """Read the accelerator's loop state through the gradient state, as scripts expect."""
+class GradientStateCompat(GradientState):
+    """The Accelerator's gradient state: the engine's window, and the loop state read through
+    it as scripts expect."""
 
     __slots__ = ("_loop",)
+    _loop: LoopState  # the Accelerator's, set when it is created
 
     def _loop_state(self) -> Any:
         try:
-            return self._loop  # type: ignore[attr-defined]
+            return self._loop
         except AttributeError:
             return None
 
     def _set_sync_gradients(self, sync_gradients: bool) -> None:
         """Trainer accumulates by itself and says here whether this micro-batch ends its window."""
-        setattr(self, "sync_gradients", sync_gradients)  # noqa: B010 - the slot is the subclass's
+        self.sync_gradients = sync_gradients
 
     @property
     def plugin_kwargs(self) -> dict[str, Any]:
         """The accumulation settings as Hugging Face Accelerate's ``GradientAccumulationPlugin``
         keywords: like its ``to_kwargs()``, only what differs from the plugin's defaults."""
-        kwargs: dict[str, Any] = {"num_steps": self.num_steps}  # type: ignore[attr-defined]
-        if self.sync_each_batch:  # type: ignore[attr-defined]
+        kwargs: dict[str, Any] = {"num_steps": self.num_steps}
+        if self.sync_each_batch:
             kwargs["sync_each_batch"] = True
         return kwargs
 

@@ -14,13 +14,7 @@ from typing import Any, Literal
 
 from overdrive.bigmodel.custom_dtype import CustomDtype
 from overdrive.compat.dynamo import TorchDynamoPlugin
-from overdrive.compat.enums import DDPCommunicationHookType, LoggerType, PrecisionType, RNGType
-from overdrive.compat.parallel_handlers import (
-    DeepSpeedSequenceParallelConfig,
-    TorchContextParallelConfig,
-    TorchTensorParallelConfig,
-    TorchTensorParallelPlugin,
-)
+from overdrive.enums import DDPCommunicationHookType, LoggerType, PrecisionType, RNGType
 from overdrive.kwargs_handlers import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
@@ -30,6 +24,12 @@ from overdrive.kwargs_handlers import (
     ProfileKwargs,
 )
 from overdrive.lazy import lazy_getattr, same_names
+from overdrive.parallel_handlers import (
+    DeepSpeedSequenceParallelConfig,
+    TorchContextParallelConfig,
+    TorchTensorParallelConfig,
+    TorchTensorParallelPlugin,
+)
 from overdrive.plugins import (
     DataLoaderConfiguration,
     DeepSpeedPlugin,

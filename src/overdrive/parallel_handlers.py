@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
+import re
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,11 +22,25 @@ SP_BUILTIN_ATTENTION = ("flash_attention_2", "flash_attention_3", "sdpa")
 SP_REFUSED_ATTENTION = ("eager", "flex_attention")
 
 
-def _torch_at_least(version: str) -> bool:
-    # deferred: keeps compat.parallel_handlers torch-free (utils.versions loads torch)
-    from overdrive.utils.versions import is_torch_version
+def _release(version: str) -> tuple[int, ...]:
+    """``2.13.0+cpu`` -> (2, 13, 0): the release numbers, padded to three."""
+    match = re.match(r"\d+(\.\d+)*", version)
+    numbers = tuple(int(n) for n in match.group(0).split(".")) if match else (0,)
+    return numbers + (0,) * (3 - len(numbers))
 
-    return is_torch_version(">=", version)
+
+def _installed_at_least(distribution: str, version: str) -> bool:
+    """Whether ``distribution`` is installed at ``version`` or later (its release numbers, so
+    a nightly or local build compares as its release), read without importing it."""
+    try:
+        installed = importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return _release(installed) >= _release(version)
+
+
+def _torch_at_least(version: str) -> bool:
+    return _installed_at_least("torch", version)
 
 
 @dataclass
@@ -52,16 +68,7 @@ class TorchTensorParallelConfig:
                 f"{BETA_TP_AVAILABLE_PYTORCH_VERSION} and later versions. Please upgrade your "
                 "PyTorch version."
             )
-        # deferred: keeps compat.parallel_handlers torch-free (utils.versions loads torch)
-        from overdrive.utils.versions import compare_versions
-
-        try:
-            new_enough = compare_versions(
-                "transformers", ">=", BETA_TP_AVAILABLE_TRANSFORMERS_VERSION
-            )
-        except Exception:  # not installed
-            new_enough = False
-        if not new_enough:
+        if not _installed_at_least("transformers", BETA_TP_AVAILABLE_TRANSFORMERS_VERSION):
             raise ValueError(
                 f"TP requires transformers >= {BETA_TP_AVAILABLE_TRANSFORMERS_VERSION}"
             )
