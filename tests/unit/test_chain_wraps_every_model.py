@@ -8,12 +8,8 @@ tests/distributed/test_fsdp.py ("compiled", "regional-compiled").
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.distributed._composable.contract import _get_registry
 from torch.nn.parallel import DistributedDataParallel
@@ -41,17 +37,6 @@ class Net(nn.Module):
         for block in self.blocks:
             x = block(x)
         return self.head(x)
-
-
-@pytest.fixture
-def one_process_group(tmp_path: Path) -> Iterator[None]:
-    owned = not dist.is_initialized()
-    if owned:
-        store = dist.FileStore(str(tmp_path / "store"), 1)
-        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    yield
-    if owned:
-        dist.destroy_process_group()
 
 
 def _checkpointed(model: nn.Module) -> list[nn.Module]:

@@ -81,10 +81,10 @@ def test_inside_a_block_a_transformers_model_needs_its_position_ids(
     model(ids, None, positions)  # given by position
 
 
-def test_the_chain_readies_a_model_for_the_ring_when_it_is_prepared(tmp_path) -> None:
+@pytest.mark.usefixtures("one_process_group")
+def test_the_chain_readies_a_model_for_the_ring_when_it_is_prepared() -> None:
     """The chain's context-parallel step refuses at prepare, not at the first block, and
     hooks the attention modules of a model it accepts."""
-    import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -92,20 +92,12 @@ def test_the_chain_readies_a_model_for_the_ring_when_it_is_prepared(tmp_path) ->
     from overdrive.parallel.context_parallel import ContextParallelStep
 
     chain = Chain(cp=ContextParallelStep(2, "Accelerator(parallelism_config=...)"))
-    owned = not dist.is_initialized()
-    if owned:
-        store = dist.FileStore(str(tmp_path / "store"), 1)
-        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    try:
-        mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("cp",))
-        eager = LlamaForCausalLM(LlamaConfig(**SMALL, attn_implementation="eager"))
-        with pytest.raises(ConfigError, match="parallelism_config=") as caught:
-            parallelize(eager, eager, mesh, chain)
-        assert 'attn_implementation="sdpa"' in str(caught.value)
-        model = LlamaForCausalLM(LlamaConfig(**SMALL))
-        assert parallelize(model, model, mesh, chain).module is model
-        attention = model.model.layers[0].self_attn
-        assert attention._forward_pre_hooks and model._forward_pre_hooks
-    finally:
-        if owned:
-            dist.destroy_process_group()
+    mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("cp",))
+    eager = LlamaForCausalLM(LlamaConfig(**SMALL, attn_implementation="eager"))
+    with pytest.raises(ConfigError, match="parallelism_config=") as caught:
+        parallelize(eager, eager, mesh, chain)
+    assert 'attn_implementation="sdpa"' in str(caught.value)
+    model = LlamaForCausalLM(LlamaConfig(**SMALL))
+    assert parallelize(model, model, mesh, chain).module is model
+    attention = model.model.layers[0].self_attn
+    assert attention._forward_pre_hooks and model._forward_pre_hooks

@@ -6,8 +6,6 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-from collections.abc import Iterator
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -227,21 +225,6 @@ def test_fsdp2_helpers_refuse_an_accelerator_without_fsdp() -> None:
 
 
 # --- loading a full state dict into a sharded model ------------------------------------------
-@pytest.fixture
-def one_process_group(tmp_path: Path) -> Iterator[None]:
-    import torch.distributed as dist
-
-    owned = not dist.is_initialized()
-    if owned:
-        store = dist.FileStore(str(tmp_path / "store"), 1)
-        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        if owned:
-            dist.destroy_process_group()
-
-
 @pytest.mark.usefixtures("one_process_group")
 def test_load_full_state_dict_fills_a_meta_model_sharded_by_fsdp2() -> None:
     from torch.distributed.device_mesh import init_device_mesh
