@@ -41,14 +41,12 @@ class TorchDynamoPlugin:
                 setattr(self, name, value.strip().lower() in _ON)
 
     def to_kwargs(self) -> dict[str, Any]:
-        """The fields that differ from a plugin made with no arguments and no environment."""
-        # deferred: breaks the cycle compat.dynamo -> utils/__init__ -> utils.dataclasses
-        from overdrive.utils.environment import clear_environment
-
-        with clear_environment():
-            default = type(self)()
-        return {
-            f.name: getattr(self, f.name)
-            for f in fields(self)
-            if getattr(self, f.name) != getattr(default, f.name)
-        }
+        """The fields that differ from a plugin made with no arguments and no environment
+        (whose fields hold their declared defaults: the environment fills only unset ones)."""
+        changed = {}
+        for f in fields(self):
+            factory = f.default_factory
+            default = factory() if callable(factory) else f.default
+            if getattr(self, f.name) != default:
+                changed[f.name] = getattr(self, f.name)
+        return changed
