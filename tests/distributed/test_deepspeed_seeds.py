@@ -25,10 +25,11 @@ pytestmark = [
 CONFIGS = Path(__file__).parent / "configs"
 
 # file -> (precision, accumulation, clipping, offload optimizer, offload params, born partitioned)
+# A file that sets no gradient_clipping gets Hugging Face Accelerate's "auto": 1.0 at prepare.
 EXPECTED = {
     "seed001_deepspeed_zero3_offload.yaml": ("bf16", 8, 1.0, "cpu", "none", True),
-    "seed001_large_llm_deepspeed.yaml": ("bf16", 4, 0.0, "cpu", "none", True),
-    "seed000_deepspeed_zero3_offload.yaml": ("no", 1, 0.0, "cpu", "cpu", False),
+    "seed001_large_llm_deepspeed.yaml": ("bf16", 4, 1.0, "cpu", "none", True),
+    "seed000_deepspeed_zero3_offload.yaml": ("no", 1, 1.0, "cpu", "cpu", False),
 }
 
 
