@@ -5,7 +5,6 @@ helpers."""
 from __future__ import annotations
 
 import codecs
-import collections
 import functools
 import logging
 import socket
@@ -15,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from overdrive.bigmodel.sizes import id_tensor_storage
+from overdrive.checkpoint.model_files import shared_storage_ties
 from overdrive.compile_regions import (
     compile_regions,
     compile_regions_deepspeed,
@@ -168,15 +167,9 @@ def clean_state_dict_for_safetensors(state_dict: dict[str, Any]) -> dict[str, An
     """``state_dict`` with one name kept per shared storage (safetensors refuses aliases; the
     others are deleted from ``state_dict`` too, with a warning) and every tensor contiguous.
     String entries (bitsandbytes metadata) pass through."""
-    names_by_storage: dict[Any, list[str]] = collections.defaultdict(list)
-    for name, tensor in state_dict.items():
-        if not isinstance(tensor, str):
-            names_by_storage[id_tensor_storage(tensor)].append(name)
-    removed: set[str] = set()
-    for names in names_by_storage.values():
-        for name in names[1:]:
-            removed.add(name)
-            del state_dict[name]
+    removed = set(shared_storage_ties(state_dict, whole_storage=True))
+    for name in removed:
+        del state_dict[name]
     if removed:
         logger.warning(
             f"Removed shared tensor {removed} while saving. This should be OK, but check by "
