@@ -9,9 +9,8 @@ One file ``model.safetensors`` when it fits in ``max_shard_size``; otherwise
 from __future__ import annotations
 
 import json
-import os
 import re
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,11 +19,11 @@ import torch
 
 from overdrive.bigmodel.align import has_offloaded_params
 from overdrive.bigmodel.offloaded_state import get_state_dict_offloaded_model
-from overdrive.bigmodel.sizes import id_tensor_storage
 from overdrive.checkpoint.errors import CheckpointError
 from overdrive.checkpoint.records import ModelIndex
 from overdrive.checkpoint.serialization import writing
 from overdrive.checkpoint.tensor_file import write_safetensors
+from overdrive.tensor_files import replace_atomically, untied_tensors
 
 if TYPE_CHECKING:
     from overdrive.checkpoint.host import CheckpointHost
@@ -61,62 +60,6 @@ def parse_size(size: int | str) -> int:
     return int(float(match.group(1)) * _UNITS[match.group(2)])
 
 
-def shared_storage_ties(
-    state: Mapping[str, object], *, whole_storage: bool = False
-) -> dict[str, str]:
-    """For each tensor of ``state`` that aliases an earlier one: its name -> the earlier name
-    (non-tensor values are skipped).
-
-    By default a tensor aliases an earlier one when it is the same view of the same memory
-    (device, storage, offset and shape; empty tensors alias nothing): a model's tied weights.
-    ``whole_storage``: any two tensors on one storage, empty ones included, by
-    ``id_tensor_storage`` (Hugging Face's ``clean_state_dict_for_safetensors`` rule)."""
-    ties: dict[str, str] = {}
-    seen: dict[Hashable, str] = {}
-    for name, value in state.items():
-        if not isinstance(value, torch.Tensor):
-            continue
-        key: Hashable
-        if whole_storage:
-            key = id_tensor_storage(value)
-        elif value.numel():
-            key = (
-                value.device,
-                value.untyped_storage().data_ptr(),
-                value.storage_offset(),
-                tuple(value.shape),
-            )
-        else:
-            continue
-        if key in seen:
-            ties[name] = seen[key]
-        else:
-            seen[key] = name
-    return ties
-
-
-def untied_tensors(state: Mapping[str, object]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """The tensors of ``state`` with each tied group kept once (safetensors refuses shared
-    memory), on the CPU and contiguous, each with memory of its own (a view of a larger or
-    already-kept storage is copied); and the ties (``shared_storage_ties``), as Hugging Face
-    models expect them."""
-    ties = shared_storage_ties(state)
-    kept: dict[str, torch.Tensor] = {}
-    storages: set[int] = set()
-    for name, value in state.items():
-        if not isinstance(value, torch.Tensor) or name in ties:
-            continue
-        t = value.detach().cpu().contiguous()
-        storage = t.untyped_storage()
-        if storage.nbytes() != t.numel() * t.element_size() or (
-            t.numel() and storage.data_ptr() in storages
-        ):
-            t = t.clone()
-        storages.add(t.untyped_storage().data_ptr())
-        kept[name] = t
-    return kept, ties
-
-
 def shard(tensors: dict[str, torch.Tensor], max_bytes: int) -> list[dict[str, torch.Tensor]]:
     """Consecutive groups of at most ``max_bytes`` (a bigger tensor gets a shard of its own)."""
     shards: list[dict[str, torch.Tensor]] = [{}]
@@ -129,18 +72,6 @@ def shard(tensors: dict[str, torch.Tensor], max_bytes: int) -> list[dict[str, to
         shards[-1][name] = t
         size += nbytes
     return shards
-
-
-def replace_atomically(path: Path, write: Callable[[Path], object]) -> None:
-    """``write`` a hidden temporary beside ``path``, then rename it over ``path``: the file
-    appears whole or not at all, and a failed write leaves no temporary behind."""
-    temp = path.with_name(f".{path.name}.tmp")
-    try:
-        write(temp)
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
 
 
 def _replace_into(path: Path, write: Callable[[Path], object]) -> None:

@@ -13,7 +13,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from overdrive.checkpoint.model_files import shared_storage_ties
 from overdrive.checkpoint.serialization import WEIGHTS_ONLY_GLOBALS, load_weights_only
 from overdrive.compile_regions import (
     compile_regions,
@@ -29,6 +28,7 @@ from overdrive.parallel.regional_compile import (
 )
 from overdrive.precision.autocast import AutocastForward
 from overdrive.process_state import current_partial_state
+from overdrive.tensor_files import shared_storage_ties
 from overdrive.utils.environment import write_basic_config
 from overdrive.utils.saving import save
 from overdrive.utils.system import check_os_kernel
