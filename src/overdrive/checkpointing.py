@@ -21,7 +21,12 @@ import torch
 
 from overdrive.checkpoint.errors import CheckpointError, UnsafeCheckpointError
 from overdrive.checkpoint.legacy import _restore_rng
-from overdrive.checkpoint.serialization import load_pickle, load_tree, save_tree
+from overdrive.checkpoint.serialization import (
+    load_pickle,
+    load_tree,
+    load_weights_only,
+    save_tree,
+)
 from overdrive.logging import get_logger
 from overdrive.optimizer import move_to_device
 from overdrive.process_state import current_partial_state
@@ -100,24 +105,13 @@ def save_accelerator_state(
     return directory
 
 
-def _weights_only_load(path: Path, map_location: Any = None) -> Any:
-    """A pickle file read by torch's ``weights_only`` unpickler (numpy arrays allowed, as
-    Hugging Face Accelerate allows them): data only, no code from the file."""
-    import numpy as np
-
-    core = getattr(np, "_core", None) or np.core
-    allowed = [core.multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32))]
-    with torch.serialization.safe_globals(allowed):
-        return torch.load(path, map_location=map_location, weights_only=True)
-
-
 def _read(directory: Path, stem: str, *, required: bool = True) -> Any:
     """``stem``'s state: overdrive's ``stem.json``, else Accelerate's pickle file."""
     if (directory / f"{stem}.json").exists():
         return load_tree(directory, stem, what=stem)
     for suffix in (".bin", ".pkl", ".pt"):
         if (directory / f"{stem}{suffix}").exists():
-            return _weights_only_load(directory / f"{stem}{suffix}")
+            return load_weights_only(directory / f"{stem}{suffix}")
     if not required:
         return None
     raise CheckpointError(
@@ -135,7 +129,7 @@ def _load_model(
 
         load_model(model, str(weights), device=str(device), **kwargs)
         return
-    state = _weights_only_load(directory / f"{_name('pytorch_model', index)}.bin", device)
+    state = load_weights_only(directory / f"{_name('pytorch_model', index)}.bin", device)
     model.load_state_dict(state, **kwargs)
 
 

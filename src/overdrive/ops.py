@@ -105,8 +105,10 @@ def _rank() -> int:
     return dist.get_rank() if world_size() > 1 else 0
 
 
-def _comm_device() -> torch.device:
-    if dist.get_backend() == "nccl":
+def comm_device() -> torch.device:
+    """Where a tensor sent through the default process group must live: the current GPU
+    under NCCL, else (gloo, or no process group at all) the CPU."""
+    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 
@@ -270,7 +272,7 @@ def pad_across_processes(
     def one(tensor: torch.Tensor) -> torch.Tensor:
         if tensor.dim() <= dim:
             return tensor
-        size = torch.tensor([tensor.shape[dim]], device=_comm_device())
+        size = torch.tensor([tensor.shape[dim]], device=comm_device())
         sizes = [torch.empty_like(size) for _ in range(world)]
         dist.all_gather(sizes, size)
         biggest = int(max(s.item() for s in sizes))

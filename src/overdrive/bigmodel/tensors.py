@@ -4,6 +4,7 @@ tensor the module does not hold)."""
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import torch
@@ -30,10 +31,15 @@ def check_device_same(first_device: torch.device, second_device: torch.device) -
     return indexed(first_device) == indexed(second_device)
 
 
-def release_cached_memory() -> None:
-    """Hand the accelerator's cached blocks back (nothing to do on a CPU)."""
+def release_cached_memory(garbage_collection: bool = False) -> None:
+    """Hand the accelerator's cached blocks back (nothing to do on a CPU), after a
+    ``gc.collect()`` with ``garbage_collection``."""
+    if garbage_collection:
+        gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+    elif hasattr(torch, "xpu") and torch.xpu.is_available():
+        torch.xpu.empty_cache()
     elif torch.backends.mps.is_available():
         torch.mps.empty_cache()
 

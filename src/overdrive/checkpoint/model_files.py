@@ -9,7 +9,6 @@ One file ``model.safetensors`` when it fits in ``max_shard_size``; otherwise
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Callable, Mapping
 from functools import partial
@@ -24,6 +23,7 @@ from overdrive.checkpoint.errors import CheckpointError
 from overdrive.checkpoint.records import ModelIndex
 from overdrive.checkpoint.serialization import writing
 from overdrive.checkpoint.tensor_file import write_safetensors
+from overdrive.tensor_files import replace_atomically, untied_tensors
 
 if TYPE_CHECKING:
     from overdrive.checkpoint.host import CheckpointHost
@@ -60,28 +60,6 @@ def parse_size(size: int | str) -> int:
     return int(float(match.group(1)) * _UNITS[match.group(2)])
 
 
-def _dedupe(state: Mapping[str, object]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """Tensors only, each storage once (safetensors refuses shared memory); tied names ->
-    the name kept, as Hugging Face models expect."""
-    kept: dict[str, torch.Tensor] = {}
-    tied: dict[str, str] = {}
-    seen: dict[tuple[int, int | torch.SymInt, tuple[int, ...]], str] = {}  # storage, offset, shape
-    for name, value in state.items():
-        if not isinstance(value, torch.Tensor):
-            continue
-        t = value.detach()
-        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
-        if t.numel() and key in seen:
-            tied[name] = seen[key]
-            continue
-        if t.numel():
-            seen[key] = name
-        kept[name] = t.cpu().contiguous()
-        if kept[name].untyped_storage().nbytes() != t.numel() * t.element_size():
-            kept[name] = kept[name].clone()
-    return kept, tied
-
-
 def shard(tensors: dict[str, torch.Tensor], max_bytes: int) -> list[dict[str, torch.Tensor]]:
     """Consecutive groups of at most ``max_bytes`` (a bigger tensor gets a shard of its own)."""
     shards: list[dict[str, torch.Tensor]] = [{}]
@@ -97,14 +75,8 @@ def shard(tensors: dict[str, torch.Tensor], max_bytes: int) -> list[dict[str, to
 
 
 def _replace_into(path: Path, write: Callable[[Path], object]) -> None:
-    temp = path.with_name(f".{path.name}.tmp")
-    try:
-        with writing(path, "save_model"):
-            write(temp)
-            os.replace(temp, path)
-    except CheckpointError:
-        temp.unlink(missing_ok=True)  # a half-written file is not left behind
-        raise
+    with writing(path, "save_model"):
+        replace_atomically(path, write)
 
 
 def write_model_files(
@@ -112,7 +84,7 @@ def write_model_files(
 ) -> list[str]:
     """Write the files; returns their names (index last when sharded)."""
     max_bytes = parse_size(max_shard_size)
-    tensors, tied = _dedupe(state)
+    tensors, tied = untied_tensors(state)
     groups = shard(tensors, max_bytes)
     directory.mkdir(parents=True, exist_ok=True)
     stem, ext = ("model", "safetensors") if safe else ("pytorch_model", "bin")

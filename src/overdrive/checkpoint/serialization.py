@@ -8,11 +8,12 @@ objects; ``unflatten`` reverses it. Loading never runs code from the files.
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
 import os
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
@@ -30,6 +31,17 @@ if TYPE_CHECKING:
     from torch.distributed.tensor import DTensor
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl")
+_NP_CORE = np._core if hasattr(np, "_core") else np.core  # numpy 2 renamed its core module
+WEIGHTS_ONLY_GLOBALS: tuple[Any, ...] = (
+    _NP_CORE.multiarray._reconstruct,
+    np.ndarray,
+    codecs.encode,
+    np.dtype,
+    *((np.dtypes.UInt32DType,) if hasattr(np, "dtypes") else ()),
+)
+"""What ``load_weights_only`` lets torch rebuild besides tensors and plain containers: numpy
+arrays and dtypes (RNG states hold them) and the codec a pickled array's bytes go through.
+Hugging Face Accelerate's ``TORCH_SAFE_GLOBALS``."""
 _TAGS: tuple[str, ...] = ("__tensor__", "__ndarray__", "__float__", "__tuple__", "__dict__")
 _TAGS += ("__dtype__", "__device__", "__npscalar__", "__sharded__")
 
@@ -346,3 +358,18 @@ def load_pickle(path: Path, *, what: str, allow_unsafe_pickle: bool) -> Any:
             "allow_unsafe_pickle=True to load_state"
         )
     return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def load_weights_only(
+    f: Any,
+    map_location: Any = None,
+    *,
+    allowed: Iterable[Any] = WEIGHTS_ONLY_GLOBALS,
+    **kwargs: Any,
+) -> Any:
+    """``torch.load`` with ``weights_only=True`` unless ``kwargs`` say otherwise: tensors,
+    plain containers and the ``allowed`` globals are rebuilt, no other pickled object, and no
+    code from the file runs. ``allowed`` applies to this call only."""
+    kwargs.setdefault("weights_only", True)
+    with torch.serialization.safe_globals(list(allowed)):
+        return torch.load(f, map_location=map_location, **kwargs)

@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from overdrive.commands.parser import command_parser
+from overdrive.config.rules import RESHARDS
 
 logger = logging.getLogger(__name__)
 
@@ -22,15 +23,6 @@ class ConversionStatus(enum.Enum):
     NOT_YET_IMPLEMENTED = 0
     REMOVED = -1
 
-
-_RESHARDS_AFTER_FORWARD = {
-    "FULL_SHARD": True,
-    "SHARD_GRAD_OP": False,
-    "HYBRID_SHARD": True,
-    "HYBRID_SHARD_ZERO2": False,
-    "NO_SHARD": False,
-}
-"""FSDP1's sharding strategy as FSDP2's one question: free the gathered weights after forward?"""
 
 ARGUMENT_KEY_MAPPING: dict[str, str | ConversionStatus] = {
     "fsdp_version": "fsdp_version",
@@ -52,9 +44,9 @@ ARGUMENT_KEY_MAPPING: dict[str, str | ConversionStatus] = {
 carried over as they are."""
 
 ARGUMENT_VALUE_MAPPING: dict[str, dict[str, bool]] = {
-    "fsdp_sharding_strategy": _RESHARDS_AFTER_FORWARD,
+    "fsdp_sharding_strategy": dict(RESHARDS),
     # a config written for FSDP1 may already hold a strategy under the FSDP2 key
-    "fsdp_reshard_after_forward": _RESHARDS_AFTER_FORWARD,
+    "fsdp_reshard_after_forward": dict(RESHARDS),
 }
 """Values that change on the way: a sharding strategy becomes reshard-after-forward."""
 

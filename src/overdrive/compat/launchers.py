@@ -7,27 +7,12 @@ environment the agent gives it, as under ``overdrive launch``.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from overdrive.errors import ConfigError
+from overdrive.launch.ports import free_port, port_is_free
 from overdrive.utils.environment import patch_environment
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _port_free(host: str, port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
 
 
 def _check_parent(num_processes: int) -> None:
@@ -83,8 +68,8 @@ def notebook_launcher(
     _check_parent(num_processes)
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    if num_nodes == 1 and not rdzv_endpoint and not _port_free(master_addr, int(use_port)):
-        use_port = _free_port()  # one machine: any free port will do (the default may be taken)
+    if num_nodes == 1 and not rdzv_endpoint and not port_is_free(int(use_port), master_addr):
+        use_port = free_port()  # one machine: any free port will do (the default may be taken)
     if rdzv_backend == "static":
         endpoint = f"{master_addr}:{use_port}"
         configs: dict[str, Any] = {"rank": node_rank}
@@ -135,7 +120,7 @@ def debug_launcher(
             function,
             args,
             num_processes=num_processes,
-            use_port=_free_port(),
+            use_port=free_port(),
             rdzv_backend="static",
         )
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from overdrive import ops
@@ -21,14 +19,9 @@ class TriggerMixin:
     def check_trigger(self) -> bool:
         """Collective: True on every process when any process set the flag since the last
         check (the flag is then cleared). Call it on every process."""
-        state: Any = self.state  # type: ignore[attr-defined]
-        flag = torch.tensor([1 if self._trigger else 0], device=_comm_device(state))
+        flag = torch.tensor([1 if self._trigger else 0], device=ops.comm_device())
         total = ops.reduce(flag, "sum", debug=False)
         if int(total.item()) > 0:
             self._trigger = False
             return True
         return False
-
-
-def _comm_device(state: Any) -> torch.device:
-    return state.device if state.backend == "nccl" else torch.device("cpu")

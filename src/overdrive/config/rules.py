@@ -187,10 +187,12 @@ def _engine_precision(values: Values) -> None:
 RESHARDS = {
     "FULL_SHARD": True,
     "SHARD_GRAD_OP": False,
-    "NO_SHARD": False,
     "HYBRID_SHARD": True,
     "HYBRID_SHARD_ZERO2": False,
+    "NO_SHARD": False,
 }
+"""FSDP1's sharding strategy as FSDP2's one question: free the gathered weights after forward?
+(In Hugging Face Accelerate's order, which ``accelerate to-fsdp2``'s mapping shows.)"""
 
 
 def _fsdp_strategy_as_reshard(values: Values) -> None:

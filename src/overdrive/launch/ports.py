@@ -9,15 +9,15 @@ from overdrive.errors import LaunchError
 from overdrive.launch.plan import LaunchPlan
 
 
-def port_is_free(port: int) -> bool:
-    """True when nothing listens on ``port`` on any local address.
+def port_is_free(port: int, host: str = "") -> bool:
+    """True when nothing listens on ``port`` on ``host`` (by default, any local address).
 
     SO_REUSEADDR mirrors the store's own bind: ports in TIME_WAIT count as free.
     """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind(("", port))
+            sock.bind((host, port))
         except OSError:
             return False
     return True

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import functools
-import gc
 import inspect
 from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from overdrive.bigmodel.tensors import release_cached_memory
 
 _OOM_MESSAGES = (
     "CUDA out of memory.",
@@ -22,14 +23,13 @@ _OOM_MESSAGES = (
 
 
 def release_memory(*objects: Any) -> list[None]:
-    """Drop references, collect garbage, empty the CUDA cache; returns one None per object.
+    """Drop references, collect garbage, empty the accelerator's cache; returns one None per
+    object.
 
     Use as ``a, b = release_memory(a, b)`` so the caller's names stop holding them.
     """
-    objects = tuple(None for _ in objects)
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    objects = tuple(None for _ in objects)  # this call's own references go before collecting
+    release_cached_memory(garbage_collection=True)
     return list(objects)
 
 
@@ -93,11 +93,4 @@ def find_executable_batch_size(
 
 def clear_device_cache(garbage_collection: bool = False) -> None:
     """Return cached accelerator memory to the device (after a ``gc.collect()`` when asked)."""
-    if garbage_collection:
-        gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    elif hasattr(torch, "xpu") and torch.xpu.is_available():
-        torch.xpu.empty_cache()
-    elif torch.backends.mps.is_available():
-        torch.mps.empty_cache()
+    release_cached_memory(garbage_collection)

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from overdrive.bigmodel.moves import find_device as find_device
 from overdrive.ops import is_namedtuple
 
 
@@ -87,19 +88,6 @@ def concatenate(data: list[Any] | tuple[Any, ...], dim: int = 0) -> Any:
     if len(data) == 1:
         return first
     raise TypeError(f"Can only concatenate tensors but got {type(first)}")
-
-
-def find_device(data: Any) -> torch.device | None:
-    """The device of the first tensor found in ``data`` (depth first), or None without one."""
-    if isinstance(data, torch.Tensor):
-        return data.device
-    items = data.values() if isinstance(data, Mapping) else data
-    if isinstance(data, (Mapping, tuple, list)):
-        for item in items:
-            device = find_device(item)
-            if device is not None:
-                return device
-    return None
 
 
 def pad_input_tensors(data: Any, batch_size: int, num_processes: int, dim: int = 0) -> Any:

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import torch
 
 from overdrive import ops
+from overdrive.bigmodel import moves
 from overdrive.ds.helpers import gathered_parameters
 from overdrive.ops import CollectiveMismatchError, DistributedOperationException, is_namedtuple
 from overdrive.process_state import current_partial_state
@@ -299,28 +300,9 @@ def send_to_device(
     non_blocking: bool = False,
     skip_keys: list[str] | str | None = None,
 ) -> Any:
-    """Move every tensor in a nest of lists/tuples/dicts to ``device``.
-
-    Keys named in ``skip_keys`` (of dicts at any depth) are left where they are.
-    """
-    skip = {skip_keys} if isinstance(skip_keys, str) else set(skip_keys or ())
-    target = torch.device(device) if not isinstance(device, torch.device) else device
-
-    def move(data: Any) -> Any:
-        if isinstance(data, torch.Tensor):
-            return data.to(target, non_blocking=non_blocking)
-        if isinstance(data, dict):
-            return type(data)({k: v if k in skip else move(v) for k, v in data.items()})
-        if isinstance(data, (list, tuple)):
-            return ops.rebuild(data, [move(v) for v in data])
-        if hasattr(data, "to") and callable(data.to) and not isinstance(data, type):
-            try:
-                return data.to(target, non_blocking=non_blocking)
-            except TypeError:
-                return data.to(target)
-        return data
-
-    return move(tensor)
+    """Move every tensor (and every object with a ``.to``) in a nest of lists/tuples/dicts to
+    ``device``; keys named in ``skip_keys`` (of dicts at any depth) are left where they are."""
+    return moves.send_to_device(tensor, device, non_blocking, skip_keys)
 
 
 def copy_tensor_to_devices(tensor: torch.Tensor | None = None) -> torch.Tensor:

@@ -4,8 +4,6 @@ helpers."""
 
 from __future__ import annotations
 
-import codecs
-import collections
 import functools
 import logging
 import socket
@@ -15,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from overdrive.bigmodel.sizes import id_tensor_storage
+from overdrive.checkpoint.serialization import WEIGHTS_ONLY_GLOBALS, load_weights_only
 from overdrive.compile_regions import (
     compile_regions,
     compile_regions_deepspeed,
@@ -30,6 +28,7 @@ from overdrive.parallel.regional_compile import (
 )
 from overdrive.precision.autocast import AutocastForward
 from overdrive.process_state import current_partial_state
+from overdrive.tensor_files import shared_storage_ties
 from overdrive.utils.environment import write_basic_config
 from overdrive.utils.saving import save
 from overdrive.utils.system import check_os_kernel
@@ -168,15 +167,9 @@ def clean_state_dict_for_safetensors(state_dict: dict[str, Any]) -> dict[str, An
     """``state_dict`` with one name kept per shared storage (safetensors refuses aliases; the
     others are deleted from ``state_dict`` too, with a warning) and every tensor contiguous.
     String entries (bitsandbytes metadata) pass through."""
-    names_by_storage: dict[Any, list[str]] = collections.defaultdict(list)
-    for name, tensor in state_dict.items():
-        if not isinstance(tensor, str):
-            names_by_storage[id_tensor_storage(tensor)].append(name)
-    removed: set[str] = set()
-    for names in names_by_storage.values():
-        for name in names[1:]:
-            removed.add(name)
-            del state_dict[name]
+    removed = set(shared_storage_ties(state_dict, whole_storage=True))
+    for name in removed:
+        del state_dict[name]
     if removed:
         logger.warning(
             f"Removed shared tensor {removed} while saving. This should be OK, but check by "
@@ -187,25 +180,16 @@ def clean_state_dict_for_safetensors(state_dict: dict[str, Any]) -> dict[str, An
 
 # numpy's core module moved in 2.0; its array rebuilder is one of the safe globals.
 np_core = np._core if hasattr(np, "_core") else np.core
-# What `load` lets torch.load rebuild besides tensors: numpy arrays and dtypes (RNG states
-# hold them) and the codec the pickled bytes of a numpy array go through.
-TORCH_SAFE_GLOBALS: list[Any] = [
-    np_core.multiarray._reconstruct,
-    np.ndarray,
-    codecs.encode,
-    np.dtype,
-]
-if hasattr(np, "dtypes"):
-    TORCH_SAFE_GLOBALS.append(np.dtypes.UInt32DType)
+# What `load` lets torch.load rebuild besides tensors (the engine's list; appending here
+# widens `load` only).
+TORCH_SAFE_GLOBALS: list[Any] = list(WEIGHTS_ONLY_GLOBALS)
 
 
 def load(f: Any, map_location: Any = None, **kwargs: Any) -> Any:
     """``torch.load`` with ``weights_only=True`` unless the caller says otherwise: only
     tensors, plain containers and ``TORCH_SAFE_GLOBALS`` are rebuilt, never arbitrary pickled
     objects. The allowed globals apply to this call only."""
-    kwargs.setdefault("weights_only", True)
-    with torch.serialization.safe_globals(TORCH_SAFE_GLOBALS):
-        return torch.load(f, map_location=map_location, **kwargs)
+    return load_weights_only(f, map_location, allowed=TORCH_SAFE_GLOBALS, **kwargs)
 
 
 def get_pretty_name(obj: Any) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -11,22 +12,15 @@ import torch
 
 from overdrive.errors import ConfigError
 from overdrive.process_state import current_partial_state
+from overdrive.tensor_files import replace_atomically, untied_tensors
 
 
 def without_shared_storage(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """``state`` with one entry kept per storage (tied weights are one tensor on disk, as
-    safetensors requires), each made contiguous."""
-    kept: dict[str, torch.Tensor] = {}
-    first: dict[tuple[Any, ...], str] = {}
-    removed: list[str] = []
-    for name, tensor in state.items():
-        key = (tensor.device, tensor.untyped_storage().data_ptr(), tensor.storage_offset())
-        if tensor.numel() and key in first:
-            removed.append(f"{name} (shares {first[key]})")
-            continue
-        first.setdefault(key, name)
-        kept[name] = tensor.contiguous()
-    if removed:
+    """``state`` with each tied group kept once, as safetensors requires
+    (``untied_tensors``), with a warning naming the names left out."""
+    kept, ties = untied_tensors(state)
+    if ties:
+        removed = [f"{name} (shares {first})" for name, first in ties.items()]
         logging.getLogger(__name__).warning(
             f"Removed shared tensor {removed} while saving. This should be OK, but check by "
             "verifying that you don't receive any warning while reloading"
@@ -37,8 +31,6 @@ def without_shared_storage(state: dict[str, torch.Tensor]) -> dict[str, torch.Te
 def write_once(obj: Any, f: str | os.PathLike[str], safe_serialization: bool = False) -> None:
     """Write ``obj`` to ``f``: safetensors for a dict of tensors with ``safe_serialization``,
     else ``torch.save``; the file appears whole or not at all."""
-    path = Path(f)
-    tmp = path.with_name(path.name + ".tmp")
     if safe_serialization:
         from safetensors.torch import save_file
 
@@ -48,10 +40,12 @@ def write_once(obj: Any, f: str | os.PathLike[str], safe_serialization: bool = F
                 key="safe_serialization",
                 fix="pass a state dict, or safe_serialization=False for other objects",
             )
-        save_file(without_shared_storage(obj), str(tmp), metadata={"format": "pt"})
+        tensors = without_shared_storage(obj)
+        replace_atomically(
+            Path(f), lambda tmp: save_file(tensors, str(tmp), metadata={"format": "pt"})
+        )
     else:
-        torch.save(obj, tmp)
-    tmp.replace(path)
+        replace_atomically(Path(f), partial(torch.save, obj))
 
 
 def save(
