@@ -80,16 +80,30 @@ def test_zero_stage_trains_like_one_process(
     assert row["basic_optimizer"] == ("DeepSpeedCPUAdam" if offload else "AdamW")
 
 
-def test_dynamo_backend_compiles_the_engine_and_trains_the_same(tmp_path: Path) -> None:
-    """DeepSpeed wraps the model itself, so dynamo_config's compile step runs on its engine
-    (eager: the same numbers as one plain process)."""
+# The regional case runs in `make extended` (`make test` keeps its FSDP2 and DDP forms).
+@pytest.mark.parametrize(
+    "regional",
+    [False, pytest.param(True, marks=pytest.mark.extended)],
+    ids=["engine", "regional"],
+)
+def test_dynamo_backend_compiles_under_deepspeed_and_trains_the_same(
+    tmp_path: Path, regional: bool
+) -> None:
+    """DeepSpeed wraps the model itself, so dynamo_config's compile step runs on its engine,
+    or (regional) on each repeated block of its model in place (eager: the same numbers as
+    one plain process)."""
     section = {"zero_stage": 2, "gradient_accumulation_steps": 2, "gradient_clipping": MAX_NORM}
     config = _yaml(tmp_path, section)
     data = yaml.safe_load(config.read_text())
-    data["dynamo_config"] = {"dynamo_backend": "EAGER"}
+    data["dynamo_config"] = {
+        "dynamo_backend": "EAGER",
+        "dynamo_use_regional_compilation": regional,
+    }
     config.write_text(yaml.safe_dump(data))
     row = _train(tmp_path, config, "run")
-    assert row["compiled"] is True and row["unwrapped"] == "Net"
+    assert row["unwrapped"] == "Net" and row["compiled"] is not regional
+    blocks = ["blocks.0", "blocks.1", "blocks.2"]
+    assert (set(blocks) <= set(row["compiled_blocks"])) is regional
 
 
 @pytest.mark.extended

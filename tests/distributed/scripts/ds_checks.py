@@ -133,6 +133,11 @@ def main() -> None:
             "norm_diff": norm_diff,
             "unwrapped": type(acc.unwrap_model(model)).__name__,
             "compiled": bool(getattr(model, "is_compiled", False)),
+            "compiled_blocks": sorted(
+                name
+                for name, m in acc.unwrap_model(model).named_modules()
+                if getattr(m, "_compiled_call_impl", None) is not None
+            ),
             "basic_optimizer": type(opt.optimizer).__name__,
             "scheduler": type(getattr(sched.scheduler, "scheduler", sched.scheduler)).__name__,
         }
