@@ -41,11 +41,11 @@ typecheck: $(STAMP)
 # repeats of a suite under its other variants): a faster case of each stays, and the whole
 # stays under 30 minutes on 2 cores. `make extended` runs exactly what is left out here.
 test: $(STAMP) compat-site lint typecheck
-	$(BIN)/python -m pytest -q tests -m "not extended"
+	$(BIN)/python -m pytest -q --durations=25 tests -m "not extended"
 
 # The cases `make test` leaves out (see `extended` in pyproject.toml).
 extended: $(STAMP)
-	$(BIN)/python -m pytest -q tests -m extended
+	$(BIN)/python -m pytest -q --durations=25 tests -m extended
 
 # Every DeepSpeed test: ZeRO 0-3 and offload on CPU processes, resume, the seeds' examples.
 deepspeed: $(STAMP)
