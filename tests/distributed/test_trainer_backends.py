@@ -1,6 +1,7 @@
 """transformers' Trainer on overdrive's backends: an unmodified Trainer script (scripts/
-trainer_case.py) resumes mid-epoch exactly, accumulates, runs bf16 and trains under seed 002's
-FSDP2 config file on CPU processes, with the numbers compared, not just "it ran".
+trainer_case.py) resumes mid-epoch exactly, accumulates, runs bf16 and trains under the
+FSDP2 config file of Hugging Face Transformers' docs (Accelerate page, "Accelerate config
+file") on CPU processes, with the numbers compared, not just "it ran".
 
 Measured on this host (2026-11-25): every resume below is bitwise equal to its uninterrupted
 run; FSDP2 in fp32 is 1.5e-7 (relative, weight sums) from DDP; bf16 moves the loss by
@@ -23,7 +24,7 @@ pytest.importorskip("transformers")
 
 SCRIPT = Path(__file__).parent / "scripts" / "trainer_case.py"
 
-# Seed 002's FSDP2 file as written, for 2 processes (the seed says 4 GPUs).
+# That FSDP2 file as written, for 2 processes (the docs write it for 4 GPUs).
 FSDP2_CONFIG = """\
 compute_environment: LOCAL_MACHINE
 distributed_type: FSDP
@@ -102,7 +103,7 @@ def test_mid_epoch_resume_under_ddp_is_the_uninterrupted_run(tmp_path: Path) -> 
 
 
 @pytest.mark.distributed
-def test_seed002_fsdp2_config_resumes_mid_epoch_from_its_sharded_checkpoint(
+def test_documented_fsdp2_config_resumes_mid_epoch_from_its_sharded_checkpoint(
     tmp_path: Path,
 ) -> None:
     whole, again, folder = resumed(tmp_path, {"batch": 2}, nprocs=2, config=FSDP2_CONFIG)

@@ -1,6 +1,7 @@
-"""The seeds' DeepSpeed config files launch and train a tiny transformers Llama on 2 CPU
-processes, each setting in force; with zero3_init_flag the model is born partitioned, and the
-model save_model writes loads into a fresh Llama with plain safetensors."""
+"""Example DeepSpeed ZeRO-3 config files (optimizer offload, parameter offload, bf16,
+zero3_init_flag) launch and train a tiny transformers Llama on 2 CPU processes, each setting
+in force; with zero3_init_flag the model is born partitioned, and the model save_model writes
+loads into a fresh Llama with plain safetensors."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from tests.helpers.dist import assert_ok, result_rows, run_launch
 
 pytest.importorskip("deepspeed")
 transformers = pytest.importorskip("transformers")
-# Every seed offloads the optimizer: CPU Adam compiles for minutes on a fresh machine, so
+# Every file offloads the optimizer: CPU Adam compiles for minutes on a fresh machine, so
 # these run in `make deepspeed`; `make test` keeps the ZeRO stages without offload.
 pytestmark = [
     pytest.mark.distributed,
@@ -27,21 +28,21 @@ CONFIGS = Path(__file__).parent / "configs"
 # file -> (precision, accumulation, clipping, offload optimizer, offload params, born partitioned)
 # A file that sets no gradient_clipping gets Hugging Face Accelerate's "auto": 1.0 at prepare.
 EXPECTED = {
-    "seed001_deepspeed_zero3_offload.yaml": ("bf16", 8, 1.0, "cpu", "none", True),
-    "seed001_large_llm_deepspeed.yaml": ("bf16", 4, 1.0, "cpu", "none", True),
-    "seed000_deepspeed_zero3_offload.yaml": ("no", 1, 1.0, "cpu", "cpu", False),
+    "deepspeed_zero3_offload_bf16.yaml": ("bf16", 8, 1.0, "cpu", "none", True),
+    "deepspeed_large_llm.yaml": ("bf16", 4, 1.0, "cpu", "none", True),
+    "deepspeed_zero3_cpu_offload.yaml": ("no", 1, 1.0, "cpu", "cpu", False),
 }
 
 
 @pytest.mark.parametrize("config", list(EXPECTED))
-def test_seed_deepspeed_example_trains_a_llama(
+def test_deepspeed_example_config_trains_a_llama(
     config: str, tmp_path: Path, cpu_adam_built: None
 ) -> None:
     precision, accumulation, clipping, offload_opt, offload_param, born = EXPECTED[config]
     args = ["--out", str(tmp_path)] + (["--max_norm", str(clipping)] if clipping else [])
     # The files ask for 8 GPUs; the flag (above the file) makes it a 2-process rehearsal.
     result = run_launch(
-        "ds_seed_llama.py",
+        "ds_example_llama.py",
         env=DS_ENV,
         nprocs=2,
         launch_args=["--config_file", str(CONFIGS / config)],
@@ -67,7 +68,7 @@ def test_seed_deepspeed_example_trains_a_llama(
 
     from safetensors.torch import load_file
 
-    from tests.distributed.scripts.ds_seed_llama import CONFIG
+    from tests.distributed.scripts.ds_example_llama import CONFIG
 
     saved = load_file(str(tmp_path / "model" / "model.safetensors"))
     fresh = transformers.LlamaForCausalLM(CONFIG)

@@ -1,4 +1,4 @@
-"""Train with whatever FSDP configuration the launch gives (the seeds' YAML examples), save a
+"""Train with whatever FSDP configuration the launch gives (tests/distributed/configs/fsdp*.yaml), save a
 checkpoint, and print what ran as ``RESULT {json}`` on the main process."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""A tiny transformers Llama trained by a plain loop under the DeepSpeed config a seed example
-file gives (launched with ``--config_file``), for tests/distributed/test_deepspeed_seeds.py.
+"""A tiny transformers Llama trained by a plain loop under the DeepSpeed config an example
+file gives (launched with ``--config_file``), for
+tests/distributed/test_deepspeed_example_configs.py.
 
 The model is built with ``AutoModelForCausalLM.from_config`` after the Accelerator exists, so
 with ``zero3_init_flag`` under ZeRO-3 transformers creates it already partitioned; a plain
