@@ -28,7 +28,7 @@ whole = LlamaForCausalLM(config).eval()
 whole.save_pretrained(out / "model", max_shard_size="200KB")
 size = sum(p.numel() * p.element_size() for p in whole.parameters())
 model = AutoModelForCausalLM.from_pretrained(
-    out / "model", device_map="auto", max_memory={"cpu": size // 3},
+    out / "model", device_map="auto", max_memory={"cpu": f"{size // 3000}KB"},  # a string, as users write it
     offload_folder=out / "offload",
 )
 ids = torch.tensor([[1, 5, 9, 3, 7]])

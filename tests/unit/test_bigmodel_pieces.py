@@ -64,6 +64,13 @@ def test_max_memory_is_parsed_ordered_and_checked() -> None:
     assert get_balanced_memory(_three(), {"cpu": 300, "disk": 10**6}) == {"cpu": 300, "disk": 10**6}
 
 
+def test_max_memory_converts_the_callers_dict_in_place() -> None:
+    # transformers passes its user's max_memory and then reads that same dict back
+    given = {"cpu": "4GB", "disk": 100}
+    assert get_max_memory(given) == {"cpu": 4 * 10**9, "disk": 100}
+    assert given == {"cpu": 4 * 10**9, "disk": 100}
+
+
 def test_balanced_memory_over_two_gpus_leaves_the_last_its_whole_budget() -> None:
     model = nn.Sequential(*[nn.Linear(8, 8) for _ in range(4)])  # 288 bytes per layer
     memory = get_balanced_memory(model, max_memory={0: 10_000, 1: 10_000})

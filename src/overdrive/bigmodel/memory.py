@@ -45,9 +45,16 @@ def _measured() -> dict[Any, Any]:
 
 def get_max_memory(max_memory: dict[Any, Any] | None = None) -> dict[Any, Any]:
     """Bytes per device: measured when ``max_memory`` is None, else ``max_memory`` with sizes
-    as ints, GPUs (by index) first, then ``"mps"``, ``"cpu"``, ``"disk"``."""
+    as ints, GPUs (by index) first, then ``"mps"``, ``"cpu"``, ``"disk"``.
+
+    A given dict has its string sizes converted in place, as Hugging Face Accelerate does:
+    transformers reads the caller's dict back after this call.
+    """
     if max_memory is None:
         return _measured()
+    for key, value in max_memory.items():
+        if isinstance(value, str):
+            max_memory[key] = parse_max_memory_value(value, key)
     unknown = [k for k in max_memory if not isinstance(k, int) and k not in NAMED_DEVICES]
     if unknown:
         raise ConfigError(
