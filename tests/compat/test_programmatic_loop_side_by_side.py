@@ -1,6 +1,6 @@
-"""Seed 001's example loop, run by Hugging Face Accelerate and, ported by renaming imports,
+"""A programmatic-configuration example loop, run by Hugging Face Accelerate and, ported by renaming imports,
 by overdrive, each on 2 CPU processes: the same batches, losses, learning rates and final
-weights (loops/seed001_loop.py). Hugging Face Accelerate forms a gloo group on a CPU host only
+weights (loops/programmatic_loop.py). Hugging Face Accelerate forms a gloo group on a CPU host only
 under torchrun with ACCELERATE_USE_CPU=1, so that is how it runs here."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from tests.compat.harness import REPO, environment, free_port
 from tests.compat.port import rename_imports
 from tests.compat.test_conformance import SITE
 
-LOOP = Path(__file__).resolve().parent / "loops" / "seed001_loop.py"
+LOOP = Path(__file__).resolve().parent / "loops" / "programmatic_loop.py"
 
 
 def _run(launcher: str, script: Path, out: Path, mode: str) -> list[list[dict[str, Any]]]:
@@ -46,7 +46,7 @@ def _run(launcher: str, script: Path, out: Path, mode: str) -> list[list[dict[st
 
 @pytest.fixture(scope="module")
 def ported(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("seed001") / "seed001_loop.py"
+    path = tmp_path_factory.mktemp("programmatic") / "programmatic_loop.py"
     path.write_text(rename_imports(LOOP.read_text()))
     assert "import accelerate" not in path.read_text() and "from accelerate" not in path.read_text()
     return path
@@ -55,10 +55,10 @@ def ported(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.distributed
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["none", "config"])
-def test_same_loss_and_learning_rate_trace_as_the_described_system(
+def test_same_loss_and_learning_rate_trace_as_hugging_face_accelerate(
     ported: Path, tmp_path: Path, mode: str
 ) -> None:
-    theirs = _run("torchrun", LOOP, tmp_path / "described", mode)
+    theirs = _run("torchrun", LOOP, tmp_path / "accelerate", mode)
     ours = _run("overdrive", ported, tmp_path / "overdrive", mode)
     batches = 25 if mode == "config" else 13  # 200 samples, batch 8: split or per process
     for rank, (a, b) in enumerate(zip(theirs, ours)):
@@ -80,14 +80,14 @@ def test_same_loss_and_learning_rate_trace_as_the_described_system(
 def test_accelerator_split_batches_argument_is_honoured_on_purpose(
     ported: Path, tmp_path: Path
 ) -> None:
-    # The seed passes Accelerator(split_batches=True). Hugging Face Accelerate (1.x) accepts the
+    # The loop may pass Accelerator(split_batches=True). Hugging Face Accelerate (1.x) accepts the
     # argument and ignores it; overdrive splits the batches (docs/migrating.md).
-    theirs = _run("torchrun", LOOP, tmp_path / "described", "seed")
-    ours = _run("overdrive", ported, tmp_path / "overdrive", "seed")
+    theirs = _run("torchrun", LOOP, tmp_path / "accelerate", "argument")
+    ours = _run("overdrive", ported, tmp_path / "overdrive", "argument")
     assert len(theirs[0]) == 3 * 13 + 1 and len(ours[0]) == 3 * 25 + 1
 
 
-def test_the_loop_is_the_seed_loop() -> None:
+def test_the_loop_accumulates_by_hand_as_documented() -> None:
     text = LOOP.read_text()
     for line in (
         "accelerator.backward(loss / accelerator.gradient_accumulation_steps)",

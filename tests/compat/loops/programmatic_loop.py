@@ -1,15 +1,18 @@
-"""Seed 001's programmatic-configuration example loop, written against the described
-system's API (``accelerate``); tests/compat ports it by renaming imports and runs both.
+"""A programmatic-configuration training loop (``Accelerator(...)`` configured in code,
+accumulation by hand, as in Hugging Face Accelerate docs, Getting started > Quicktour and
+Reference > Accelerator), written against Hugging Face Accelerate's API (``accelerate``);
+tests/compat ports it by renaming imports and runs both.
 
-Changes from the seed, none of which touch the loop: a tiny BERT built from a config
-(dropout on) instead of a download, generated token data, a linear warmup schedule sized
-from the unprepared loader, CPU, and one JSON line per batch (loss, learning rate, step).
+Choices that keep it small and offline, none of which touch the loop: a tiny BERT built
+from a config (dropout on) instead of a download, generated token data, a linear warmup
+schedule sized from the unprepared loader, CPU, and one JSON line per batch (loss, learning
+rate, step).
 
-    python seed001_loop.py OUT_DIR {seed,config,none}
+    python programmatic_loop.py OUT_DIR {argument,config,none}
 
-seed:   ``Accelerator(split_batches=True)``, as the seed writes it;
-config: ``DataLoaderConfiguration(split_batches=True)``;
-none:   batches not split (each process reads its own batch of 8).
+argument: ``Accelerator(split_batches=True)``, the argument on the Accelerator itself;
+config:   ``DataLoaderConfiguration(split_batches=True)``;
+none:     batches not split (each process reads its own batch of 8).
 """
 
 import json
@@ -27,7 +30,7 @@ EPOCHS, BATCH, ACCUMULATION = 3, 8, 2
 
 def main() -> None:
     out, mode = sys.argv[1], sys.argv[2]
-    if mode == "seed":
+    if mode == "argument":
         split = {"split_batches": True}
     else:
         split = {"dataloader_config": DataLoaderConfiguration(split_batches=mode == "config")}
