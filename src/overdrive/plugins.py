@@ -1,4 +1,5 @@
-"""Backend plugins (seed 000, table 2). A field left at None falls through to the other sources.
+"""Backend plugins (Hugging Face Accelerate docs, Reference > Utilities, Plugins). A field
+left at None falls through to the other sources.
 
 ``Accelerator(deepspeed_plugin=..., fsdp_plugin=..., megatron_lm_plugin=...)`` turns the set
 fields into code-level settings, so they win over environment and config file and show up
@@ -98,7 +99,7 @@ class DeepSpeedPlugin(Plugin):
 
 @dataclass
 class FullyShardedDataParallelPlugin(Plugin):
-    """FSDP settings (both seed spellings resolve to the same keys), in Hugging Face
+    """FSDP settings (both documented spellings resolve to the same keys), in Hugging Face
     Accelerate's parameter order.
 
     ``auto_wrap_policy`` may also be a callable, used as is by the FSDP strategy;
@@ -252,7 +253,7 @@ class GradientAccumulationPlugin(Plugin):
 
 @dataclass
 class DataLoaderConfiguration(Plugin):
-    """How prepared dataloaders shard data (seed 000, table 5). None falls through."""
+    """How prepared dataloaders shard data (``DataLoaderConfiguration``). None falls through."""
 
     split_batches: bool | None = None
     dispatch_batches: bool | None = None
@@ -278,7 +279,7 @@ class DataLoaderConfiguration(Plugin):
 
 @dataclass
 class ProjectConfiguration(Plugin):
-    """Where outputs go and how checkpoints are named (seed 000, table 6)."""
+    """Where outputs go and how checkpoints are named (``ProjectConfiguration``)."""
 
     project_dir: str | None = None
     logging_dir: str | None = None

@@ -320,7 +320,7 @@ class PartialState:
     @debug.setter
     def debug(self, value: bool) -> None:
         self._debug = bool(value)
-        ops.set_debug_default(self._debug)  # module-level collectives follow, as in the seeds
+        ops.set_debug_default(self._debug)  # module-level collectives follow, as in Accelerate
 
     @property
     def timeout(self) -> timedelta | None:

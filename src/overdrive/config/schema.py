@@ -1,8 +1,8 @@
 """Every setting overdrive knows: its key, kind, default, environment variables and aliases.
 
 Keys are the config file's keys; nested sections use dotted keys
-(``fsdp_config.fsdp_sharding_strategy``). Where the seeds spell one setting two ways, the
-other spelling is an alias and resolves to the canonical key.
+(``fsdp_config.fsdp_sharding_strategy``). Where Hugging Face Accelerate's docs spell one setting two
+ways, the other spelling is an alias and resolves to the canonical key.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ DYNAMO_BACKENDS = (
 __all__ = ["SETTINGS", "Setting"]
 
 SETTINGS: tuple[Setting, ...] = (
-    # --- Core (seed 000 table 1 and the YAML example) --------------------------------
+    # --- Core (HF Accelerate docs, Reference > The Command Line, accelerate launch) ----
     setting(
         "compute_environment",
         Choice(("LOCAL_MACHINE", "AMAZON_SAGEMAKER"), aliases={"AWS": "AMAZON_SAGEMAKER"}),
@@ -229,7 +229,7 @@ SETTINGS: tuple[Setting, ...] = (
         env=("ACCELERATE_USE_MEGATRON_LM",),
         flag=True,
     ),
-    # --- torch.compile (seed 001: dynamo_backend, also nested as dynamo_config) ---------
+    # --- torch.compile (dynamo_backend, also nested as dynamo_config) -------------------
     setting(
         "dynamo_config.dynamo_backend",
         Choice(DYNAMO_BACKENDS, false_means="no"),
@@ -275,7 +275,7 @@ SETTINGS: tuple[Setting, ...] = (
         aliases=("dynamo_use_regional_compilation",),
         flag=True,
     ),
-    # --- Data loading (seed 000 table 5) -------------------------------------------------
+    # --- Data loading (HF Accelerate docs, Reference > Utilities, DataLoaderConfiguration)
     setting("split_batches", ON_OFF, False, "split each batch across processes"),
     setting(
         "dispatch_batches",
@@ -286,7 +286,7 @@ SETTINGS: tuple[Setting, ...] = (
     setting("even_batches", ON_OFF, True, "every process gets the same number of batches"),
     setting("use_seedable_sampler", ON_OFF, False, "reproducible shuffling from one seed"),
     setting("non_blocking", ON_OFF, False, "asynchronous host-to-device copies"),
-    # --- Project and tracking (seed 000 table 6) ----------------------------------------
+    # --- Project and tracking (HF Accelerate docs, Reference > Utilities, ProjectConfiguration)
     setting(
         "project_dir",
         Str(),

@@ -1,4 +1,6 @@
-"""Settings of the DeepSpeed, FSDP and Megatron-LM sections (seed 000 table 2, seeds 001, 002)."""
+"""Settings of the DeepSpeed, FSDP and Megatron-LM sections (Hugging Face Accelerate docs,
+Reference > Utilities, Plugins; Usage guides > DeepSpeed, Fully Sharded Data Parallel,
+Megatron-LM)."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ from overdrive.config.kinds import Choice, Float, Int, Names, ReshardOrStrategy,
 from overdrive.config.setting import ON_OFF, Setting, setting
 
 BACKEND_SETTINGS: tuple[Setting, ...] = (
-    # --- DeepSpeed (seed 000 table 2, seed 001) -----------------------------------------
+    # --- DeepSpeed (HF Accelerate docs, Usage guides > DeepSpeed) ------------------------
     setting(
         "deepspeed_config.zero_stage",
         Int(minimum=0, maximum=3),
@@ -82,7 +84,7 @@ BACKEND_SETTINGS: tuple[Setting, ...] = (
     setting("deepspeed_config.deepspeed_exclusion_filter", Str(), None, "DeepSpeed host filter"),
     setting("deepspeed_config.bf16", Table(), None, "DeepSpeed's own bf16 section"),
     setting("deepspeed_config.fp16", Table(), None, "DeepSpeed's own fp16 section"),
-    # --- FSDP (seed 000 table 2, seeds 001 and 002) -------------------------------------
+    # --- FSDP (HF Accelerate docs, Usage guides > FSDP; Concept guides > FSDP1 vs FSDP2) --
     setting(
         "fsdp_config.fsdp_version",
         Int(minimum=1, maximum=2),
@@ -285,7 +287,7 @@ BACKEND_SETTINGS: tuple[Setting, ...] = (
         aliases=("parallelism_config.cp_comm_strategy",),
         flag=True,
     ),
-    # --- Megatron-LM style tensor / pipeline parallel (seed 000 table 2) ----------------
+    # --- Megatron-LM style tensor / pipeline parallel (HF Accelerate docs, Megatron-LM) --
     setting(
         "megatron_lm_config.tp_degree",
         Int(minimum=1),
