@@ -167,16 +167,17 @@ class Str(Kind):
 class Choice(Kind):
     """One of a fixed set of words, matched without regard to case.
 
-    ``aliases`` maps other accepted spellings (the documentation uses two for some values) to the
-    canonical word; ``false_means`` is the canonical word for a YAML ``no`` that the YAML
-    loader turned into ``False``.
+    ``aliases`` maps other accepted spellings (the documentation uses two for some
+    values) to the canonical word; ``false_means`` is the canonical word for a YAML ``no``
+    that the YAML loader turned into ``False``.
     """
 
     allowed: tuple[str, ...]
     aliases: Mapping[str, str] = field(default_factory=dict)
     false_means: str | None = None
     true_means: str | None = None
-    numbered: bool = False  # also accept 1..N for the N allowed words (FSDP enums, as the config wizard numbers them)
+    # Also accept 1..N for the N allowed words (FSDP enums, as the config wizard numbers them).
+    numbered: bool = False
 
     def coerce(self, raw: Any) -> str:
         if isinstance(raw, bool):

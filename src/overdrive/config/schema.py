@@ -1,8 +1,8 @@
 """Every setting overdrive knows: its key, kind, default, environment variables and aliases.
 
 Keys are the config file's keys; nested sections use dotted keys
-(``fsdp_config.fsdp_sharding_strategy``). Where Hugging Face Accelerate's docs spell one setting two
-ways, the other spelling is an alias and resolves to the canonical key.
+(``fsdp_config.fsdp_sharding_strategy``). Where Hugging Face Accelerate's docs spell one
+setting two ways, the other spelling is an alias and resolves to the canonical key.
 """
 
 from __future__ import annotations
