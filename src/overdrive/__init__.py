@@ -74,7 +74,31 @@ _LAZY = {
 }
 
 
-_lazy_getattr = _lazy.lazy_getattr(__name__, _lazy.same_names(_LAZY))
+# The submodules Hugging Face Accelerate's ``__init__`` imports, so each is an attribute right
+# after ``import accelerate`` (``accelerate.utils.set_seed(0)``): here each is imported at its
+# first access, which keeps ``import overdrive`` free of torch.
+_SUBMODULES = (
+    "accelerator",
+    "big_modeling",
+    "checkpointing",
+    "commands",
+    "data_loader",
+    "hooks",
+    "inference",
+    "launchers",
+    "logging",
+    "optimizer",
+    "parallelism_config",
+    "scheduler",
+    "state",
+    "tracking",
+    "utils",
+)
+_TARGETS: dict[str, _lazy.Target] = {
+    **_lazy.same_names(_LAZY),
+    **{name: f"{__name__}.{name}" for name in _SUBMODULES},
+}
+_lazy_getattr = _lazy.lazy_getattr(__name__, _TARGETS)
 
 
 def __getattr__(name: str) -> Any:
@@ -86,6 +110,10 @@ def __getattr__(name: str) -> Any:
                 "module 'overdrive' has no attribute 'rich' (install rich)"
             ) from None
     return _lazy_getattr(name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_TARGETS))
 
 
 __all__ = [

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -73,3 +75,53 @@ def test_dispatch_model_on_one_device_moves_the_model_without_hooks() -> None:
     model = dispatch_model(nn.Linear(2, 2), {"": "cpu"})
     assert model.weight.device.type == "cpu"
     assert not hasattr(model, "_hf_hook") and model.hf_device_map == {"": "cpu"}
+
+
+# The submodules Hugging Face Accelerate 1.15's own ``accelerate/__init__.py`` imports, so each
+# is an attribute of the package right after ``import accelerate``.
+ACCELERATE_INIT_SUBMODULES = (
+    "accelerator",
+    "big_modeling",
+    "checkpointing",
+    "commands",
+    "data_loader",
+    "hooks",
+    "inference",
+    "launchers",
+    "logging",
+    "optimizer",
+    "parallelism_config",
+    "scheduler",
+    "state",
+    "tracking",
+    "utils",
+)
+
+_SUBMODULE_PROBE = """
+import sys
+name = sys.argv[1]
+if name == "accelerate":
+    from overdrive import alias
+    assert alias.install(force=True)
+package = __import__(name)
+package.utils.set_seed(0)
+for sub in sys.argv[2:]:
+    module = getattr(package, sub)
+    assert module is sys.modules[f"overdrive.{sub}"], (sub, module)
+    assert sub in dir(package), sub
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("name", ["accelerate", "overdrive"])
+def test_submodules_are_attributes_after_a_bare_import(name: str) -> None:
+    # a fresh interpreter: in this one some submodule may already be imported, hence set
+    done = subprocess.run(
+        [sys.executable, "-c", _SUBMODULE_PROBE, name, *ACCELERATE_INIT_SUBMODULES],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "ok"
