@@ -32,7 +32,7 @@ def _files(out: Path) -> list[str]:
 
 def _launch(out: Path, phase: str) -> subprocess.CompletedProcess[str]:
     """One phase on a port the OS just handed out (not the shared default 29500 that
-    concurrently running test sessions race for). A port taken between the check and the
+    concurrently running test runs race for). A port taken between the check and the
     bind fails before any worker starts: that, and only that (nothing written), is retried.
     """
     for _ in range(3):

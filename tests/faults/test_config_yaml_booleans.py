@@ -1,7 +1,7 @@
 """The YAML boolean trap (issue 13, item 9): unquoted NO / no / yes / on / off mean the word.
 
-YAML 1.1 reads `distributed_type: NO` as false. Seed 000 writes exactly that in its quick
-reference ("Single GPU Training"), so the example a user copies must validate and mean NO,
+YAML 1.1 reads `distributed_type: NO` as false. A single-GPU config file is written exactly
+like that (Hugging Face Accelerate docs, Reference > The Command Line), so the example a user copies must validate and mean NO,
 wherever a config file is read: `config validate`, `config show`, `launch`, and the
 `load_settings` the Accelerator uses.
 """
@@ -18,16 +18,16 @@ from overdrive.config import load_settings, schema
 from overdrive.config.kinds import Bool, Choice
 from tests.faults.config_cli import overdrive
 
-# Seed 000, "Quick Reference: Common Configurations" -> "Single GPU Training", verbatim.
-SEED_SINGLE_GPU = """\
+# A single-GPU config file with distributed_type NO unquoted.
+SINGLE_GPU_EXAMPLE = """\
 distributed_type: NO
 mixed_precision: fp16
 gradient_accumulation_steps: 1
 """
 
-# Seed 000's full YAML example (core part) as a user writes it without the quotes the seed
+# A full config file's core part, as a user writes it without the quotes `accelerate config`
 # puts around 'no': `downcast_bf16: no` is YAML 1.1's false.
-SEED_CORE_UNQUOTED = """\
+CORE_EXAMPLE_UNQUOTED = """\
 compute_environment: LOCAL_MACHINE
 distributed_type: NO
 num_processes: 1
@@ -50,16 +50,16 @@ YAML11_BOOLEANS = [
 ]
 
 
-def _write(tmp_path: Path, text: str, name: str = "seed.yaml") -> Path:
+def _write(tmp_path: Path, text: str, name: str = "example.yaml") -> Path:
     path = tmp_path / name
     path.write_text(text)
     assert yaml.safe_load(text)  # the trap is real: PyYAML alone reads booleans here
     return path
 
 
-def test_seed_000_single_gpu_example_validates(tmp_path: Path) -> None:
-    path = _write(tmp_path, SEED_SINGLE_GPU)
-    assert yaml.safe_load(SEED_SINGLE_GPU)["distributed_type"] is False
+def test_single_gpu_example_validates(tmp_path: Path) -> None:
+    path = _write(tmp_path, SINGLE_GPU_EXAMPLE)
+    assert yaml.safe_load(SINGLE_GPU_EXAMPLE)["distributed_type"] is False
     done = overdrive("config", "validate", path)
     assert done.returncode == 0, done.stderr
     assert "valid" in done.stdout
@@ -70,8 +70,8 @@ def test_seed_000_single_gpu_example_validates(tmp_path: Path) -> None:
     assert values["mixed_precision"]["value"] == "fp16"
 
 
-def test_seed_000_unquoted_core_example_means_what_it_says(tmp_path: Path) -> None:
-    path = _write(tmp_path, SEED_CORE_UNQUOTED)
+def test_unquoted_core_example_means_what_it_says(tmp_path: Path) -> None:
+    path = _write(tmp_path, CORE_EXAMPLE_UNQUOTED)
     settings = load_settings(config_file=path, environ={})  # what the Accelerator reads
     assert settings["distributed_type"] == "NO"
     assert settings["mixed_precision"] == "no"
@@ -80,8 +80,8 @@ def test_seed_000_unquoted_core_example_means_what_it_says(tmp_path: Path) -> No
     assert overdrive("config", "validate", path).returncode == 0
 
 
-def test_launch_reads_the_unquoted_seed_example(tmp_path: Path) -> None:
-    path = _write(tmp_path, SEED_SINGLE_GPU)
+def test_launch_reads_the_unquoted_single_gpu_example(tmp_path: Path) -> None:
+    path = _write(tmp_path, SINGLE_GPU_EXAMPLE)
     script = tmp_path / "train.py"
     script.write_text("print('trained')\n")
     done = overdrive("launch", "--dry_run", "--config_file", path, script)

@@ -120,7 +120,7 @@ def test_unknown_checkpoint_arguments_are_rejected_with_the_valid_names(tmp_path
     model, _ = _prepared(acc)
     with pytest.raises(TypeError, match=r"\['savefile'\]; valid: \['output_dir'"):
         acc.save_state(str(tmp_path / "a"), savefile=True)
-    acc.save_state(str(tmp_path / "a"), safe_serialization=True)  # the seeds' argument
+    acc.save_state(str(tmp_path / "a"), safe_serialization=True)  # Accelerate's documented argument
     with pytest.warns(UserWarning, match="always writes tensors as safetensors"):
         acc.save_state(str(tmp_path / "b"), safe_serialization=False)
     with pytest.raises(TypeError, match="valid"):

@@ -135,7 +135,7 @@ def test_operations_on_one_process() -> None:
     from overdrive.utils import operations as op
 
     t = torch.tensor([1.0, 2.0])
-    out = op.reduce(t)  # the seeds' default: mean
+    out = op.reduce(t)  # Accelerate's default: mean
     assert torch.equal(out, t) and out is not t
     assert torch.equal(op.reduce(t, "max", scale=2.0), t * 2)
     with pytest.raises(ValueError, match="reduction"):

@@ -19,7 +19,7 @@ def test_single_process_collectives_return_their_input() -> None:
     assert ops.gather(torch.tensor(3.0)).shape == (1,)  # like several processes: one row each
     assert ops.gather_object([1, 2]) == [1, 2] and ops.gather_object("a") == ["a"]
     assert ops.broadcast_object_list([5]) == [5]
-    assert ops.reduce(data, "max") is data  # max/min/product too (the seeds accept max)
+    assert ops.reduce(data, "max") is data  # max/min/product too (Accelerate accepts max)
     with pytest.raises(ValueError, match="sum"):
         ops.reduce(data, "median")
 

@@ -1,4 +1,5 @@
-"""The seeds' dataclasses: defaults as in seed 000, validation with a fix, cheap import."""
+"""Accelerate's kwargs dataclasses: defaults as documented (Hugging Face Accelerate docs,
+Reference > Kwargs handlers), validation with a fix, cheap import."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from overdrive import (
 from overdrive.errors import ConfigError
 
 
-def test_seed_000_defaults() -> None:
+def test_documented_defaults() -> None:
     scaler = GradScalerKwargs()
     assert (scaler.init_scale, scaler.growth_factor, scaler.backoff_factor) == (65536.0, 2.0, 0.5)
     assert (scaler.growth_interval, scaler.enabled) == (2000, True)

@@ -221,7 +221,7 @@ def test_log_before_init_trackers_is_caught() -> None:
 
     with pytest.raises(TrackerError, match=r"before init_trackers\(\): log_with names jsonl"):
         check_started(["jsonl"], [])
-    check_started(None, [])  # no trackers asked for: logging is a no-op, as in the seeds
+    check_started(None, [])  # no trackers asked for: logging is a no-op, as in Accelerate
     check_started(["jsonl"], [NoOpTracker("jsonl")])
 
 

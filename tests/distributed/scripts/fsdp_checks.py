@@ -167,7 +167,7 @@ def check_data_parallel(acc: Accelerator, expected_units: str) -> None:
         F.mse_loss(ref(rx), ry).backward()
         ref_norm = torch.nn.utils.clip_grad_norm_(ref.parameters(), max_norm)
         ref_opt.step()
-        for _ in range(world):  # the default: once per process per step, as in the seeds
+        for _ in range(world):  # the default: once per process per step, as in Accelerate
             ref_sched.step()
         ref_opt.zero_grad()
         assert torch.allclose(norm, ref_norm, atol=ATOL), (step, norm, ref_norm)

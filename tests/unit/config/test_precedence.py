@@ -56,8 +56,9 @@ def test_precedence_matrix(setting: schema.Setting, tmp_path: Path) -> None:
         assert settings.source(setting.key).kind == winner, (setting.key, chosen)
 
 
-def test_seed_precedence_example(tmp_path: Path) -> None:
-    """Seed 000: file bf16, env fp16, code fp8 -> fp8; without code -> fp16."""
+def test_documented_precedence_example(tmp_path: Path) -> None:
+    """Code over environment over file, as in Hugging Face Accelerate: file bf16, env fp16,
+    code fp8 -> fp8; without code -> fp16."""
     path = write_yaml(tmp_path / "cfg.yaml", {"mixed_precision": "bf16"})
     env = {"ACCELERATE_MIXED_PRECISION": "fp16"}
     assert (
@@ -132,8 +133,9 @@ def test_plugins_become_code_values() -> None:
     assert settings["split_batches"] is True and settings["even_batches"] is True
 
 
-# The issue's list of the seeds' variables: (text, setting, value it resolves to).
-SEED_VARIABLES = {
+# Hugging Face Accelerate's ACCELERATE_* variables (docs, Reference > Utilities, Environment
+# Variables): (text, setting, value it resolves to).
+ACCELERATE_VARIABLES = {
     "ACCELERATE_MIXED_PRECISION": ("bf16", "mixed_precision", "bf16"),
     "ACCELERATE_GRADIENT_ACCUMULATION_STEPS": ("4", "gradient_accumulation_steps", 4),
     "ACCELERATE_USE_CPU": ("yes", "use_cpu", True),
@@ -160,9 +162,9 @@ SEED_VARIABLES = {
 _MACHINES = {"ACCELERATE_NUM_MACHINES": "2", "ACCELERATE_MAIN_PROCESS_IP": "10.0.0.1"}
 
 
-@pytest.mark.parametrize("name", sorted(SEED_VARIABLES))
-def test_every_seed_variable_sets_its_setting(name: str) -> None:
-    text, key, expected = SEED_VARIABLES[name]
+@pytest.mark.parametrize("name", sorted(ACCELERATE_VARIABLES))
+def test_every_documented_variable_sets_its_setting(name: str) -> None:
+    text, key, expected = ACCELERATE_VARIABLES[name]
     env = {name: text}
     if key in ("machine_rank", "num_machines"):
         env = {**_MACHINES, **env}

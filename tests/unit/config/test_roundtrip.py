@@ -12,8 +12,8 @@ from overdrive.config.resolve import resolve
 
 from .conftest import resolve_layers, write_yaml
 
-# Seed 000's full YAML example, as a user would write it.
-SEED_000_EXAMPLE = """\
+# A full YAML config file as `accelerate config` writes one, as a user would keep it.
+FULL_EXAMPLE = """\
 compute_environment: LOCAL_MACHINE
 distributed_type: MULTI_GPU
 num_processes: 4
@@ -50,9 +50,9 @@ logging_dir: ./outputs/logs
 """
 
 
-def test_seed_000_example_resolves_with_file_lines(tmp_path: Path) -> None:
+def test_full_example_resolves_with_file_lines(tmp_path: Path) -> None:
     path = tmp_path / "cfg.yaml"
-    path.write_text(SEED_000_EXAMPLE)
+    path.write_text(FULL_EXAMPLE)
     settings = resolve_layers(file=path)
     expected = {
         "distributed_type": "MULTI_GPU",
@@ -75,7 +75,7 @@ def test_seed_000_example_resolves_with_file_lines(tmp_path: Path) -> None:
     }
     for key, value in expected.items():
         assert settings[key] == value, key
-    lines = SEED_000_EXAMPLE.splitlines()
+    lines = FULL_EXAMPLE.splitlines()
     assert (
         str(settings.source("mixed_precision"))
         == f"file {path}:{lines.index('mixed_precision: fp16') + 1}"
@@ -146,14 +146,14 @@ def test_json_chosen_by_content_when_extension_says_nothing(tmp_path: Path) -> N
 
 def test_file_values_survive_the_wizard_writer(tmp_path: Path) -> None:
     """What `overdrive config` writes (yaml.safe_dump) reads back to the same settings."""
-    settings = resolve_layers(file=_write_seed(tmp_path))
+    settings = resolve_layers(file=_write_full_example(tmp_path))
     dumped = yaml.safe_dump(settings.to_file_dict(), sort_keys=False)
     again = resolve(file=sources.parse_config_text(dumped, tmp_path / "again.yaml"))
     for key in settings:
         assert again[key] == settings[key], key
 
 
-def _write_seed(tmp_path: Path) -> Path:
-    path = tmp_path / "seed.yaml"
-    path.write_text(SEED_000_EXAMPLE)
+def _write_full_example(tmp_path: Path) -> Path:
+    path = tmp_path / "example.yaml"
+    path.write_text(FULL_EXAMPLE)
     return path

@@ -1,4 +1,4 @@
-"""Both spellings the seeds use for one setting resolve to the same canonical value."""
+"""Both spellings Hugging Face Accelerate's docs use for one setting resolve to the same canonical value."""
 
 from __future__ import annotations
 
