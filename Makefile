@@ -37,7 +37,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 # Every suite, less the cases marked `extended` (CPU Adam, whose first use compiles it for
-# minutes, and the seeds' DeepSpeed examples that need it; most 4- and 8-process layouts; the
+# minutes, and the example DeepSpeed configs that need it; most 4- and 8-process layouts; the
 # repeats of a suite under its other variants): a faster case of each stays, and the whole
 # stays under 30 minutes on 2 cores. `make extended` runs exactly what is left out here.
 test: $(STAMP) compat-site lint typecheck
@@ -47,7 +47,7 @@ test: $(STAMP) compat-site lint typecheck
 extended: $(STAMP)
 	$(BIN)/python -m pytest -q --durations=25 tests -m extended
 
-# Every DeepSpeed test: ZeRO 0-3 and offload on CPU processes, resume, the seeds' examples.
+# Every DeepSpeed test: ZeRO 0-3 and offload on CPU processes, resume, the example configs.
 deepspeed: $(STAMP)
 	$(BIN)/python -m pytest -q tests -m deepspeed
 
@@ -59,7 +59,7 @@ parallel: $(STAMP)
 faults: $(STAMP)
 	$(BIN)/python -m pytest -q tests/faults
 
-# The described system's own test scripts, ported by renaming imports, on 2 processes
+# Hugging Face Accelerate's own test scripts, ported by renaming imports, on 2 processes
 # (tests/compat; minutes, so not part of `make test`). Its package goes to a test-only folder,
 # never into the virtualenv, so `import accelerate` stays unavailable to overdrive's code.
 COMPAT_SITE := .compat/site
@@ -74,7 +74,7 @@ compat-site: $(COMPAT_SITE)/.installed-$(COMPAT_VERSION)
 compat: $(STAMP) $(COMPAT_SITE)/.installed-$(COMPAT_VERSION)
 	OVERDRIVE_COMPAT=1 OVERDRIVE_COMPAT_SITE=$(COMPAT_SITE) $(BIN)/python -m pytest -q tests/compat
 
-# The described system's own unit tests (its PyPI source distribution's tests/, the pinned
+# Hugging Face Accelerate's own unit tests (its PyPI source distribution's tests/, the pinned
 # version), run against it and, after the mechanical rename, against overdrive; the per-file
 # table goes into docs/migrating.md. The test dependencies it needs that overdrive does not
 # go to a folder of their own, on the path of both runs.
@@ -88,7 +88,7 @@ conformance: $(STAMP) $(COMPAT_SITE)/.installed-$(COMPAT_VERSION) .conformance/d
 
 # transformers' own Trainer tests (its repository's tests/trainer at the tag of the pinned
 # transformers; not on PyPI, so `tests/trainer_conformance/fetch.py` clones them into the
-# ignored .trainer-conformance/src), unchanged, under the described system and under
+# ignored .trainer-conformance/src), unchanged, under Hugging Face Accelerate and under
 # overdrive; the per-file table goes into docs/trainer.md. Slow, and it needs GitHub (or a
 # cache seeded by hand), so it is not part of `make test`. Their test dependencies that
 # overdrive does not need go to a folder of their own, on the path of both runs.
@@ -100,7 +100,7 @@ TRAINER_DEPS := datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 parameterized=
 trainer: $(STAMP) $(COMPAT_SITE)/.installed-$(COMPAT_VERSION) .trainer-conformance/deps/.installed
 	$(BIN)/python -m tests.trainer_conformance.run --write-docs
 
-# The described system's own examples (its repository's examples/, fetched into the ignored
+# Hugging Face Accelerate's own examples (its repository's examples/, fetched into the ignored
 # .examples/src by tests/examples/fetch.py; EXAMPLES_REPO=<mirror> where GitHub is out of
 # reach), adapted to a tiny model and generated data by tests/examples/adapt, run under it
 # and, renamed, under overdrive on 1 and 2 CPU processes; the final weights are compared
@@ -119,7 +119,7 @@ examples: $(STAMP) $(COMPAT_SITE)/.installed-$(COMPAT_VERSION) .examples/deps/.i
 # TRL's trainers (its scripts and shipped accelerate config files, from its wheel), PEFT and
 # diffusers' training scripts (its repository's examples/, fetched into the ignored
 # .ecosystem/src by tests/ecosystem/fetch.py; ECOSYSTEM_DIFFUSERS_REPO=<mirror> where GitHub is
-# out of reach), unchanged, under the described system and under overdrive (`overdrive launch
+# out of reach), unchanged, under Hugging Face Accelerate and under overdrive (`overdrive launch
 # --cpu --as_accelerate`) on 1 and 2 CPU processes, with tiny models and data built here; the
 # losses, final weights and checkpoints are compared and the per-case table goes into
 # docs/ecosystem.md. The libraries go to the test-only .ecosystem/site, never the virtualenv
@@ -141,7 +141,7 @@ ecosystem: $(STAMP) $(COMPAT_SITE)/.installed-$(COMPAT_VERSION) $(ECOSYSTEM_SITE
 demo: $(DEMO_STAMP)
 	$(BIN)/overdrive launch --cpu --num_processes 2 examples/digits_ddp.py
 
-# A lent GPU machine (one H100/H200, no network, python3 with torch and transformers): the
+# A GPU machine (one H100/H200, no network, python3 with torch and transformers): the
 # CUDA tests (`pytest -m gpu tests/gpu`), then the GPU bench recorded in bench/RESULTS.md,
 # together under 9 minutes. It installs nothing: it runs this tree's src/ with the machine's
 # python3 (this venv's python where one exists); deepspeed and torchao come as carried wheels
@@ -164,7 +164,7 @@ gpu-smoke:
 	$(GPU_ENV) $(GPU_PY) bench/gpu/run.py --device cpu --smoke
 
 # Here, with network: the wheels a GPU machine lacks (deepspeed and its needs, torchao) into
-# .whl/, at this venv's versions, for the device tool to carry.
+# .whl/, at this venv's versions, to copy with the tree to a GPU machine.
 gpu-wheels:
 	$(BIN)/python bench/gpu/wheels.py --dest .whl
 
