@@ -1,4 +1,4 @@
-"""Fetch, on a machine with network, the wheels a lent GPU machine lacks for `make gpu`.
+"""Fetch, on a machine with network, the wheels a GPU machine without network lacks for `make gpu`.
 
     .venv/bin/python bench/gpu/wheels.py [--dest .whl]        (or: make gpu-wheels)
 
@@ -6,8 +6,8 @@ The GPU machines have python3 3.12 with torch, transformers and pytest but no de
 torchao or pydantic, and no network. The versions are the ones installed in the running
 interpreter (the dev venv: what the CPU tests run), for CPython 3.12 on manylinux x86_64.
 DeepSpeed publishes no wheel: it is built here (pure Python; its ops compile on first use).
-The device tool carries ``.whl`` (``carry: [".whl"]``); bench/README.md (## gpu) has the
-command that installs them there.
+Copy ``.whl`` with the tree to the GPU machine; bench/README.md (## gpu) has the command
+that installs them there.
 """
 
 from __future__ import annotations

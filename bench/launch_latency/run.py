@@ -35,7 +35,7 @@ def launchers(nprocs: int) -> dict[str, list[str]]:
             n,
             str(SCRIPT),
         ],
-        # The described system starts one process for `--cpu --num_processes 2` (which then
+        # Hugging Face Accelerate starts one process for `--cpu --num_processes 2` (which then
         # cannot form a group), so it is measured with --multi_gpu, its working CPU spelling.
         "accelerate": [
             str(BIN / "accelerate"),
