@@ -39,9 +39,14 @@ def test_same_module_objects_and_version(clean_alias: None) -> None:
 
 
 def test_uninstall_restores(clean_alias: None) -> None:
+    import multiprocessing.spawn
+
+    before = multiprocessing.spawn.get_preparation_data
     alias.install()
+    assert "overdrive_accelerate_alias" in multiprocessing.spawn.get_preparation_data("probe")
     importlib.import_module("accelerate.hooks")
     alias.uninstall()
+    assert multiprocessing.spawn.get_preparation_data is before
     assert not alias.is_installed()
     assert not any(n == "accelerate" or n.startswith("accelerate.") for n in sys.modules)
     with pytest.raises(ModuleNotFoundError):

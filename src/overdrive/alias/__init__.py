@@ -12,6 +12,7 @@ import os
 import re
 import sys
 
+from overdrive.alias import spawned
 from overdrive.alias.finder import AliasFinder, drop_alias_modules
 from overdrive.alias.metadata import COMPAT_VERSION, real_distributions
 from overdrive.errors import ConfigError
@@ -61,12 +62,14 @@ def install(force: bool = False) -> bool:
             "accelerate or transformers, e.g. start with `python -m overdrive.run script.py`."
         )
     sys.meta_path.insert(0, AliasFinder())
+    spawned.hook()  # spawned children (DataLoader workers) import the main script again
     return True
 
 
 def uninstall() -> None:
     """Remove the alias: the finder, its metadata answer, and every ``accelerate`` module entry."""
     sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, AliasFinder)]
+    spawned.unhook()
     drop_alias_modules()
 
 
