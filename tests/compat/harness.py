@@ -2,8 +2,8 @@
 
 ``run_script`` starts ``runner.py`` on every rank with the chosen launcher, reads the
 outcomes, and starts it again past a call that hung or killed a rank, until ``main()``
-ends. Launchers: ``overdrive`` (``overdrive launch --cpu``), ``torchrun`` (for the described
-system itself, with ``ACCELERATE_USE_CPU=1``, the only way it forms a gloo group on a CPU
+ends. Launchers: ``overdrive`` (``overdrive launch --cpu``), ``torchrun`` (for Hugging Face
+Accelerate itself, with ``ACCELERATE_USE_CPU=1``, the only way it forms a gloo group on a CPU
 host) and ``python`` (one plain process).
 
     python tests/compat/harness.py SCRIPT --launcher overdrive --nprocs 2 [--json OUT]

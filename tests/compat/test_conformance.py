@@ -1,8 +1,8 @@
 """Hugging Face Accelerate's own test scripts, ported by renaming imports, pass under overdrive.
 
 Runs only under ``make compat`` (see conftest.py). For each script: port it (port.py), run
-every test call on 2 processes (harness.py), and require that each call the described
-system passes on a CPU host (expected.DESCRIBED) passes here too, except the intentional
+every test call on 2 processes (harness.py), and require that each call Hugging Face
+Accelerate passes on a CPU host (expected.DESCRIBED) passes here too, except the intentional
 differences and the known gaps listed in expected.py, which must fail as listed.
 """
 
@@ -30,7 +30,9 @@ def ported(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.distributed
 @pytest.mark.slow
 @pytest.mark.parametrize("script", sorted(expected.SCRIPTS))
-def test_ported_script_passes_what_the_described_system_passes(ported: Path, script: str) -> None:
+def test_ported_script_passes_what_hugging_face_accelerate_passes(
+    ported: Path, script: str
+) -> None:
     launcher, env = expected.SCRIPTS[script]
     nprocs = 1 if launcher == "python" else 2
     result = run_script(
@@ -58,7 +60,7 @@ def test_ported_script_passes_what_the_described_system_passes(ported: Path, scr
 
 @pytest.mark.slow
 @pytest.mark.parametrize("script", sorted(expected.DESCRIBED_PYTHON))
-def test_ported_script_under_plain_python_passes_what_the_described_system_passes(
+def test_ported_script_under_plain_python_passes_what_hugging_face_accelerate_passes(
     ported: Path, script: str
 ) -> None:
     result = run_script(ported / script, launcher="python", nprocs=1, call_timeout=90)

@@ -50,7 +50,7 @@ def _run(engine: str, nprocs: int, tmp: Path) -> dict[str, Any]:
 @pytest.mark.distributed
 @pytest.mark.slow
 @pytest.mark.parametrize("nprocs", [1, 2])
-def test_trainer_gives_the_described_systems_numbers(tmp_path: Path, nprocs: int) -> None:
+def test_trainer_gives_hugging_face_accelerates_numbers(tmp_path: Path, nprocs: int) -> None:
     theirs = _run("accelerate", nprocs, tmp_path)
     ours = _run("overdrive", nprocs, tmp_path)
     assert theirs["world"] == ours["world"] == nprocs

@@ -1,6 +1,6 @@
 """What `make ecosystem` must show (read from ``.ecosystem/results.json``, which
-``python -m tests.ecosystem.run`` writes first): every case that runs under the described
-system runs under overdrive, the shipped config files' backends are applied, and the rows
+``python -m tests.ecosystem.run`` writes first): every case that runs under Hugging Face
+Accelerate runs under overdrive, the shipped config files' backends are applied, and the rows
 that agree today keep agreeing. Collected only under OVERDRIVE_ECOSYSTEM=1 (conftest.py)."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def _results() -> dict[str, dict[str, Any]]:
     return json.loads(RESULTS.read_text())
 
 
-def test_what_runs_under_the_described_system_runs_under_overdrive() -> None:
+def test_what_runs_under_hugging_face_accelerate_runs_under_overdrive() -> None:
     failed = [
         f"{key}: {row['overdrive'].get('error')}"
         for key, row in _results().items()

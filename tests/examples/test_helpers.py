@@ -135,7 +135,7 @@ def test_last_error_prefers_the_exception_line() -> None:
     assert _last_error(torchrun) == "ImportError: no lib"
 
 
-def test_the_described_system_is_told_to_use_cpus_unless_a_backend_is_named(
+def test_hugging_face_accelerate_is_told_to_use_cpus_unless_a_backend_is_named(
     tmp_path: Path,
 ) -> None:
     assert environment("accelerate", tmp_path)["ACCELERATE_USE_CPU"] == "1"

@@ -57,8 +57,8 @@ def _row(name: str, entry: dict[str, Any]) -> tuple[str, int, int]:
 
 
 def table(results: Results) -> str:
-    """One row per file, the total, then each test overdrive does not pass that the described
-    system does, with overdrive's outcome and first message."""
+    """One row per file, the total, then each test overdrive does not pass that Hugging Face
+    Accelerate does, with overdrive's outcome and first message."""
     lines = [
         "| file | tests | pass under Hugging Face Accelerate | of those, pass under overdrive "
         "| pass under overdrive only | fail under both | skipped | hung |",

@@ -8,7 +8,7 @@ from overdrive.config import load_settings
 from overdrive.launch.described_env import described_variables
 
 
-def test_set_settings_are_exported_under_the_described_systems_names(tmp_path: Path) -> None:
+def test_set_settings_are_exported_under_hugging_face_accelerates_names(tmp_path: Path) -> None:
     config = tmp_path / "c.yaml"
     config.write_text(
         "distributed_type: FSDP\nmixed_precision: bf16\n"

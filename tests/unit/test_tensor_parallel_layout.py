@@ -249,7 +249,7 @@ def test_distributed_optimizer_shards_the_data_parallel_processes() -> None:
     assert [sharded.dp_rank(r) for r in range(8)] == [0, 0, 1, 1, 2, 2, 3, 3]
 
 
-def test_the_mesh_is_named_and_read_from_the_environment_as_the_described_system_does(
+def test_the_mesh_is_named_and_read_from_the_environment_as_hugging_face_accelerate_does(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     hsdp_tp = ParallelismConfig(dp_replicate_size=2, dp_shard_size=2, tp_size=2)

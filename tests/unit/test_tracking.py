@@ -269,7 +269,7 @@ def test_a_tracker_of_your_own_as_instance_and_by_registered_name(tmp_path: Path
         LOGGER_TYPE_TO_CLASS.update(snapshot)
 
 
-def test_the_described_systems_other_trackers_are_named_and_refused() -> None:
+def test_hugging_face_accelerates_other_trackers_are_named_and_refused() -> None:
     import overdrive.tracking  # noqa: F401  (their names exist once tracking is imported)
 
     with pytest.raises(ValueError, match="comet_ml tracker is not available in overdrive"):

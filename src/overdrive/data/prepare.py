@@ -96,8 +96,8 @@ def prepare_data_loader(
     rng_types = list(rng_types)
     shuffled = type(batch_sampler) is BatchSampler and type(batch_sampler.sampler) is RandomSampler
     if shuffled and not use_seedable_sampler and data_seed is None:
-        # The order comes from the sampler's generator, as in plain PyTorch and the described
-        # system: without one, every rank draws a seed from torch's RNG (as it does at
+        # The order comes from the sampler's generator, as in plain PyTorch and Hugging Face
+        # Accelerate: without one, every rank draws a seed from torch's RNG (as it does at
         # prepare) and rank 0's seeds a generator the sampler keeps across epochs; rank 0's
         # generator state is copied to every rank at each epoch start. One process is left
         # as it is: the sampler draws from torch's RNG each epoch, as a plain loader does.

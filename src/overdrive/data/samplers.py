@@ -17,8 +17,8 @@ class SeedableRandomSampler(torch.utils.data.Sampler[int]):
 
     ``seed`` defaults to ``data_seed``, else torch's initial seed (what ``set_seed`` set).
     A full pass moves to the next epoch by itself, so an unprepared loader reshuffles each
-    epoch; a prepared loader sets the epoch explicitly. ``generator`` (the described
-    system's form) is the generator re-seeded for each pass; by default a private one.
+    epoch; a prepared loader sets the epoch explicitly. ``generator`` (Hugging Face
+    Accelerate's form) is the generator re-seeded for each pass; by default a private one.
 
     Takes torch's ``RandomSampler`` arguments as Hugging Face Accelerate's does
     (``data_source, replacement, num_samples, generator`` and ``data_seed=``), and

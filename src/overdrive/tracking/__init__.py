@@ -192,8 +192,8 @@ def start_trackers(
         previous.finish()  # init_trackers again: the earlier runs end, none is left open
     if not accelerator.state.is_main_process:
         return [NoOpTracker(i if isinstance(i, str) else i.name) for i in items]
-    # Our trackers also record the effective settings; one written for the described
-    # system gets the user's configuration as given (its writer may know only those keys).
+    # Our trackers also record the effective settings; one written for Hugging Face
+    # Accelerate gets the user's configuration as given (its writer may know only those keys).
     ours = tracker_config(getattr(accelerator, "settings", None), config)
     trackers: list[Tracker] = []
     for item in items:

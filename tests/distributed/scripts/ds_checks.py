@@ -87,8 +87,8 @@ def main() -> None:
     else:
         opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
         sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
-    # A prepared torch scheduler advances once per process per optimizer step (the described
-    # system's default); the JSON's scheduler belongs to the engine, which steps it once.
+    # A prepared torch scheduler advances once per process per optimizer step (Hugging Face
+    # Accelerate's default); the JSON's scheduler belongs to the engine, which steps it once.
     advances = 1 if args.dummy else acc.num_processes
     ref = Reference(args.max_norm, warmup=WARMUP if args.dummy else 0, advances=advances)
     model, opt, sched, dl = acc.prepare(model, opt, sched, DataLoader(ds, batch_size=b))
