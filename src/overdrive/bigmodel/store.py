@@ -1,17 +1,20 @@
-"""The offload folder: weights kept on disk, one file each, read back memory-mapped when a
-forward needs them, with an ``index.json`` of their dtypes and shapes.
+"""The offload folder: weights kept on disk, one file each, read back when a forward needs
+them, with an ``index.json`` of their dtypes, shapes and file format.
 
 Each weight goes to ``<folder>/<name>.dat`` (the file name Hugging Face Accelerate's index
-expects) as a safetensors file: a self-describing header and the raw bytes, never a pickle.
-Folders Hugging Face Accelerate wrote (a bare NumPy memory map per ``.dat`` file) are read
-too, told apart by their size, and entries naming a ``safetensors_file`` (what transformers
-writes) are read from that file.
+expects) as a safetensors file: a self-describing header and the raw bytes, never a pickle;
+its index entry records ``"format": "safetensors"``. Folders Hugging Face Accelerate wrote (a
+bare array per ``.dat`` file, no format in the index) are read too: an entry without a format
+is a safetensors file when the file begins as one, else a bare array of exactly its size.
+Entries naming a ``safetensors_file`` (what transformers writes) are read from that file.
+Every read is a checked plain read (``checked_files.py``), never a memory map.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -19,8 +22,11 @@ from typing import Any
 
 import torch
 
+from overdrive.bigmodel.checked_files import SafetensorsFile, is_safetensors, read_raw
+
 PathLike = str | os.PathLike[str]
 INDEX = "index.json"
+SAFETENSORS = "safetensors"  # the index's "format" of a file offload_weight wrote
 _OPEN_FILES = 64  # safetensors files an OffloadedWeightsLoader keeps open
 
 
@@ -41,7 +47,11 @@ def offload_weight(
     tensor = weight.detach().to("cpu").contiguous()
     save_file({weight_name: tensor}, str(Path(offload_folder) / f"{weight_name}.dat"))
     if index is not None:
-        index[weight_name] = {"dtype": _dtype_name(tensor.dtype), "shape": list(tensor.shape)}
+        index[weight_name] = {
+            "dtype": _dtype_name(tensor.dtype),
+            "shape": list(tensor.shape),
+            "format": SAFETENSORS,
+        }
     return index
 
 
@@ -51,29 +61,26 @@ def _raw_dtype(name: str) -> torch.dtype:
     return getattr(torch, name)
 
 
-def _read_raw(path: Path, info: dict[str, Any]) -> torch.Tensor:
-    dtype = _raw_dtype(info["dtype"])
-    shape = tuple(info["shape"])
-    count = max(1, int(torch.Size(shape).numel()))
-    flat = torch.from_file(str(path), shared=False, size=count, dtype=dtype)
-    return flat[0].clone() if shape == () else flat.view(shape)
-
-
-def _raw_size(info: dict[str, Any]) -> int:
-    dtype = _raw_dtype(info["dtype"])
-    count = max(1, int(torch.Size(tuple(info["shape"])).numel()))
-    return count * torch.empty((), dtype=dtype).element_size()
+def _is_safetensors(path: Path, info: dict[str, Any]) -> bool:
+    """Whether the ``.dat`` file of index entry ``info`` is a safetensors file: as recorded
+    when written, else (folders written before the format was recorded, or by Hugging Face
+    Accelerate) by how the file begins, never by its size."""
+    recorded = info.get("format")
+    if recorded is not None:
+        return recorded == SAFETENSORS
+    return is_safetensors(path)
 
 
 def load_offloaded_weight(weight_file: PathLike, weight_info: dict[str, Any]) -> torch.Tensor:
     """The tensor an ``offload_weight`` file holds (``weight_info`` is its index entry)."""
     path = Path(weight_file)
-    if path.stat().st_size == _raw_size(weight_info):
-        return _read_raw(path, weight_info)
-    from safetensors import safe_open
-
-    with safe_open(str(path), framework="pt") as handle:
+    if not _is_safetensors(path, weight_info):
+        return read_raw(path, _raw_dtype(weight_info["dtype"]), tuple(weight_info["shape"]))
+    handle = SafetensorsFile(path)
+    try:
         return handle.get_tensor(next(iter(handle.keys())))
+    finally:
+        handle.close()
 
 
 def save_offload_index(index: dict[str, Any] | None, offload_folder: PathLike) -> None:
@@ -146,23 +153,25 @@ class OffloadedWeightsLoader(Mapping[str, torch.Tensor]):
         if self.save_folder is None:
             raise KeyError(f"{key}: its index entry names no file and there is no save_folder")
         path = Path(self.save_folder) / f"{key}.dat"
-        if path.stat().st_size == _raw_size(info):  # Hugging Face Accelerate's raw memory map
-            return _read_raw(path, info)
+        if not _is_safetensors(path, info):  # Hugging Face Accelerate's bare array
+            return read_raw(path, _raw_dtype(info["dtype"]), tuple(info["shape"]))
         return self._handle(str(path)).get_tensor(key)  # offload_weight names it by the key
 
-    def _handle(self, path: str) -> Any:
-        """An open (memory-mapped) safetensors file, kept for the next weight read from it:
-        a forward reads every offloaded weight again, and opening a file parses its header."""
-        from safetensors import safe_open
-
-        handles: OrderedDict[str, Any] = self.__dict__.setdefault("_handles", OrderedDict())
-        handle = handles.pop(path, None)
-        if handle is None:
-            handle = safe_open(path, framework="pt", device="cpu")
-            while len(handles) >= _OPEN_FILES:
-                handles.popitem(last=False)
-        handles[path] = handle
-        return handle
+    def _handle(self, path: str) -> SafetensorsFile:
+        """An open safetensors file, kept for the next weight read from it (a forward reads
+        every offloaded weight again, and opening a file parses its header); each read checks
+        the file is still as it was when opened."""
+        with self.__dict__.setdefault("_handles_lock", threading.Lock()):
+            handles: OrderedDict[str, SafetensorsFile] = self.__dict__.setdefault(
+                "_handles", OrderedDict()
+            )
+            handle = handles.pop(path, None)
+            if handle is None:
+                handle = SafetensorsFile(path)
+                while len(handles) >= _OPEN_FILES:
+                    handles.popitem(last=False)
+            handles[path] = handle
+            return handle
 
     def _from_safetensors(self, key: str, info: dict[str, Any]) -> torch.Tensor:
         device = "cpu" if self.device is None else self.device
