@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from overdrive.bigmodel.hooks import ModelHook
+from overdrive.bigmodel.hooks import ModelHook, module_lock
 from overdrive.bigmodel.moves import find_device, send_to_device
 from overdrive.bigmodel.sizes import get_non_persistent_buffers, named_module_tensors
 from overdrive.bigmodel.tensors import TiedMap, set_module_tensor_to_device
@@ -214,15 +214,16 @@ def align_module_device(
     moved to ``execution_device`` when given; all go back on leaving."""
     if has_offloaded_params(module):
         hook: AlignDevicesHook = module._hf_hook  # type: ignore[assignment]
-        saved = hook.execution_device
-        if execution_device is not None:
-            hook.execution_device = execution_device
-        try:
-            hook.pre_forward(module)
-            yield
-        finally:
-            hook.post_forward(module, None)
-            hook.execution_device = saved
+        with module_lock(module):  # not while another thread's forward has them loaded
+            saved = hook.execution_device
+            if execution_device is not None:
+                hook.execution_device = execution_device
+            try:
+                hook.pre_forward(module)
+                yield
+            finally:
+                hook.post_forward(module, None)
+                hook.execution_device = saved
     elif execution_device is not None:
         devices = {name: p.device for name, p in module.named_parameters(recurse=False)}
         try:

@@ -1,9 +1,16 @@
 """Hooks around a module's forward that see its arguments (PyTorch's own hooks do not get the
-keyword arguments): the base class, chaining, attaching and removing them."""
+keyword arguments): the base class, chaining, attaching and removing them.
+
+A hooked module runs its hook and forward for one thread at a time (``module_lock``): an
+offloading hook loads the weights before the forward and takes them away after it, so a
+second thread's forward in between would see another thread's weights, or none.
+"""
 
 from __future__ import annotations
 
 import functools
+import threading
+import weakref
 from typing import Any
 
 import torch
@@ -67,15 +74,31 @@ class SequentialHook(ModelHook):
         return module
 
 
+# Kept beside the module rather than on it: a lock on the module would stop deepcopy and pickle.
+_locks: weakref.WeakKeyDictionary[nn.Module, threading.RLock] = weakref.WeakKeyDictionary()
+_locks_guard = threading.Lock()
+
+
+def module_lock(module: nn.Module) -> threading.RLock:
+    """The lock a hooked ``module``'s forward holds from its hook's ``pre_forward`` to its
+    ``post_forward`` (reentrant: a module may call itself)."""
+    with _locks_guard:
+        lock = _locks.get(module)
+        if lock is None:
+            lock = _locks[module] = threading.RLock()
+        return lock
+
+
 def _hooked_forward(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
-    hook: ModelHook = module._hf_hook  # type: ignore[assignment]
-    args, kwargs = hook.pre_forward(module, *args, **kwargs)
-    if hook.no_grad:
-        with torch.no_grad():
+    with module_lock(module):
+        hook: ModelHook = module._hf_hook  # type: ignore[assignment]
+        args, kwargs = hook.pre_forward(module, *args, **kwargs)
+        if hook.no_grad:
+            with torch.no_grad():
+                output = module._old_forward(*args, **kwargs)  # type: ignore[operator]
+        else:
             output = module._old_forward(*args, **kwargs)  # type: ignore[operator]
-    else:
-        output = module._old_forward(*args, **kwargs)  # type: ignore[operator]
-    return hook.post_forward(module, output)
+        return hook.post_forward(module, output)
 
 
 def _is_fx_graph_module(module: nn.Module) -> bool:
