@@ -7,24 +7,22 @@ default, each with its source (one line, or a few lines of whole settings when t
 as under transformers' Trainer); nothing when nothing is set. Trackers record, besides, the
 settings code set to their default values.
 
-The line is an INFO record of the ``overdrive.settings`` logger. Silence it with
-``logging.getLogger("overdrive").setLevel(logging.WARNING)`` (or
-``overdrive.logging.get_logger("overdrive", "WARNING")``). Where the application's logging
-handles INFO records of that logger, they go there; otherwise overdrive writes the line to
-standard error itself.
+The summary is said only with the ``verbose`` setting (``--verbose``, ``OVERDRIVE_VERBOSE=1``),
+as an INFO record of the ``overdrive.settings`` logger (see ``overdrive.notes``); a section
+that cannot take effect is a warning, said always.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import sys
 from typing import Any
 
 from overdrive.config import HANDOVER_VARIABLE, Settings, schema
 from overdrive.config.inert import inert_sections, no_effect_notes
 from overdrive.config.provenance import Source
 from overdrive.config.settings import display_value
+from overdrive.notes import emit, is_verbose
 
 LOGGER = "overdrive.settings"
 TRACKER_KEY = "overdrive_settings"
@@ -89,34 +87,15 @@ def tracker_config(settings: Settings | None, config: dict[str, Any] | None) -> 
     return merged
 
 
-def _threshold() -> int:
-    """The level set on ``overdrive.settings`` or ``overdrive``; INFO when neither is set."""
-    for name in (LOGGER, "overdrive"):
-        level = logging.getLogger(name).level
-        if level != logging.NOTSET:
-            return level
-    return logging.INFO
-
-
-def _emit(level: int, text: str) -> None:
-    logger = logging.getLogger(LOGGER)
-    if logger.hasHandlers() and logger.isEnabledFor(level):
-        logger.log(level, text)  # the application's logging takes it
-    elif level >= _threshold():
-        prefix = "overdrive: warning: " if level >= logging.WARNING else "overdrive: "
-        sys.stderr.write(prefix + text + "\n")
-        sys.stderr.flush()
-
-
 def report(accelerator: Any) -> None:
     """On the main process: the effective settings, and sections that cannot take effect."""
     if not accelerator.is_main_process:
         return
     settings: Settings = accelerator.settings
-    text = summary(settings, accelerator.num_processes)
+    text = summary(settings, accelerator.num_processes) if is_verbose(settings) else None
     if text is not None:
-        _emit(logging.INFO, text)
+        emit(logging.INFO, text, LOGGER)
     launched = HANDOVER_VARIABLE in os.environ  # the launcher already warned about the rest
     notes = inert_sections(settings, from_code_only=launched)
     for note in [*notes, *no_effect_notes(settings, from_code_only=launched)]:
-        _emit(logging.WARNING, note)
+        emit(logging.WARNING, note, LOGGER)

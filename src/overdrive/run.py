@@ -26,8 +26,11 @@ options (before the script):
   --as_accelerate  answer to `import accelerate` even where Hugging Face Accelerate's package
                    is installed (also OVERDRIVE_AS_ACCELERATE=1, or `as_accelerate: true` in
                    the config file)
+  -v, --verbose    also say the effective settings and overdrive's notes (the verbose
+                   setting; also OVERDRIVE_VERBOSE=1, or `verbose: true` in the config file)
   -h, --help       show this help"""
 OPTIONS = ("--as_accelerate", "--as-accelerate")
+VERBOSE = ("-v", "--verbose")
 PROG = "overdrive.run"
 
 
@@ -36,7 +39,8 @@ class _UsageError(OverdriveError):
 
 
 def _parse(argv: list[str]) -> tuple[bool, bool, str, list[str]]:
-    """(as_accelerate given, run a module, target, the target's arguments)."""
+    """(as_accelerate given, run a module, target, the target's arguments); ``--verbose``
+    goes into the environment, where the script's settings resolution reads it."""
     as_accelerate = False
     rest = list(argv)
     while rest and rest[0].startswith("-") and rest[0] != "-m":
@@ -46,6 +50,9 @@ def _parse(argv: list[str]) -> tuple[bool, bool, str, list[str]]:
             raise SystemExit(0)
         if option == "--":
             break
+        if option in VERBOSE:
+            os.environ["OVERDRIVE_VERBOSE"] = "1"
+            continue
         if option not in OPTIONS:
             raise _UsageError(
                 f"unknown option {option} (before the script)\n  fix: {USAGE}; everything after "
@@ -80,7 +87,8 @@ def _prepare(argv: list[str]) -> tuple[bool, str, list[str]]:
     as_accelerate, is_module, target, args = _parse(argv)
     if not is_module:
         check_script(target, command="python -m overdrive.run")
-    note = after_script_note(flags_after_script(args, OPTIONS), target, "python -m overdrive.run")
+    ours = (*OPTIONS, "--verbose")  # a script may have a -v of its own
+    note = after_script_note(flags_after_script(args, ours), target, "python -m overdrive.run")
     if note:
         sys.stderr.write(f"{PROG}: note: {note}\n")
     line = _engine(as_accelerate)

@@ -20,7 +20,7 @@ def test_overdrive_test_uses_the_config_file_and_launch_flags(tmp_path: Path) ->
     )
     done = subprocess.run(
         [sys.executable, "-m", "overdrive", "test", "--config-file", str(config),
-         "--num_processes", "2"],
+         "--num_processes", "2", "--verbose"],
         env=clean_env(),
         cwd=REPO,
         capture_output=True,

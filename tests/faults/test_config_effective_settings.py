@@ -1,6 +1,7 @@
 """The effective settings, code included (issue 13, item 10): the launcher's banner can only
 know the file, environment and flags; once the Accelerator exists, rank 0 says what is in
-force and where each value came from, and trackers record the same.
+force and where each value came from, and trackers record the same. Since issue 41 that is said
+only when asked (``--verbose``, ``OVERDRIVE_VERBOSE=1``): a run that works prints nothing.
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ def no_launcher(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     forget_launcher(monkeypatch, tmp_path / "cache")
 
 
+@pytest.fixture
+def verbose(monkeypatch: pytest.MonkeyPatch, no_launcher: None) -> None:
+    monkeypatch.setenv("OVERDRIVE_VERBOSE", "1")
+
+
 def _effective_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if "effective settings" in line]
 
@@ -42,7 +48,7 @@ def _said(capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -
 def test_rank_0_prints_the_settings_the_code_set(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
-    done = run_launch(script, nprocs=2, timeout=120)
+    done = run_launch(script, nprocs=2, launch_args=["--verbose"], timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("ready") == 2
     banner = next(line for line in done.stderr.splitlines() if line.startswith("overdrive launch:"))
@@ -52,6 +58,7 @@ def test_rank_0_prints_the_settings_the_code_set(tmp_path: Path) -> None:
     assert "mixed_precision=bf16 (code Accelerator(mixed_precision=...))" in lines[0]
     assert "use_cpu=true (flag --cpu)" in lines[0]
     assert "num_processes=2 (flag --num_processes)" in lines[0]
+    assert "verbose=true (flag --verbose)" in lines[0]  # handed over, with its source
     assert "rdzv_backend" not in lines[0]  # defaults are not listed
 
 
@@ -64,12 +71,21 @@ def test_nothing_is_printed_when_nothing_is_set(
 
 
 @pytest.mark.usefixtures("no_launcher")
+def test_settings_set_in_code_are_not_printed_unless_verbose(
+    capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    Accelerator(cpu=True, gradient_accumulation_steps=2)
+    assert _said(capfd, caplog) == []
+
+
+@pytest.mark.usefixtures("verbose")
 def test_one_process_prints_code_settings(
     capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
     Accelerator(cpu=True, gradient_accumulation_steps=2)
     lines = _said(capfd, caplog)
     assert len(lines) == 1
+    assert "verbose=true (env OVERDRIVE_VERBOSE)" in lines[0]
     assert "use_cpu=true (code Accelerator(cpu=...))" in lines[0]
     assert (
         "gradient_accumulation_steps=2 (code Accelerator(gradient_accumulation_steps=...))"
@@ -77,7 +93,7 @@ def test_one_process_prints_code_settings(
     )
 
 
-@pytest.mark.usefixtures("no_launcher")
+@pytest.mark.usefixtures("verbose")
 def test_the_print_is_quiet_above_info(
     capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -89,7 +89,7 @@ def _stack_of(text: str, rank: int) -> list[str]:
 
 
 def test_a_rank_stuck_without_progress_is_named_with_its_stack(tmp_path: Path) -> None:
-    launch = Launch([str(tmp_path), "sleep", "0"], ["--hang_timeout", "3"])
+    launch = Launch([str(tmp_path), "sleep", "0"], ["--hang_timeout", "3", "--verbose"])
     try:
         entered = _entered(tmp_path)
         where = f'File "{SCRIPT}", line {STUCK_LINE} in <module>'

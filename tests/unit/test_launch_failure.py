@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import sys
@@ -12,6 +13,7 @@ import pytest
 from overdrive.launch import bootstrap
 from overdrive.launch.failure import (
     Failure,
+    exit_code,
     failure_from_parts,
     format_report,
     root_cause,
@@ -61,7 +63,36 @@ def test_bootstrap_exit_codes(tmp_path: Path, error_file: Path) -> None:
     assert bootstrap.run([str(tmp_path / "quit0.py")]) == 0
     assert not error_file.exists()
     assert bootstrap.run([str(tmp_path / "quit3.py")]) == 3
-    assert failure_from_parts(None, 0, 1, 3, str(error_file)).summary == "SystemExit: 3"
+    failure = failure_from_parts(None, 0, 1, 3, str(error_file))
+    assert failure.summary == "SystemExit: 3" and failure.exited
+    assert failure.traceback is None  # sys.exit is the script's own ending, not a crash
+
+
+def test_bootstrap_prints_no_traceback_for_sys_exit_or_a_lost_peer(
+    tmp_path: Path,
+    error_file: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 41: argparse's error ends with its usage message, not a ``SystemExit: 2``
+    traceback; a rank whose peer went away says so in the report's one line."""
+    (tmp_path / "args.py").write_text(
+        "import argparse\nargparse.ArgumentParser(prog='args.py').parse_args()\n"
+    )
+    monkeypatch.setattr(sys, "argv", ["args.py", "--bogus"])
+    assert bootstrap.run([str(tmp_path / "args.py"), "--bogus"]) == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --bogus" in err and "Traceback" not in err
+    peer = tmp_path / "peer.py"
+    peer.write_text("raise RuntimeError('[pair.cc:553] Connection closed by peer [::1]:4')\n")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert bootstrap.run([str(peer)]) == 1
+    assert capsys.readouterr().err == ""
+    failure = failure_from_parts(None, 0, 1, 1, str(error_file))
+    assert not failure.printed and "Connection closed by peer" in (failure.traceback or "")
+    monkeypatch.setenv("WORLD_SIZE", "1")  # alone, the error is its own: printed
+    assert bootstrap.run([str(peer)]) == 1
+    assert "Traceback" in capsys.readouterr().err
 
 
 def test_bootstrap_runs_a_module(tmp_path: Path, error_file: Path) -> None:
@@ -104,22 +135,52 @@ def test_root_cause_prefers_crashes_then_earliest_traceback() -> None:
     assert root_cause([stopped, _failure(4, 7)]).rank == 4
 
 
-def test_report_ends_with_the_root_cause_traceback() -> None:
+def test_report_tells_each_failure_once() -> None:
+    """Issue 41: a traceback the worker printed is not printed again; every other rank is one
+    line; a traceback the worker kept to itself ends the report."""
     cause = _failure(1, 1, "Traceback (most recent call last):\nRuntimeError: boom\n", 1)
-    other = _failure(0, 1, "Traceback\nRuntimeError: peer closed\n", 2)
-    text = format_report([other, cause], nproc=2, restarts=1)
-    lines = text.splitlines()
-    assert lines[0].startswith("overdrive: rank 1 failed (exit code 1, pid 101)")
+    gloo = "RuntimeError: [/x/gloo/pair.cc:553] Connection closed by peer [127.0.0.1]:2. " * 3
+    other = dataclasses.replace(
+        _failure(0, -int(signal.SIGTERM), f"Traceback\n{gloo}\n", 2), printed=False
+    )
+    lines = format_report([other, cause], nproc=2, restarts=1).splitlines()
+    assert lines[0].startswith(
+        "overdrive: rank 1 failed (exit code 1, pid 101): RuntimeError: boom; its traceback is "
+        "above"
+    )
     assert "restarted 1 time(s)" in lines[0]
-    assert "overdrive: rank 0 also failed: RuntimeError: peer closed" in lines
-    assert lines[-3:] == [
+    assert lines[1:] == [
+        "overdrive: exit status of every rank on this machine:",
+        "overdrive:   rank 0: killed by SIGTERM (stopped by the launcher after it raised "
+        "RuntimeError: ... Connection closed by peer ...)",
+        "overdrive:   rank 1: exit code 1 (first to fail)",
+    ]
+    kept = dataclasses.replace(cause, printed=False)
+    tail = format_report([kept], nproc=1).splitlines()
+    assert tail[-3:] == [
         "overdrive: traceback of rank 1:",
         "Traceback (most recent call last):",
         "RuntimeError: boom",
     ]
+    assert "its traceback follows" in tail[0]
     crash = format_report([_failure(2, -int(signal.SIGKILL))], nproc=1)
-    assert crash.splitlines()[-1].startswith("overdrive: rank 2 left no Python traceback")
-    assert "killed by SIGKILL" in crash
+    assert crash == (
+        "overdrive: rank 2 failed (killed by SIGKILL, pid 102) and left no Python traceback; "
+        "its own output above may say why."
+    )
+
+
+def test_a_script_that_exits_with_a_code_is_reported_in_one_line_with_that_code() -> None:
+    cause = dataclasses.replace(_failure(0, 2), summary="SystemExit: 2", exited=True, time_ns=1)
+    stopped = _failure(1, -int(signal.SIGTERM))
+    text = format_report([cause, stopped], nproc=2)
+    assert text.splitlines()[0] == (
+        "overdrive: rank 0 ended with exit code 2 (pid 100); the other 1 process(es) on this "
+        "machine were stopped."
+    )
+    assert "Traceback" not in text and "SystemExit" not in text
+    assert exit_code([cause, stopped]) == 2
+    assert exit_code([_failure(3, -int(signal.SIGKILL))]) == 1
 
 
 def test_a_port_taken_is_recognised_through_torchs_wrapping() -> None:

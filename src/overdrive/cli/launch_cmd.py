@@ -167,11 +167,12 @@ def handle(args: argparse.Namespace) -> int:
     note = after_script_note(found, target, "overdrive launch")
     if note and not args.quiet:
         _say(f"overdrive: note: {note}")
-    settings = load_settings(
-        flags={s.key: getattr(args, _dest(s.key)) for _, s in flag_settings()},
-        flag_names={s.key: typed_name(args, _dest(s.key), n) for n, s in flag_settings()},
-        config_file=args.config_file,
-    )
+    flags = {s.key: getattr(args, _dest(s.key)) for _, s in flag_settings()}
+    names = {s.key: typed_name(args, _dest(s.key), n) for n, s in flag_settings()}
+    if args.verbose:  # a launcher option that is also a setting: the workers say more too
+        flags["verbose"], names["verbose"] = True, "verbose"
+    settings = load_settings(flags=flags, flag_names=names, config_file=args.config_file)
+    verbose = bool(settings["verbose"])  # --verbose, OVERDRIVE_VERBOSE or the config file
     # Every check `config validate` runs too; a refusal comes before any worker starts.
     plan = plan_launch(
         settings,
@@ -187,7 +188,7 @@ def handle(args: argparse.Namespace) -> int:
     )
     plan = ports.settle_port(plan)
     if args.dry_run:
-        print(dry_run_text(plan, show_all=args.verbose))
+        print(dry_run_text(plan, show_all=verbose))
         return 0
 
     asked_by = None
@@ -200,14 +201,16 @@ def handle(args: argparse.Namespace) -> int:
         if hint:
             _say(f"overdrive: note: {hint}")
         if plan.is_main_machine:
-            _say(banner(plan))  # first line of a launch: what runs, and how
             # Rank 0 says it if and when the script imports accelerate (Trainer does).
             os.environ[LINE_VARIABLE] = alias.engine_line(asked_by)
+    if verbose:  # what a run that works does, said only when asked
+        if plan.is_main_machine:
+            _say(banner(plan))
         if plan.load_note:
             _say(f"overdrive: note: {plan.load_note}")
         if plan.log_dir:
             _say(f"overdrive: note: each rank's output also goes to {plan.log_dir}/rank_N.log")
-    if plan.port_note:
-        _say(f"overdrive: note: {plan.port_note}")
+        if plan.port_note:
+            _say(f"overdrive: note: {plan.port_note}")
 
-    return run(plan, verbose=args.verbose)
+    return run(plan, verbose=verbose)

@@ -129,8 +129,11 @@ LAUNCHER_OPTIONS = (
                  "<time>/rank_N.log", DISTRIBUTED, switch=True),
     LaunchOption("log_dir", "also write each rank's output to DIR/rank_N.log", DISTRIBUTED,
                  metavar="DIR"),
-    LaunchOption("quiet", "no banner", short="-q", switch=True, exclusive="noise"),
-    LaunchOption("verbose", "show the agent's logs", short="-v", switch=True, exclusive="noise"),
+    LaunchOption("quiet", "no notes from the launcher, not even about flags after the "
+                 "script", short="-q", switch=True, exclusive="noise"),
+    LaunchOption("verbose", "also the banner, the effective settings, notes and the agent's "
+                 "logs (the verbose setting; also OVERDRIVE_VERBOSE=1)", short="-v",
+                 switch=True, exclusive="noise"),
 )  # fmt: skip
 """The launcher's own options (how to launch, not what the workers run with)."""
 

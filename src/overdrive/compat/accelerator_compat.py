@@ -4,7 +4,6 @@ its own file: one base class made of small mixins by theme."""
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +15,7 @@ from overdrive.compat.properties import PropertiesMixin
 from overdrive.compat.triggers import TriggerMixin
 from overdrive.errors import ConfigError
 from overdrive.kwargs_handlers import SchedulerKwargs
+from overdrive.notes import note, output_folder
 from overdrive.parallel.context_parallel import context_parallel_block, say_not_enabled
 from overdrive.prepared import PreparedRegistry
 from overdrive.process_state import RESET_MESSAGE, set_current
@@ -55,18 +55,19 @@ class AcceleratorCompat(
 
     def _scheduler_steps_per_advance(self) -> int:
         """Scheduler steps per optimizer step: Hugging Face Accelerate's count unless
-        ``SchedulerKwargs(once_per_optimizer_step=True)``; said once in the log."""
+        ``SchedulerKwargs(once_per_optimizer_step=True)``; a note at verbose."""
         world = int(self.state.num_processes)
         if not self._scheduler_per_process() or world == 1:
             return 1
-        if not self.__dict__.get("_told_scheduler_steps") and self.state.is_main_process:
-            self._told_scheduler_steps = True
-            logging.getLogger("overdrive").warning(
-                "overdrive: a prepared LR scheduler advances %d times per optimizer step "
-                "(once per process, as Hugging Face Accelerate does without split_batches); "
-                "pass kwargs_handlers=[SchedulerKwargs(once_per_optimizer_step=True)] to "
-                "advance it once",
-                world,
+        if self.state.is_main_process:  # a note: said with verbose, once per output folder
+            note(
+                self.settings,
+                "scheduler_steps_per_process",
+                f"a prepared LR scheduler advances {world} times per optimizer step (once per "
+                "process, as Hugging Face Accelerate does without split_batches); pass "
+                "kwargs_handlers=[SchedulerKwargs(once_per_optimizer_step=True)] to advance it "
+                "once",
+                output_folder(self),
             )
         return world
 

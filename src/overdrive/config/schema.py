@@ -198,6 +198,14 @@ SETTINGS: tuple[Setting, ...] = (
         flag=True,
     ),
     setting(
+        "verbose",
+        ON_OFF,
+        False,
+        "also say what a run that works does: the launcher's banner, the effective settings, "
+        "and notes (each note once per output folder); `--verbose` sets it",
+        env=("OVERDRIVE_VERBOSE",),
+    ),
+    setting(
         "main_training_function",
         Str(),
         "main",

@@ -4,6 +4,8 @@ Runs the user's script or module exactly as ``python script.py`` / ``python -m m
 (``__main__``, ``sys.argv``, ``sys.path[0]``), dies with the launcher, answers the launcher's
 request for its stack, and on an uncaught exception records the traceback for the launcher's
 failure report (after a collective timeout, once the launcher has read every rank's stack).
+A traceback that only says a peer went away is recorded, not printed: the report says it in a
+line (or prints it, if this rank failed first).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from types import FrameType, TracebackType
 
 from overdrive.alias import install
 from overdrive.alias.notice import LINE_VARIABLE, announce
-from overdrive.launch.failure import write_error_file
+from overdrive.launch.failure import lost_a_peer, write_error_file
 from overdrive.launch.rankfiles import register_worker, report_collective_timeout
 from overdrive.launch.worker_exit import finish
 
@@ -63,10 +65,12 @@ def _record(exc: BaseException) -> None:
     SIGINT handler still pending, so ``received`` is up to date.)"""
     text = _traceback_text(exc)
     summary = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    if not _Interrupt.received:
+    several = os.environ.get("WORLD_SIZE", "1") not in ("", "1")
+    printed = not _Interrupt.received and not (several and lost_a_peer(summary))
+    if printed:
         sys.stderr.write(text)
         sys.stderr.flush()
-    write_error_file(summary, text, os.environ)
+    write_error_file(summary, text, os.environ, printed=printed)
     report_collective_timeout(exc, summary, os.environ)
 
 
@@ -100,14 +104,15 @@ def _announce_engine() -> None:
 
 
 def _exit_code(exc: SystemExit) -> int:
-    """Handle ``sys.exit(...)`` like Python; a failing exit still records where it happened."""
+    """Handle ``sys.exit(...)`` like Python: its message, its code, no traceback (the report
+    learns when it happened, for blame)."""
     code = exc.code
     if code is None or code == 0:
         return 0
     if not isinstance(code, int):
         sys.stderr.write(f"{code}\n")  # what Python prints for sys.exit("message")
         code = 1
-    write_error_file(f"SystemExit: {exc.code}", _traceback_text(exc), os.environ)
+    write_error_file(f"SystemExit: {exc.code}", None, os.environ, exit_code=code)
     return code
 
 

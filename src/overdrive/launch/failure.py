@@ -4,6 +4,11 @@ The file keeps the layout torch's elastic agent reads (``message.extraInfo``), s
 parses it as its own; overdrive's fields sit beside it with a nanosecond timestamp. With the
 exit times the launcher sees, that orders failures in time: the first rank to fail is the
 cause, ranks the launcher stopped never are.
+
+Each failure is told once: a worker prints its own traceback as it fails (unless its error only
+says that a peer went away: that is a consequence, said in one line of the report), and the
+report repeats no traceback already printed. A script that ends with ``sys.exit(n)`` (argparse
+does, with 2) leaves no traceback: its own message says why, and the launcher exits with ``n``.
 """
 
 from __future__ import annotations
@@ -19,32 +24,49 @@ from typing import Any
 ERROR_FILE_VARIABLE = "TORCHELASTIC_ERROR_FILE"
 # Signals the launcher itself sends when it stops the other ranks (SIGKILL after a grace).
 _STOP_SIGNALS = {s.value for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGKILL)}
-# Errors a rank raises because a peer left or never came: effects, not causes.
-_PEER_ERRORS = (
+# Errors a rank raises because a peer went away: effects, not causes.
+_LOST_PEER = (
     "connection reset by peer",
     "connection closed by peer",
     "broken pipe",
-    "timed out",
-    "timeout",
     "remote process exited",
     "communicator was aborted",
 )
+# With a peer that never answered (a timeout may also be the rank's own).
+_PEER_ERRORS = (*_LOST_PEER, "timed out", "timeout")
 
 
-def write_error_file(summary: str, traceback_text: str, environ: Mapping[str, str]) -> None:
-    """Record this worker's failure where the agent expects it (no-op outside a launch)."""
+def lost_a_peer(summary: str) -> bool:
+    """The error only says that another process went away (its traceback helps nobody)."""
+    text = summary.lower()
+    return any(mark in text for mark in _LOST_PEER)
+
+
+def write_error_file(
+    summary: str,
+    traceback_text: str | None,
+    environ: Mapping[str, str],
+    *,
+    printed: bool = True,
+    exit_code: int | None = None,
+) -> None:
+    """Record this worker's failure where the agent expects it (no-op outside a launch):
+    ``printed`` says whether the worker printed the traceback itself; ``exit_code`` marks a
+    ``sys.exit(n)`` (no traceback)."""
     path = environ.get(ERROR_FILE_VARIABLE)
     if not path:
         return
     data = {
         "message": {
             "message": summary,
-            "extraInfo": {"py_callstack": traceback_text, "timestamp": str(int(time.time()))},
+            "extraInfo": {"py_callstack": traceback_text or "", "timestamp": str(int(time.time()))},
         },
         "overdrive": {
             "rank": environ.get("RANK", "?"),
             "summary": summary,
             "traceback": traceback_text,
+            "printed": printed,
+            "exit_code": exit_code,
             "time_ns": time.time_ns(),
         },
     }
@@ -69,6 +91,8 @@ class Failure:
     traceback: str | None = None
     time_ns: int | None = None  # when it raised (its error file), worker's clock
     exit_ns: int | None = None  # when the process ended, as the launcher saw it
+    printed: bool = True  # the worker printed its traceback itself
+    exited: bool = False  # the script ended with sys.exit(n): no traceback, its own message
 
     @property
     def signal_name(self) -> str | None:
@@ -142,6 +166,8 @@ def failure_from_parts(
         traceback=data.get("traceback"),
         time_ns=data.get("time_ns"),
         exit_ns=exit_ns,
+        printed=data.get("printed", True) is not False,
+        exited=data.get("exit_code") is not None,
     )
 
 
@@ -215,8 +241,12 @@ def exit_status_lines(
                 tags.append("stopped by the launcher")
         elif f is cause:
             tags.append("first to fail")
-        elif stopped_by_launcher(f, failures):
-            tags.append("stopped by the launcher")
+        else:
+            raised = f"raised {brief(f.summary)}" if f.summary and not f.exited else ""
+            if stopped_by_launcher(f, failures):  # what it raised, in the same line
+                tags.append("stopped by the launcher" + (f" after it {raised}" if raised else ""))
+            elif raised:
+                tags.append(f"it {raised}")
         tags = [t for t in tags if t]
         rows[f.local_rank] = (f.rank, f.how() + (f" ({'; '.join(tags)})" if tags else ""))
     lines = ["overdrive: exit status of every rank on this machine:"]
@@ -229,6 +259,40 @@ def exit_status_lines(
     return lines
 
 
+def brief(summary: str) -> str:
+    """The error in a few words: ``RuntimeError: ... Connection closed by peer ...`` for a
+    lost peer, else its first line (cut at 120 characters)."""
+    first = summary.strip().splitlines()[0] if summary.strip() else summary
+    lower = first.lower()
+    for mark in _PEER_ERRORS:
+        at = lower.find(mark)
+        if at >= 0 and len(first) > 120:
+            kind = first.split(":", 1)[0] if ":" in first[:at] else "error"
+            return f"{kind}: ... {first[at : at + len(mark)]} ..."
+    return first if len(first) <= 120 else first[:117] + "..."
+
+
+def _headline(cause: Failure, nproc: int, restarts: int) -> str:
+    """The first line: who failed, how, and where its own words are."""
+    where = f"pid {cause.pid}"
+    if cause.exited:
+        head = f"overdrive: rank {cause.rank} ended with exit code {cause.exitcode} ({where})"
+    elif cause.traceback:
+        head = f"overdrive: rank {cause.rank} failed ({cause.how()}, {where}): "
+        head += brief(cause.summary or "") if cause.summary else "see its traceback"
+        head += "; its traceback is above" if cause.printed else "; its traceback follows"
+    else:
+        head = (
+            f"overdrive: rank {cause.rank} failed ({cause.how()}, {where}) and left no Python "
+            "traceback; its own output above may say why"
+        )
+    if nproc > 1:
+        head += f"; the other {nproc - 1} process(es) on this machine were stopped"
+    if restarts:
+        head += f"; the group had been restarted {restarts} time(s)"
+    return head + "."
+
+
 def format_report(
     failures: list[Failure],
     *,
@@ -236,29 +300,20 @@ def format_report(
     restarts: int = 0,
     exits: Iterable[RankExit] = (),
 ) -> str:
-    """The launcher's closing words: who failed and why, every rank's status, the traceback
-    last."""
+    """The launcher's closing words: who failed first and why, then one line per rank; the
+    first failure's traceback only when its worker did not print it already."""
     cause = root_cause(failures)
-    others = [f for f in failures if f is not cause]
-    head = f"overdrive: rank {cause.rank} failed ({cause.how()}, pid {cause.pid})"
-    if nproc > 1:
-        head += f"; the other {nproc - 1} process(es) on this machine were stopped"
-    if restarts:
-        head += f"; the group had been restarted {restarts} time(s)"
-    lines = [head + "."]
-    for other in sorted(others, key=lambda f: f.rank):
-        if other.summary:
-            first = other.summary.splitlines()[0]
-            short = first if len(first) <= 160 else first[:157] + "..."
-            lines.append(f"overdrive: rank {other.rank} also failed: {short}")
+    lines = [_headline(cause, nproc, restarts)]
     if nproc > 1:
         lines += exit_status_lines(failures, exits, cause)
-    if cause.traceback:
+    if cause.traceback and not cause.printed:
         lines.append(f"overdrive: traceback of rank {cause.rank}:")
         lines.append(cause.traceback.rstrip("\n"))
-    else:
-        lines.append(
-            f"overdrive: rank {cause.rank} left no Python traceback ({cause.how()}); "
-            "its own output above may say why."
-        )
     return "\n".join(lines)
+
+
+def exit_code(failures: list[Failure]) -> int:
+    """The launcher's exit code: the first failure's own exit code when it exited (a
+    ``sys.exit(2)`` from argparse gives 2), else 1."""
+    cause = root_cause(failures)
+    return cause.exitcode if 0 < cause.exitcode < 256 else 1

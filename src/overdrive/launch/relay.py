@@ -1,9 +1,13 @@
 """Relay the workers' output to the launcher's, one whole line at a time.
 
 Each worker's stdout and stderr go to a named pipe that one thread reads. Only complete lines
-(ended by ``\\n``, ``\\r\\n`` or ``\\r``, so progress bars still move) are written, each batch
-in one call, optionally behind ``[rank N] ``; two ranks' lines never merge, however the
-workers buffer. A rank's lines can also go to ``<log_dir>/rank_<N>.log``.
+(ended by ``\\n``, ``\\r\\n`` or ``\\r``) are written, each batch in one call, optionally
+behind ``[rank N] ``; two ranks' lines never merge, however the workers buffer. A rank's lines
+can also go to ``<log_dir>/rank_<N>.log``.
+
+A progress bar redraws its line after ``\\r``. To a terminal each redraw goes on as it comes
+(behind the prefix, so the bar moves in place); to a file or pipe, and to the rank logs, only
+the line's last state is written, once, as a file written without the launcher reads.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ class _Source:
     pending: bytes = b""
     log: BinaryIO | None = None
     closed: bool = field(default=False)
+    redrawn: bytes | None = None  # the last ``\r`` state of a line not yet ended by ``\n``
 
 
 def split_lines(data: bytes, final: bool = False) -> tuple[list[bytes], bytes]:
@@ -72,6 +77,7 @@ class Relay:
         self.lock = threading.Lock()  # held for every write to the launcher's streams
         self._out = out if out is not None else _binary(sys.stdout)
         self._err = err if err is not None else _binary(sys.stderr)
+        self._tty = {id(s): _isatty(s) for s in (self._out, self._err)}
         self._sources: dict[int, _Source] = {}
         self._logs: dict[int, BinaryIO] = {}
         self._wake_r, self._wake_w = os.pipe()
@@ -193,20 +199,46 @@ class Relay:
         lines, source.pending = split_lines(data, final=final or ended)
         if lines:
             self._emit(source, lines)
+        if final or ended:
+            self._end_redraws(source)
         if ended and not final:
             self._close(source)
 
     def _emit(self, source: _Source, lines: list[bytes]) -> None:
         head = f"[rank {source.rank}] ".encode() if self.prefix else b""
-        blob = b"".join(head + line for line in lines) if head else b"".join(lines)
+        stream = self._err if source.to_err else self._out
+        kept: list[bytes] = []  # what a file keeps: each line's last state
+        for line in lines:
+            if line.endswith(b"\r") and not line.endswith(b"\r\n"):
+                source.redrawn = line[:-1]
+            else:
+                source.redrawn = None
+                kept.append(line)
+        shown = lines if self._tty.get(id(stream)) else kept
         with self.lock:
-            self._write(self._err if source.to_err else self._out, blob)
-            if source.log is not None:
-                try:
-                    source.log.write(b"".join(lines))
-                    source.log.flush()
-                except OSError:
-                    source.log = None
+            if shown:
+                self._write(stream, b"".join(head + line for line in shown))
+            self._log_lines(source, kept)
+
+    def _end_redraws(self, source: _Source) -> None:
+        """A stream that ended on a ``\\r`` redraw: a file still gets that last state."""
+        last, source.redrawn = source.redrawn, None
+        if last is None or not last.strip():
+            return  # nothing, or a bar that erased itself (tqdm's leave=False)
+        head = f"[rank {source.rank}] ".encode() if self.prefix else b""
+        stream = self._err if source.to_err else self._out
+        with self.lock:
+            self._write(stream, (b"" if self._tty.get(id(stream)) else head + last) + b"\n")
+            self._log_lines(source, [last + b"\n"])
+
+    def _log_lines(self, source: _Source, lines: list[bytes]) -> None:
+        if source.log is None or not lines:
+            return
+        try:
+            source.log.write(b"".join(lines))
+            source.log.flush()
+        except OSError:
+            source.log = None
 
     def _write(self, stream: BinaryIO, data: bytes) -> None:
         if self._broken:
@@ -237,6 +269,13 @@ class _TextSink:
 
     def flush(self) -> None:
         self.text.flush()
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
 
 
 def _binary(text: Any) -> BinaryIO:

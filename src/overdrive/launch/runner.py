@@ -24,6 +24,7 @@ from overdrive.errors import LaunchError
 from overdrive.launch import watchdog
 from overdrive.launch.failure import (
     Failure,
+    exit_code,
     exit_status_lines,
     failure_from_parts,
     format_report,
@@ -78,7 +79,7 @@ def _attempt_cause(log_dir: str, attempt: int) -> Failure | None:
         failure_from_parts(None, int(os.path.basename(os.path.dirname(path))), 0, 1, path)
         for path in glob.glob(pattern)
     ]
-    found = [f for f in found if f.traceback is not None]
+    found = [f for f in found if f.traceback is not None or f.exited]
     return root_cause(found) if found else None
 
 
@@ -166,15 +167,17 @@ def _failures(error: Any, watch: watchdog.Watchdog | None) -> list[Failure]:
 
 def _failure_text(
     plan: LaunchPlan, error: Any, watch: watchdog.Watchdog | None, restarts: int
-) -> str:
-    """The closing report: a hang's verdict when the watchdog saw one, else the first failure."""
+) -> tuple[str, int]:
+    """The closing report and the exit code: a hang's verdict when the watchdog saw one (1),
+    else the first failure (its own exit code when it exited with one)."""
     failures = _failures(error, watch)
     exits = watch.exits() if watch else []
     hang = watch.hang if watch else None
     if hang is None:
-        return format_report(failures, nproc=plan.nproc_per_node, restarts=restarts, exits=exits)
+        report = format_report(failures, nproc=plan.nproc_per_node, restarts=restarts, exits=exits)
+        return report, exit_code(failures)
     lines = exit_status_lines(failures, exits, cause=None, hang_tag=hang.tag)
-    return "\n".join([hang.headline(), *hang.verdict(), *lines])
+    return "\n".join([hang.headline(), *hang.verdict(), *lines]), 1
 
 
 def _hang_label(plan: LaunchPlan) -> str:
@@ -217,10 +220,11 @@ def run(plan: LaunchPlan, *, verbose: bool = False) -> int:
             if attempt == PORT_RETRIES:
                 break
             port = free_port()
-            _say(
-                f"overdrive: note: port {plan.main_port} was taken before the rendezvous could "
-                f"use it; using free port {port} instead"
-            )
+            if verbose:
+                _say(
+                    f"overdrive: note: port {plan.main_port} was taken before the rendezvous "
+                    f"could use it; using free port {port} instead"
+                )
             plan = dataclasses.replace(plan, main_port=port)
     raise LaunchError(
         f"the rendezvous port was taken by another program {PORT_RETRIES + 1} times in a row\n"
@@ -268,8 +272,8 @@ def _run_once(plan: LaunchPlan, *, verbose: bool) -> int:
     except ChildFailedError as error:
         if watch:
             watch.stop()
-        closing = _failure_text(plan, error, watch, notes.restarts)
-        return 1
+        closing, code = _failure_text(plan, error, watch, notes.restarts)
+        return code
     except SignalException as error:
         closing = f"overdrive: stopped by {error.sigval.name}; all workers on this machine ended."
         return 128 + int(error.sigval)

@@ -18,5 +18,5 @@ with socket.socket() as busy:
     flags = {"use_cpu": True, "num_processes": 2, "main_process_port": port}
     plan = build_plan(load_settings(flags=flags), sys.argv[1], sys.argv[2:], rank_prefix=False)
     print(f"BUSY {port}", flush=True)
-    code = run(plan)
+    code = run(plan, verbose=True)  # the note of the move is said at verbose
 sys.exit(code)
