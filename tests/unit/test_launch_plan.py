@@ -82,6 +82,14 @@ def test_cpu_flag_wins_over_gpus(tmp_path: Path) -> None:
     assert plan.device == "cpu" and plan.nproc_per_node == 3
 
 
+def test_cpu_workers_are_told_they_run_on_the_cpu(tmp_path: Path) -> None:
+    # an installed Hugging Face Accelerate forms the launched world on CPUs only when told so
+    no_gpus = build_plan(settings(tmp_path, num_processes=2), "t.py", gpu_count=0, environ={})
+    assert no_gpus.shared_env()["ACCELERATE_USE_CPU"] == "true"
+    gpus = build_plan(settings(tmp_path, num_processes=2), "t.py", gpu_count=2, environ={})
+    assert "ACCELERATE_USE_CPU" not in gpus.shared_env()
+
+
 def test_worker_command_and_shell_line(tmp_path: Path) -> None:
     s = settings(tmp_path, use_cpu=True, num_processes=2)
     module = build_plan(s, "pkg.train", ["--x", "a b"], is_module=True, environ={})

@@ -101,6 +101,11 @@ class LaunchPlan:
             env["CUDA_VISIBLE_DEVICES"] = self.cuda_visible_devices
         if self.omp_num_threads is not None:
             env["OMP_NUM_THREADS"] = str(self.omp_num_threads)
+        if self.device == "cpu":
+            # Whatever answers to `import accelerate`, the installed Hugging Face Accelerate
+            # included, must see this world: its Accelerator (and Trainer) join a gloo group
+            # on CPU processes only when this says they run there; else N worlds of one.
+            env["ACCELERATE_USE_CPU"] = "true"
         if self.settings["use_cpu"]:
             env.update(INTEL_OPENMP_CPU)  # as Hugging Face Accelerate's launcher, on --cpu only
         if self.device == "cpu" and self.settings["distributed_type"] == "DEEPSPEED":
