@@ -9,6 +9,7 @@ objects; ``unflatten`` reverses it. Loading never runs code from the files.
 from __future__ import annotations
 
 import codecs
+import errno
 import json
 import math
 import os
@@ -59,10 +60,36 @@ class SavedTensor(Protocol):
     def numpy(self) -> object: ...
 
 
+_WRITE_FIXES = {
+    errno.ENOSPC: "the filesystem is full: make room on it (or save to another one), then "
+    "save again",
+    errno.EDQUOT: "your disk quota there is used up: free space within it or have it raised "
+    "(or save elsewhere), then save again",
+    errno.EROFS: "that filesystem is mounted read-only: save to a folder on a writable one "
+    "(project_dir, or the folder passed to save_state)",
+    errno.EACCES: "this process may not write in that folder: give it write permission "
+    "(chmod/chown) or save to a folder it owns",
+    errno.EPERM: "this process may not write in that folder: give it write permission "
+    "(chmod/chown) or save to a folder it owns",
+    errno.EFBIG: "the file is larger than the filesystem or `ulimit -f` allows: raise the "
+    "limit or save to another filesystem",
+}
+"""The fix for each kind of failed write; others get the general one."""
+
+
+def write_fix(exc: BaseException) -> str:
+    """What to do about a failed write, told by its errno."""
+    code = exc.errno if isinstance(exc, OSError) else None
+    return _WRITE_FIXES.get(
+        code if code is not None else -1,
+        "check that the filesystem has room and that this process may write there, then save again",
+    )
+
+
 @contextmanager
 def writing(path: Path, what: str) -> Iterator[None]:
-    """Turn a failed write (disk full, file too large, no permission...) into a
-    CheckpointError that names ``path``, whatever layer raised it."""
+    """Turn a failed write (disk full, quota, read-only filesystem, no permission...) into a
+    CheckpointError that names ``path`` and the fix for that fault, whatever layer raised it."""
     try:
         yield
     except CheckpointError:
@@ -72,9 +99,7 @@ def writing(path: Path, what: str) -> Iterator[None]:
         if isinstance(exc, OSError) and exc.strerror:  # without the path: it is named below
             reason = f"[Errno {exc.errno}] {exc.strerror}"
         raise CheckpointError(
-            f"{what}: could not write {path}: {reason}\n  fix: make room on that filesystem "
-            "(or raise the quota or file size limit) and check that this process may write "
-            "there, then save again"
+            f"{what}: could not write {path}: {reason}\n  fix: {write_fix(exc)}"
         ) from exc
 
 
