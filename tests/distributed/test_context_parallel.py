@@ -110,3 +110,22 @@ def test_cp2_times_dp_shard2_trains_as_one_process_and_resumes_on_dp_shard2(
     resumed = _run(2, *common, "--resume", str(tmp_path), launch_args=FSDP2_FLAGS)
     assert resumed["layout"]["dp_shard"] == 2 and resumed["layout"]["cp"] == 1
     _assert_resumes(tmp_path, row, resumed)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_cp2_refuses_a_padding_mask_on_every_process_and_accepts_all_ones() -> None:
+    """A padding ``attention_mask`` split with the ids was computed as if unpadded (the loss
+    of the all-ones mask). The padding lands in process 0's chunks only: both refuse it
+    together (none waits in ring attention for the other)."""
+    result = run_launch("cp_padding.py", nprocs=2, timeout=300)
+    assert_ok(result)
+    rows = result_rows(result.stdout)
+    assert [row["rank"] for row in rows] == [0, 1]
+    assert rows[0]["all_ones_loss"] == rows[1]["all_ones_loss"]
+    assert math.isfinite(rows[0]["all_ones_loss"])
+    for row in rows:
+        assert "padded_loss" not in row, row
+        error = row["padded_error"]
+        assert error.startswith("ConfigError: ") and "attention_mask" in error, error
+        assert "padding" in error and "label -100" in error, error

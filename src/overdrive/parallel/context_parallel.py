@@ -10,8 +10,10 @@ ring attention over the ``cp`` ranks, which pass keys and values round by
 (``ContextParallelStep``) readies each model that trains when it is prepared: it is checked
 (SDPA attention, no sliding-window layers) and its ``*self_attn`` modules get a hook that,
 inside a block only, drops the attention mask for ``is_causal=True`` (ring attention takes
-no mask); a transformers model called in a block without ``position_ids`` is refused (it
-would number each chunk from 0). A block readies the models given to it the same way when
+no mask) when the mask asks for no more than causal attention, and refuses it otherwise; the
+model itself refuses an ``attention_mask`` with padding (``parallel/cp_masks.py``), and a
+transformers model called in a block without ``position_ids`` is refused (it would number
+each chunk from 0). A block readies the models given to it the same way when
 the chain did not (evaluation-only models).
 
 torch 2.13 dispatches ring attention for the CUDA kernels only (flash, memory-efficient,
@@ -34,6 +36,7 @@ from torch import nn
 
 from overdrive.errors import ConfigError
 from overdrive.logging import get_logger
+from overdrive.parallel.cp_masks import refuse_padding, refuse_strict_mask
 from overdrive.parallel.cp_rules import CP_COMM_KEY, CP_KEY, check_sequence_length
 
 if TYPE_CHECKING:
@@ -45,6 +48,7 @@ if TYPE_CHECKING:
 
 SEQ_DIM = 2  # of q, k, v: (batch, heads, sequence, head_dim)
 _open_blocks = 0  # blocks open in this process: the attention-mask hook acts inside one only
+_open_mesh: DeviceMesh | None = None  # the open block's cp mesh, where its processes agree
 _HOOKED = "_overdrive_cp_hooked"
 _told_not_enabled = False
 
@@ -113,9 +117,15 @@ def _drop_mask(
     module: nn.Module, args: tuple[object, ...], kwargs: dict[str, object]
 ) -> tuple[tuple[object, ...], dict[str, object]]:
     if _open_blocks and "attention_mask" in kwargs:
+        refuse_strict_mask(kwargs["attention_mask"], type(module).__name__, _open_mesh)
         kwargs["attention_mask"] = None
         kwargs["is_causal"] = True
     return args, kwargs
+
+
+def _no_padding(module: nn.Module, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
+    if _open_blocks:
+        refuse_padding(module, args, kwargs, _open_mesh)
 
 
 def _need_positions(module: nn.Module, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
@@ -142,13 +152,15 @@ def _need_positions(module: nn.Module, args: tuple[object, ...], kwargs: dict[st
 
 
 def hook_attention(model: nn.Module) -> None:
-    """Inside a block, a ``*self_attn`` module is called without its mask and causal, and a
-    transformers model must be given its position ids (split with the batch)."""
+    """Inside a block, a ``*self_attn`` module is called without its mask and causal (a
+    mask stricter than causal is refused), the model refuses a padding ``attention_mask``,
+    and a transformers model must be given its position ids (split with the batch)."""
     if getattr(model, _HOOKED, False):
         return
     for name, module in model.named_modules():
         if name.endswith("self_attn"):
             module.register_forward_pre_hook(_drop_mask, with_kwargs=True, prepend=True)
+    model.register_forward_pre_hook(_no_padding, with_kwargs=True, prepend=True)
     if getattr(model, "config", None) is not None:
         model.register_forward_pre_hook(_need_positions, with_kwargs=True, prepend=True)
     setattr(model, _HOOKED, True)
@@ -261,7 +273,7 @@ def context_parallel_block(
 ) -> Iterator[None]:
     """Shard ``buffers`` on their ``buffer_seq_dims`` over the ``cp`` ranks and run SDPA as
     ring attention inside; put them back on leaving, except ``no_restore_buffers``."""
-    global _open_blocks
+    global _open_blocks, _open_mesh
     from torch.distributed.tensor.experimental import context_parallel
     from torch.distributed.tensor.experimental._attention import set_rotate_method
 
@@ -296,7 +308,9 @@ def context_parallel_block(
         _cpu_ring() if cpu else contextlib.nullcontext(),
     ):
         _open_blocks += 1
+        outer, _open_mesh = _open_mesh, mesh
         try:
             yield
         finally:
             _open_blocks -= 1
+            _open_mesh = outer
