@@ -71,6 +71,13 @@ def _check_deepspeed(settings: Settings, warn: Callable[[str], None]) -> None:
         warn(note)
 
 
+def warn_inert(settings: Settings, warn: Callable[[str], None] = _stderr_warning) -> None:
+    """Settings that are valid but cannot take effect, one message each to ``warn``: what
+    ``overdrive launch``, ``config validate`` and ``config show`` all say about a file."""
+    for note in [*inert_sections(settings), *no_effect_notes(settings)]:
+        warn(note)
+
+
 def plan_launch(
     settings: Settings,
     target: str,
@@ -111,6 +118,5 @@ def plan_launch(
     _check_compile(settings)
     _check_fsdp(settings)
     _check_deepspeed(settings, warn)
-    for note in [*inert_sections(settings), *no_effect_notes(settings)]:
-        warn(note)
+    warn_inert(settings, warn)
     return plan

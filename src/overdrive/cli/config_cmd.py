@@ -23,7 +23,7 @@ from overdrive.ds.finish import describe
 from overdrive.errors import ConfigError
 from overdrive.launch import cluster
 from overdrive.launch.plan import process_limit
-from overdrive.preflight import plan_launch
+from overdrive.preflight import plan_launch, warn_inert
 
 
 def register(commands: Any) -> None:
@@ -35,6 +35,10 @@ def register(commands: Any) -> None:
     )
     add_flag(parser, "config_file", help="where to write (default: the user's default file)")
     add_flag(parser, "force", action="store_true", help="overwrite an existing file")
+    add_flag(
+        parser, "gpu_questions", action="store_true",
+        help="on a machine without GPUs, also ask about DeepSpeed, FSDP, Megatron-LM and fp8",
+    )  # fmt: skip
     parser.set_defaults(handler=_wizard)
     sub = parser.add_subparsers(dest="config_command", metavar="SUBCOMMAND")
 
@@ -108,7 +112,14 @@ def _wizard(args: argparse.Namespace) -> int:
     _refuse_overwrite(path, args.force)  # before any question: no answers are wasted
     interactive = sys.stdin.isatty() and sys.stdout.isatty()
     prompter = MenuPrompter() if interactive else StreamPrompter(sys.stdin, sys.stdout)
-    answers = run_wizard(prompter, gpu_count=_gpu_count())
+    gpus = _gpu_count()
+    if not gpus and not args.gpu_questions:
+        print(
+            "No GPU here: a run on this machine's CPUs is not asked about DeepSpeed, FSDP, "
+            "Megatron-LM or fp8 (choose multi-GPU to configure a GPU machine, or pass "
+            "--gpu_questions)"
+        )
+    answers = run_wizard(prompter, gpu_count=gpus, gpu_questions=args.gpu_questions)
     _write(path, answers)
     print(f"config written to {path}")
     return 0
@@ -151,6 +162,7 @@ def render_table(settings: Settings, *, changed_only: bool) -> str:
 
 def _show(args: argparse.Namespace) -> int:
     settings = load_settings(config_file=args.config_file, flags={})
+    warn_inert(settings)  # on stderr, in `config validate`'s words; stdout stays the table
     if args.json:
         payload = {
             key: {"value": value, "source": source}

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from overdrive.cli import config_cmd, env_cmd, estimate_memory_cmd, launch_cmd, merge_cmd, test_cmd
 from overdrive.errors import OverdriveError
+from overdrive.version import __version__
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
@@ -29,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run one PyTorch training loop on CPU, GPUs or many machines.",
         allow_abbrev=False,
     )
+    parser.add_argument("--version", action="version", version=f"overdrive {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in (config_cmd, launch_cmd, env_cmd, test_cmd, merge_cmd, estimate_memory_cmd):
         module.register(commands)

@@ -19,8 +19,13 @@ _MACHINE_TYPES = [
 ]
 
 
-def run_wizard(ask: Prompter, *, gpu_count: int) -> Answers:
-    """Ask the questions and return the config file's contents (nested, file-shaped)."""
+def run_wizard(ask: Prompter, *, gpu_count: int, gpu_questions: bool = False) -> Answers:
+    """Ask the questions and return the config file's contents (nested, file-shaped).
+
+    With no GPU here, a multi-CPU run is not asked about DeepSpeed, FSDP or Megatron-LM and
+    fp8 is not offered, unless ``gpu_questions``; choosing multi-GPU or TPU configures
+    another machine, so those questions are asked then.
+    """
     out: Answers = {}
     out["compute_environment"] = ask.choice(
         "In which compute environment are you running?",
@@ -38,7 +43,8 @@ def run_wizard(ask: Prompter, *, gpu_count: int) -> Answers:
             "This avoids hangs on mismatched shapes",
             False,
         )
-        _ask_backend(ask, out)
+        if machine == "MULTI_GPU" or gpu_count or gpu_questions:
+            _ask_backend(ask, out)
         per_machine_default = gpu_count if machine == "MULTI_GPU" and gpu_count > 1 else 2
         out["num_processes"] = ask.integer(
             "How many processes in total will you use (over all machines)?",
@@ -56,10 +62,10 @@ def run_wizard(ask: Prompter, *, gpu_count: int) -> Answers:
         out["gpu_ids"] = ask.text("What GPU(s) (by id) should be used, comma-separated?", "all")
     _ask_compile(ask, out)
     if "mixed_precision" not in out:
+        on_cpu = out.get("use_cpu") and not gpu_questions
+        modes = [m for m in MIXED_PRECISIONS if not (on_cpu and m == "fp8")]  # fp8 needs a GPU
         out["mixed_precision"] = ask.choice(
-            "Do you wish to use mixed precision?",
-            [(mode, mode) for mode in MIXED_PRECISIONS],
-            "no",
+            "Do you wish to use mixed precision?", [(mode, mode) for mode in modes], "no"
         )
     return out
 

@@ -13,12 +13,13 @@ from overdrive.config import load_settings
 
 
 def _run_wizard(
-    tmp_path: Path, answers: list[str]
+    tmp_path: Path, answers: list[str], *flags: str
 ) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """The wizard on this machine with no GPU visible."""
     target = tmp_path / "written.yaml"
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "XDG_CACHE_HOME": str(tmp_path / "cache")}
     result = subprocess.run(
-        [sys.executable, "-m", "overdrive", "config", "--config_file", str(target)],
+        [sys.executable, "-m", "overdrive", "config", "--config_file", str(target), *flags],
         input="\n".join(answers) + "\n",
         capture_output=True,
         text=True,
@@ -134,10 +135,7 @@ def test_multi_machine_flow(tmp_path: Path) -> None:
         "29555",
         "c10d",
         "y",
-        "n",
-        "n",
-        "n",
-        "n",
+        "n",  # debug checks (no GPU here: no DeepSpeed, FSDP or Megatron-LM questions)
         "4",
         "n",
         "no",
@@ -151,6 +149,51 @@ def test_multi_machine_flow(tmp_path: Path) -> None:
     assert settings["rdzv_backend"] == "c10d"
     assert settings["distributed_type"] == "MULTI_CPU"
     assert settings["num_processes"] == 4
+
+
+GPU_ONLY = ("DeepSpeed", "FSDP", "Megatron", "GPU(s)", "fp8")
+
+
+def test_a_cpu_machine_is_not_asked_about_gpu_only_backends(tmp_path: Path) -> None:
+    answers = [
+        "",  # compute environment
+        "multi-CPU",
+        "",  # machines: 1
+        "n",  # debug checks
+        "2",  # processes
+        "n",  # torch.compile
+        "bf16",
+    ]
+    path, result = _run_wizard(tmp_path, answers)
+    assert result.returncode == 0, result.stderr
+    questions = result.stdout.split("Which type of machine", 1)[1]
+    assert [word for word in GPU_ONLY if word in questions] == []
+    assert "--gpu_questions" in result.stdout  # the user is told how to get them
+    settings = _resolved(path)
+    assert settings["distributed_type"] == "MULTI_CPU" and settings["use_cpu"] is True
+    assert (settings["num_processes"], settings["mixed_precision"]) == (2, "bf16")
+
+
+def test_gpu_questions_are_asked_on_a_cpu_machine_when_asked_for(tmp_path: Path) -> None:
+    answers = ["", "multi-CPU", "", "n", "n", "y", "1", "FULL_SHARD", "n", "NO_WRAP"]
+    answers += ["BACKWARD_PRE", "n", "y", "FULL_STATE_DICT", "n", "n", "2", "n", "no"]
+    path, result = _run_wizard(tmp_path, answers, "--gpu_questions")
+    assert result.returncode == 0, result.stderr
+    assert "Do you want to use DeepSpeed?" in result.stdout
+    assert "--gpu_questions" not in result.stdout
+    settings = _resolved(path)
+    assert settings["distributed_type"] == "FSDP"
+    assert settings.section("fsdp_config")["fsdp_sharding_strategy"] == "FULL_SHARD"
+
+
+def test_choosing_multi_gpu_on_a_cpu_machine_configures_another_machine(tmp_path: Path) -> None:
+    answers = ["", "multi-GPU", "", "n", "n", "n", "n", "8", "all", "n", "fp8"]
+    path, result = _run_wizard(tmp_path, answers)
+    assert result.returncode == 0, result.stderr
+    assert "Do you want to use DeepSpeed?" in result.stdout
+    settings = _resolved(path)
+    assert (settings["distributed_type"], settings["num_processes"]) == ("MULTI_GPU", 8)
+    assert settings["mixed_precision"] == "fp8"
 
 
 @pytest.mark.parametrize(
