@@ -218,7 +218,7 @@ def test_trusted_legacy_layout_loads_with_opt_in(tmp_path: Path) -> None:
 
 def test_missing_directory_is_named_with_the_fix(saved: dict, tmp_path: Path) -> None:
     missing = tmp_path / "nope"
-    with pytest.raises(CheckpointError, match=r"nope does not exist\n  fix: pass the directory"):
+    with pytest.raises(CheckpointError, match=r"nope does not exist\n  fix: load_state\(.*checkpoint_0'\) loads the newest"):
         saved["acc"].load_state(missing)
     (tmp_path / "file").write_text("x")
     with pytest.raises(CheckpointError, match="file is not a directory"):

@@ -17,6 +17,7 @@ from overdrive.checkpoint.dtypes import dtype_problems
 from overdrive.checkpoint.errors import CheckpointError, CheckpointMismatchError
 from overdrive.checkpoint.fill import fill_all, read_or_fill
 from overdrive.checkpoint.legacy import looks_legacy, refuse_or_load_legacy
+from overdrive.checkpoint.nearby import missing_fix
 from overdrive.checkpoint.optimizer_keys import (
     convert,
     from_deepspeed,
@@ -26,6 +27,7 @@ from overdrive.checkpoint.optimizer_keys import (
 )
 from overdrive.checkpoint.parts import FORMAT, Part, compare, main_parts, require_prepared
 from overdrive.checkpoint.records import FileRecord, Manifest, RankState, StateDict
+from overdrive.checkpoint.resumable import refuse_unresumable
 from overdrive.checkpoint.save import wait_for_pending
 from overdrive.checkpoint.serialization import load_tree, read_json
 from overdrive.checkpoint.shard_reader import full_tensor, load_shards
@@ -43,7 +45,7 @@ def find_checkpoint(accelerator: CheckpointHost, input_dir: str | Path | None) -
         path = Path(input_dir)
         if not path.is_dir():
             what = "is not a directory" if path.exists() else "does not exist"
-            fix = "pass the directory save_state() returned"
+            fix = missing_fix(path, accelerator.project_configuration.project_dir)
             # A save over it killed between its two renames leaves the old one aside.
             for old in layout.old_dirs_for(path):
                 if layout.is_complete(old):
@@ -351,6 +353,7 @@ def _load_all(
             "prepare() and register_for_checkpointing() the same objects, in the same order "
             "and with the same number of processes, as the run that saved it",
         )
+    refuse_unresumable(accelerator, path, allow_unsafe_pickle)  # first, and alone
     rank = accelerator.state.process_index
     rank_dir = _rank_dir(accelerator, path, manifest)
     # Read everything before changing anything: a damaged file leaves the run untouched on

@@ -304,9 +304,9 @@ class PreparedDataLoader(_LoaderBase):
             return None
         return self._order.recorded if self._progress.in_epoch else self._order.replay
 
-    def load_state_dict(self, state: dict[str, Any], from_epoch_start: bool = False) -> None:
-        """Continue at the saved position: the next iteration resumes mid-epoch (with
-        ``from_epoch_start``, at the start of the saved epoch, in its saved order)."""
+    def check_resume(self, state: dict[str, Any]) -> None:
+        """Refuse a mid-epoch position saved with another global batch (``load_state`` asks
+        before it reads or says anything else)."""
         yielded = int(state.get("batches_yielded", 0))
         saved_total = state.get("total_batch_size")
         if yielded and saved_total is not None and saved_total != self.total_batch_size:
@@ -318,6 +318,12 @@ class PreparedDataLoader(_LoaderBase):
                 fix="resume with the same number of processes and batch size, or resume from "
                 "a checkpoint taken at the end of an epoch",
             )
+
+    def load_state_dict(self, state: dict[str, Any], from_epoch_start: bool = False) -> None:
+        """Continue at the saved position: the next iteration resumes mid-epoch (with
+        ``from_epoch_start``, at the start of the saved epoch, in its saved order)."""
+        self.check_resume(state)
+        yielded = int(state.get("batches_yielded", 0))
         if self._seedable is not None and state.get("seed") is not None:
             self._seedable.seed = int(state["seed"])
         generator = self.base_dataloader.generator
