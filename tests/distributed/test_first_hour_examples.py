@@ -93,18 +93,8 @@ def test_the_example_runs_and_prints_no_warning(name: str, tmp_path: Path) -> No
     assert re.search(CASES[name][2], done.stdout), output[-4000:]
     warnings = [line for line in output.splitlines() if WARNING.search(line)]
     assert warnings == [], "\n".join(warnings)
-    if name == "digits_ddp.py":
-        _schedule_lasts_the_run(done.stderr)
+    if name == "digits_ddp.py":  # into a pipe, its bar is written once, in its last state
+        # (the schedule the bar shows on the way: test_progress_in_a_terminal.py)
+        assert re.findall(r"\| (\d+)/176 \[", done.stderr) == ["176"], done.stderr[-2000:]
         assert "import accelerate" not in done.stderr  # it never imports it: nothing said
 
-
-def _schedule_lasts_the_run(progress: str) -> None:
-    """The demo's OneCycleLR is at its floor only at the end, not from the middle on: every
-    learning rate its progress bar shows before the last tenth is above 1e-4."""
-    shown = [
-        (int(step), float(lr))
-        for step, lr in re.findall(r"\| (\d+)/176 \[[^\]]*lr=([0-9.e+-]+)\]", progress)
-    ]
-    early = [(step, lr) for step, lr in shown if 10 <= step <= 158]
-    assert len(early) > 5, progress[-2000:]
-    assert all(lr > 1e-4 for _, lr in early), early
