@@ -5,6 +5,8 @@ token ids, stands in for a downloaded model, so the script runs anywhere in seco
     overdrive launch --num_processes 2 examples/text_classifier.py
     python examples/text_classifier.py
 
+The model goes to ``--output_dir`` (default ``outputs/text_classifier``, which git ignores).
+
 Notes for a loop ported from Hugging Face Accelerate:
 
 * no ``num_processes`` in code: a process count in code must match the launch
@@ -58,7 +60,7 @@ class TinyClassifier(nn.Module):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mixed_precision", default=None)
-    parser.add_argument("--output_dir", default="my_model_output")
+    parser.add_argument("--output_dir", default=os.path.join("outputs", "text_classifier"))
     parser.add_argument("--epochs", type=int, default=3)
     args = parser.parse_args()
 
@@ -66,7 +68,7 @@ def main() -> None:
         "mixed_precision": args.mixed_precision,
         "gradient_accumulation_steps": 2,
         "split_batches": True,  # each global batch of 8 is split across the processes
-        "logging_dir": "./overdrive_logs",
+        "logging_dir": os.path.join(args.output_dir, "logs"),
     }
     accelerator = Accelerator(**accelerator_config)
     process_index = accelerator.process_index

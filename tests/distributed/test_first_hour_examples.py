@@ -46,20 +46,29 @@ RUN = [sys.executable, "-m", "overdrive.run"]
 CASES = {
     "digits_ddp.py": (LAUNCH, [], r"held-out accuracy: [0-9.]+ on 450 images"),
     "readme_loop.py": (LAUNCH, [], r"final loss [0-9.]+ on 2 processes"),
-    "text_classifier.py": (LAUNCH, [], r"model saved to my_model_output"),
-    "trainer_tiny_llama.py": (RUN, [], r"trained 8 steps on 1 process\(es\), final loss"),
+    "text_classifier.py": (LAUNCH, [], r"model saved to outputs/text_classifier"),
+    "trainer_tiny_llama.py": (
+        RUN,
+        [],
+        r"trained 8 steps on 1 process\(es\), final loss [0-9.]+; model saved to "
+        r"outputs/trainer_tiny_llama \(.*model\.safetensors",
+    ),
 }
 
 
 def _run(name: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     """The example as its docstring runs it, from a fresh folder (it may write there)."""
     head, args, _ = CASES[name]
+    return _start([*head, str(EXAMPLES / name), *args], tmp_path)
+
+
+def _start(command: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
     path = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH", "")]))
     return subprocess.run(
-        [*head, str(EXAMPLES / name), *args],
+        command,
         env=clean_env({"PYTHONPATH": path}),
         capture_output=True,
         text=True,
@@ -93,8 +102,43 @@ def test_the_example_runs_and_prints_no_warning(name: str, tmp_path: Path) -> No
     assert re.search(CASES[name][2], done.stdout), output[-4000:]
     warnings = [line for line in output.splitlines() if WARNING.search(line)]
     assert warnings == [], "\n".join(warnings)
+    # Whatever it saved is under outputs/, which git ignores (run from the repository root,
+    # it leaves nothing to commit by mistake).
+    assert sorted(p.name for p in tmp_path.iterdir()) in (["site"], ["outputs", "site"])
     if name == "digits_ddp.py":  # into a pipe, its bar is written once, in its last state
         # (the schedule the bar shows on the way: test_progress_in_a_terminal.py)
         assert re.findall(r"\| (\d+)/176 \[", done.stderr) == ["176"], done.stderr[-2000:]
         assert "import accelerate" not in done.stderr  # it never imports it: nothing said
 
+
+FSDP2_SHARDED = """\
+distributed_type: FSDP
+num_processes: 2
+fsdp_config:
+  fsdp_version: 2
+  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP
+  fsdp_transformer_layer_cls_to_wrap: LlamaDecoderLayer
+  fsdp_state_dict_type: SHARDED_STATE_DICT
+"""
+
+
+@pytest.mark.distributed
+@pytest.mark.extended  # a third 2-process Trainer launch; the listing is checked in make test above
+def test_the_trainer_example_saves_full_weights_under_a_sharded_fsdp_config(
+    tmp_path: Path,
+) -> None:
+    """Trainer.save_model writes no weights under SHARDED_STATE_DICT; the example must not say
+    "model saved" over an empty folder: it saves full weights that from_pretrained loads."""
+    transformers = pytest.importorskip("transformers")
+    config = tmp_path / "fsdp2.yaml"
+    config.write_text(FSDP2_SHARDED)
+    out = tmp_path / "tfsdp"
+    launch = [*LAUNCH[:4], "--cpu", "--config_file", str(config)]
+    script = [str(EXAMPLES / "trainer_tiny_llama.py"), "--output_dir", str(out), "--max_steps", "2"]
+    done = _start([*launch, *script], tmp_path)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    said = [line for line in done.stdout.splitlines() if "model saved to" in line]
+    assert len(said) == 1 and "on 2 process(es)" in said[0], done.stdout[-2000:]
+    assert said[0].endswith(f"model saved to {out} (config.json, model.safetensors)")
+    loaded = transformers.LlamaForCausalLM.from_pretrained(out)  # full weights, no shards
+    assert loaded.model.layers[0].mlp.up_proj.weight.shape == (128, 64)
