@@ -27,7 +27,7 @@ from typing import Any, ClassVar, TypeVar
 import torch
 import torch.distributed as dist
 
-from overdrive import ops
+from overdrive import ops, state_reset
 from overdrive.config import Settings, load_settings
 from overdrive.errors import ConfigError
 from overdrive.kwargs_handlers import InitProcessGroupKwargs
@@ -56,6 +56,7 @@ class PartialState:
     """
 
     _shared_state: ClassVar[dict[str, Any]] = {}
+    _reset_state: ClassVar[Callable[..., None]]  # set below the module's functions
 
     def __init__(
         self,
@@ -66,6 +67,8 @@ class PartialState:
         environ: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
+        state_reset.track(self)
+        state_reset.revive((state_reset.PARTIAL,))  # as Hugging Face Accelerate refills its state
         self._environ: Mapping[str, str] = os.environ if environ is None else environ
         # cpu and **kwargs (backend, timeout, init_method): Hugging Face Accelerate's form,
         # which transformers' TrainingArguments uses; settings/init_kwargs/environ: overdrive's.
@@ -407,12 +410,8 @@ class PartialState:
         state["_environ"] = dict(self._environ)  # os.environ itself does not pickle
         return state
 
-    @staticmethod
-    def _reset_state(reset_partial_state: bool = False) -> None:
-        """Hugging Face Accelerate's test helper: views forget the current Accelerator, and
-        ``_shared_state`` says no state is configured."""
-        reset_state(reset_partial_state)
-        PartialState._shared_state = {}
+    def __getattr__(self, name: str) -> Any:
+        raise state_reset.missing(self, name)  # Hugging Face Accelerate's words, after a reset too
 
     def destroy_process_group(self) -> None:
         """Destroy the default process group if this object created it."""
@@ -420,6 +419,14 @@ class PartialState:
             dist.destroy_process_group()
         self._created_group = False
         self._backend = None
+
+
+def _reset_partial_state(reset_partial_state: bool = False) -> None:
+    """``PartialState._reset_state``: views forget the current Accelerator, and every
+    ``PartialState`` made so far refuses its attributes until a new one is made."""
+    _forget_current(reset_partial_state)
+    PartialState._shared_state = {}
+    state_reset.forget_all((state_reset.PARTIAL,))
 
 
 def _init_kwargs_from(
@@ -530,6 +537,8 @@ def set_current(accelerator: Any) -> None:
     global _current, configured
     _current = weakref.ref(accelerator)
     configured = {"accelerator": _current}
+    state_reset.own(accelerator.state)
+    state_reset.revive()
 
 
 def current_accelerator() -> Any:
@@ -555,7 +564,18 @@ def set_configured(marker: dict[str, Any]) -> None:
 
 
 def reset_state(reset_partial_state: bool = False) -> None:
-    """Forget the current accelerator (it refuses to prepare afterwards)."""
+    """``AcceleratorState._reset_state``: forget the current accelerator (it refuses to prepare
+    afterwards, and its state its attributes until a new state is made); with
+    ``reset_partial_state``, every state made so far refuses them."""
+    accelerator = current_accelerator()
+    if accelerator is not None:
+        state_reset.forget(accelerator.state)
+    _forget_current(reset_partial_state)
+    if reset_partial_state:
+        state_reset.forget_all()
+
+
+def _forget_current(reset_partial_state: bool) -> None:
     global _current, _partial, configured
     accelerator = current_accelerator()
     if accelerator is not None:
@@ -565,3 +585,11 @@ def reset_state(reset_partial_state: bool = False) -> None:
     if reset_partial_state:
         _partial = None
         PartialState._shared_state = {}
+
+
+# Hugging Face Accelerate's reset, as ``state._reset_state()`` and as the reads it refuses.
+PartialState._reset_state = state_reset.ResetState(  # type: ignore[assignment]
+    reset_state, _reset_partial_state
+)
+for _name in state_reset.GUARDED:
+    setattr(PartialState, _name, state_reset.guarded(_name, getattr(PartialState, _name)))

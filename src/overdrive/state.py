@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from typing import Any, ClassVar
 
-from overdrive import process_state
+from overdrive import process_state, state_reset
 from overdrive.logging import get_logger
 from overdrive.process_state import (
     PartialState,
@@ -89,6 +89,7 @@ class AcceleratorState(metaclass=_Configured):
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        state_reset.revive()  # as Hugging Face Accelerate refills its state
         object.__setattr__(self, "_state", current_partial_state())
         if not process_state.configured:  # as in Hugging Face Accelerate: now set up
             process_state.set_configured({"partial_state": self._state})

@@ -62,5 +62,5 @@ def unhook() -> None:
         return
     import multiprocessing.spawn as spawn  # deferred: imported already when hooked
 
-    spawn.get_preparation_data = _original
+    spawn.get_preparation_data = _original  # type: ignore[assignment]
     _original = None
