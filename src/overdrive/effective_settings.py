@@ -29,9 +29,12 @@ TRACKER_KEY = "overdrive_settings"
 
 
 def effective(settings: Settings) -> list[tuple[str, Any, Source]]:
-    """(key, value, source) of every setting that differs from its default or came from code."""
+    """(key, value, source) of every setting that differs from its default or came from code,
+    except those that cannot take effect under overdrive (each is warned about instead)."""
     rows = []
     for setting in schema.SETTINGS:
+        if setting.no_effect is not None:
+            continue
         resolved = settings.resolved(setting.key)
         if resolved.source.kind == "default":
             continue

@@ -72,7 +72,9 @@ def _engine(as_accelerate: bool) -> str:
     flags = {"as_accelerate": True} if as_accelerate else {}
     settings = load_settings(flags=flags, flag_names={"as_accelerate": "as_accelerate"})
     asked_by = str(settings.source("as_accelerate")) if settings["as_accelerate"] else None
-    if not alias.install(force=asked_by is not None):
+    if not alias.install(
+        force=asked_by is not None, asked_by=asked_by, started_by="python -m overdrive.run"
+    ):
         raise _UsageError(
             f"accelerate {alias.real_accelerate()} is installed, so overdrive will not answer to "
             "`import accelerate` unasked\n  fix: python -m overdrive.run --as_accelerate "

@@ -47,23 +47,49 @@ def real_accelerate() -> str | None:
     return found[0].version if found else None
 
 
-def install(force: bool = False) -> bool:
+def install(
+    force: bool = False, *, asked_by: str | None = None, started_by: str | None = None
+) -> bool:
     """Make ``import accelerate`` give overdrive; returns False (and changes nothing) when a real
-    ``accelerate`` is installed and neither ``force`` nor ``OVERDRIVE_AS_ACCELERATE=1`` asks to shadow it."""
+    ``accelerate`` is installed and neither ``force`` nor ``OVERDRIVE_AS_ACCELERATE=1`` asks to
+    shadow it. ``asked_by``: where as_accelerate was switched on (for the error when the real
+    one was imported first); ``started_by``: the command that is running the script, if any."""
     if is_installed():
         return True
     real = real_accelerate()
     if real is not None and not (force or opted_in()):
         return False
     if "accelerate" in sys.modules and real is not None:
-        raise ConfigError(
-            f"accelerate {real} is already imported in this process, so overdrive cannot answer to "
-            f"`import accelerate` (env {OPT_IN_ENV}=1). Fix: install the alias before anything imports "
-            "accelerate or transformers, e.g. start with `python -m overdrive.run script.py`."
-        )
+        raise _imported_first(real, asked_by, started_by)
     sys.meta_path.insert(0, AliasFinder())
     spawned.hook()  # spawned children (DataLoader workers) import the main script again
     return True
+
+
+def _imported_first(real: str, asked_by: str | None, started_by: str | None) -> ConfigError:
+    """The error for an alias asked for after the real ``accelerate`` was imported."""
+    if asked_by is None:
+        asked_by = f"env {OPT_IN_ENV}=1" if opted_in() else "install(force=True)"
+    where = getattr(sys.modules["accelerate"], "__file__", None) or "an unknown file"
+    if started_by is not None:
+        fix = (
+            f"stop what imports accelerate (or transformers, which imports it) before {started_by} "
+            "starts the script (a sitecustomize or usercustomize module, a .pth file, "
+            "PYTHONSTARTUP), or run the script with plain python to use the installed accelerate"
+        )
+    else:
+        fix = (
+            "call overdrive.alias.install(force=True) before anything imports accelerate or "
+            "transformers, or start the script with `python -m overdrive.run --as_accelerate "
+            "script.py`"
+        )
+    return ConfigError(
+        f"as_accelerate (from {asked_by}) cannot take effect: the installed accelerate {real} "
+        f"was already imported in this process (from {where}), so `import accelerate` keeps "
+        "answering with it",
+        key="as_accelerate",
+        fix=fix,
+    )
 
 
 def uninstall() -> None:

@@ -168,6 +168,7 @@ def load_checkpoint_in_model(
         load_offloaded_weights(model, parked_index, parked)
         shutil.rmtree(parked)
     retie_parameters(model, tied)
+    _refuse_empty_missing(model, checkpoint, expected - seen)
 
 
 def _device_for(name: str, device_map: dict[str, Any]) -> Any:
@@ -203,6 +204,27 @@ def _report_keys(
             f"initializing {type(model).__name__}: {unexpected}. This may or may not be an "
             "issue: check the checkpoint holds no extra weights, or that the model definition "
             "matches it."
+        )
+
+
+def _refuse_empty_missing(model: nn.Module, checkpoint: PathLike, missing: set[str]) -> None:
+    """``strict=False`` lets the checkpoint lack weights the model keeps its own values for;
+    a lacking weight the model holds on the meta device (built empty) has no value at all, and
+    would fail later, unnamed ("Cannot copy out of meta tensor")."""
+    if not missing:
+        return
+    tensors = model.state_dict(keep_vars=True)
+    empty = sorted(n for n in missing if n in tensors and tensors[n].is_meta)
+    if empty:
+        shown = ", ".join(empty[:10]) + (f" and {len(empty) - 10} more" if len(empty) > 10 else "")
+        raise ConfigError(
+            f"{checkpoint} holds no value for {shown} of {type(model).__name__}, and the model "
+            "holds it on the meta device (built empty, e.g. under init_empty_weights), so it "
+            "would have no data",
+            key="checkpoint",
+            fix="load a checkpoint that holds every weight of the model, or build the model "
+            "with real weights (not empty) so the weights the checkpoint lacks keep their "
+            "initial values",
         )
 
 

@@ -211,8 +211,6 @@ SETTINGS: tuple[Setting, ...] = (
         "main",
         "function a notebook launcher calls",
     ),
-    setting("tpu_name", Str(), None, "name of the TPU (XLA only)"),
-    setting("tpu_zone", Str(), None, "zone of the TPU (XLA only)"),
     setting(
         "use_deepspeed",
         ON_OFF,

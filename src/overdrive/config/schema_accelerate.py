@@ -26,6 +26,8 @@ def _inert(key: str, kind: Kind, default: Any, help: str, why: str) -> Setting:
 
 ACCELERATE_ONLY_SETTINGS: tuple[Setting, ...] = (
     _inert("enable_cpu_affinity", ON_OFF, False, "pin processes to NUMA nodes", CPU_AFFINITY),
+    _inert("tpu_name", Str(), None, "name of the TPU", TPU),
+    _inert("tpu_zone", Str(), None, "zone of the TPU", TPU),
     _inert("tpu_env", Strings(), [], "environment of a TPU pod's workers", TPU),
     _inert("tpu_vm", Strings(), [], "TPU VM names", TPU),
     _inert("commands", Strings(), [], "commands run on a TPU pod", TPU),

@@ -6,7 +6,9 @@ environment access of the configuration system lives here and in ``load``.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -277,17 +279,50 @@ def _too_large(label: str) -> ConfigError:
     )
 
 
+def _not_a_file(file_path: Path) -> ConfigError:
+    """The error for a named config path that is not a readable regular file: what it is."""
+    fix = "name the config file itself (a named config file is never skipped)"
+    try:
+        os.stat(file_path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return ConfigError(
+                f"config file {file_path} is a symbolic link in a loop (following it never reaches a file)",
+                key="config_file",
+                fix=f"point the link at the config file (ln -sfn FILE {file_path}), or {fix}",
+            )
+        if file_path.is_symlink():
+            return ConfigError(
+                f"config file {file_path} is a symbolic link to {os.readlink(file_path)}, which "
+                "does not exist",
+                key="config_file",
+                fix=f"point the link at an existing config file, or {fix}",
+            )
+        return ConfigError(
+            f"config file {file_path} does not exist",
+            key="config_file",
+            fix="check the path (a named config file is never skipped), or create it with "
+            f"`overdrive config --config_file {file_path}`",
+        )
+    if file_path.is_dir():
+        return ConfigError(
+            f"config file {file_path} is a directory, not a file",
+            key="config_file",
+            fix=f"{fix}, e.g. {file_path / 'default_config.yaml'}",
+        )
+    return ConfigError(
+        f"config file {file_path} is not a regular file (a device, pipe or socket)",
+        key="config_file",
+        fix=f"{fix}: a YAML or JSON file",
+    )
+
+
 def read_file(path: str | Path, *, explicit: bool) -> list[RawValue]:
     """Raw values from a config file. A named file that does not exist is an error."""
     file_path = Path(path).expanduser()
     if not file_path.is_file():
         if explicit:
-            raise ConfigError(
-                f"config file {file_path} does not exist",
-                key="config_file",
-                fix="check the path (a named config file is never skipped), or create it with "
-                f"`overdrive config --config_file {file_path}`",
-            )
+            raise _not_a_file(file_path)
         return []
     try:
         with file_path.open("rb") as handle:

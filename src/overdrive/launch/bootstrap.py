@@ -17,7 +17,7 @@ import sys
 import traceback
 from types import FrameType, TracebackType
 
-from overdrive.alias import install
+from overdrive.alias import OPT_IN_ENV, install
 from overdrive.alias.notice import LINE_VARIABLE, announce
 from overdrive.launch.failure import lost_a_peer, write_error_file
 from overdrive.launch.rankfiles import register_worker, report_collective_timeout
@@ -126,7 +126,12 @@ def run(argv: list[str]) -> int:
         return 2
     target, args = argv[0], argv[1:]
 
-    install()  # `import accelerate` gets overdrive unless a real one is installed and not opted out of
+    # `import accelerate` gets overdrive unless a real one is installed and not opted out of
+    install(
+        asked_by=f"env {OPT_IN_ENV}=1, which overdrive launch sets for its workers when "
+        "as_accelerate is on",
+        started_by="overdrive launch",
+    )
     _announce_engine()
     _quiet_interrupts()
     try:
