@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from overdrive import notes
 from overdrive.config import load_settings
+from tests.helpers.dist import clean_env
 
 
 @pytest.fixture(autouse=True)
@@ -48,3 +51,26 @@ def test_without_a_folder_a_note_is_said_once_per_process(
     for _ in range(3):
         notes.note(_verbose(True), "k", "once", None)
     assert capfd.readouterr().err == "overdrive: once\n"
+
+
+def test_overdrive_run_says_the_settings_only_at_verbose(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("from overdrive import Accelerator\nAccelerator(cpu=True)\nprint('ok')\n")
+    runs = {
+        flag: subprocess.run(
+            [sys.executable, "-m", "overdrive.run", *flag, str(script)],
+            env=clean_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        for flag in ((), ("--verbose",))
+    }
+    quiet, verbose = runs[()], runs[("--verbose",)]
+    assert quiet.returncode == 0 and verbose.returncode == 0, verbose.stderr
+    assert quiet.stdout == verbose.stdout == "ok\n"
+    assert quiet.stderr == ""
+    assert verbose.stderr == (
+        "overdrive: effective settings (rank 0 of 1): use_cpu=true (code Accelerator(cpu=...)), "
+        "verbose=true (env OVERDRIVE_VERBOSE)\n"
+    )
