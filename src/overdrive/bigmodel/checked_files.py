@@ -60,6 +60,8 @@ class WeightFileError(OverdriveError, OSError):
 class CheckedFile:
     """A file open for plain reads; ``read`` checks it is still the file that was opened."""
 
+    _fd = -1  # until opened: closing a file that failed to open does nothing
+
     def __init__(self, path: PathLike) -> None:
         self.path = os.fspath(path)
         self._fd = os.open(self.path, os.O_RDONLY)
