@@ -119,10 +119,17 @@ def stage(final: Path, *, automatic: bool) -> Staging:
     """A fresh, empty, locked temp dir beside ``final`` (stale ones of dead saves removed)."""
     if not automatic:
         check_target(final)
+    return stage_beside(final, ".checkpoint_" if automatic else f".{final.name}.")
+
+
+def stage_beside(final: Path, stale: str, *, make_parent: bool = True) -> Staging:
+    """A fresh, empty, locked ``.<name>.<token>.partial`` dir beside ``final``; the temp
+    dirs starting with ``stale`` whose writer died are removed first."""
     parent = final.parent
     with writing(parent, "save_state"):
-        parent.mkdir(parents=True, exist_ok=True)
-        clear_stale(parent, ".checkpoint_" if automatic else f".{final.name}.")
+        if make_parent:
+            parent.mkdir(parents=True, exist_ok=True)
+        clear_stale(parent, stale)
         token = layout.new_token()
         # Created under a name no cleanup removes, locked, then given its .partial name:
         # a temp dir is never visible unlocked while its save is alive.

@@ -6,6 +6,7 @@ import glob
 import re
 import secrets
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 MANIFEST = "overdrive_checkpoint.json"
@@ -84,8 +85,14 @@ def next_index(root: Path, iteration: int = 0) -> int:
     return max(iteration, existing[-1][0] + 1 if existing else 0)
 
 
-def rotate(root: Path, total_limit: int | None, keep: Path) -> list[Path]:
-    """Remove the oldest complete checkpoints (by number) so at most ``total_limit`` remain."""
+def rotate(
+    root: Path,
+    total_limit: int | None,
+    keep: Path,
+    before_retire: Callable[[Path], None] | None = None,
+) -> list[Path]:
+    """Remove the oldest complete checkpoints (by number) so at most ``total_limit`` remain;
+    ``before_retire(path)`` runs before each is removed."""
     if total_limit is None:
         return []
     complete = [path for _, path in numbered(root) if is_complete(path)]
@@ -96,6 +103,8 @@ def rotate(root: Path, total_limit: int | None, keep: Path) -> list[Path]:
             break
         if path.resolve() == keep.resolve():
             continue
+        if before_retire is not None:
+            before_retire(path)
         if retire(path):
             removed.append(path)
         excess -= 1

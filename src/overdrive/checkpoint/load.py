@@ -460,6 +460,8 @@ def load_state(
     path = Path(rv.decide("path", lambda: str(find_checkpoint(accelerator, input_dir))))
     error: str | None = None
     try:
+        if rank == 0:
+            save_alone.clear_leftovers(path)
         if looks_legacy(path):
             refuse_or_load_legacy(accelerator, path, allow_unsafe_pickle)
         else:

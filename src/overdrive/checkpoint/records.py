@@ -55,6 +55,7 @@ class Manifest(TypedDict):
     checksum: NotRequired[str]  # version 2 on, as ``files``
     files: NotRequired[dict[str, FileRecord]]
     rank_states: NotRequired[str]  # ``save_alone.ADDED_BY_EACH``
+    save_id: NotRequired[str]  # such a save's name in the process group's store
 
 
 class StateFile(TypedDict):

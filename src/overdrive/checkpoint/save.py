@@ -131,8 +131,16 @@ def save_state(
         staging = atomic.stage(final, automatic=automatic)
         return json.dumps({"final": str(final), "temp": str(staging.path), "auto": automatic})
 
-    shared = json.loads(rv.decide("target", prepare_target))
+    try:
+        shared = json.loads(rv.decide("target", prepare_target))
+    except Exception as exc:
+        if main_side is not None:  # processes waiting for this save get its error
+            main_side.publish(None)
+            main_side.tell("!" + _one_line(exc))
+        raise
     final, temp, automatic = Path(shared["final"]), Path(shared["temp"]), shared["auto"]
+    if main_side is not None:
+        main_side.publish(temp)
     snap: Snapshot | None = None
     error: Exception | None = None
     try:
@@ -142,15 +150,16 @@ def save_state(
     except Exception as exc:
         error = exc
     manifest = _manifest(accelerator, final, {})
-    if alone:
+    if main_side is not None:
         manifest["rank_states"] = save_alone.ADDED_BY_EACH
+        manifest["save_id"] = main_side.id
 
     def finish() -> Path:
         args = (accelerator, rv, snap, error, staging, manifest, final, temp, automatic)
         if main_side is None:
             return _finish(*args)
         try:
-            done = _finish(*args, joined=main_side.gather)
+            done = _finish(*args, main_side=main_side)
         except Exception as exc:
             main_side.tell("!" + _one_line(exc))
             raise
@@ -192,11 +201,12 @@ def _finish(
     final: Path,
     temp: Path,
     automatic: bool,
-    joined: Callable[[Path], dict[str, FileRecord]] | None = None,
+    main_side: save_alone.MainSide | None = None,
 ) -> Path:
     """Write this process's files, then (main process) check every process and commit.
-    ``joined(temp)``: the records of the files other processes wrote into ``temp`` after
-    this one wrote its own (a save the main process makes without a rendezvous)."""
+    ``main_side``: a save the main process makes without a rendezvous (the processes that
+    joined it wrote their files into ``temp`` meanwhile; checkpoints it removes are
+    retired there first)."""
     rank = accelerator.state.process_index
     record = "{}"
     if error is None and snap is not None:
@@ -225,13 +235,17 @@ def _finish(
             files: dict[str, FileRecord] = {}
             for text in records:
                 files.update(json.loads(text))
-            if joined is not None:
-                files.update(joined(temp))
+            retire = None
+            if main_side is not None:
+                files.update(main_side.gather(temp))
+                retire = main_side.retire
+                if not automatic:  # saved over: nothing more goes into the one it replaces
+                    retire(final)
             manifest = {**manifest, "files": files}
             final = atomic.commit(staging, final, manifest, replace=not automatic)
             if automatic:
                 pc = accelerator.project_configuration
-                layout.rotate(final.parent, pc.total_limit, keep=final)
+                layout.rotate(final.parent, pc.total_limit, keep=final, before_retire=retire)
         except Exception as exc:
             staging.remove()  # at once (nothing, once it was renamed into place)
             rv.share("final", _one_line(exc), failed=True)

@@ -28,6 +28,10 @@ class KeyValueStore(Protocol):
 
     def wait(self, keys: list[str], timeout: timedelta) -> None: ...
 
+    def add(self, key: str, value: int) -> int: ...
+
+    def compare_set(self, key: str, expected_value: str, desired_value: str) -> bytes: ...
+
 
 _SEQUENCE = count()
 """Per-process call counter; every rank makes the same calls in the same order."""
