@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 
 from overdrive.data import PreparedDataLoader, SeedableRandomSampler, skip_first_batches
 from overdrive.data import prepare_data_loader as prepare
@@ -72,22 +72,21 @@ def prepare_data_loader(
 ) -> PreparedDataLoader:
     """Shard ``dataloader`` across the running processes (Hugging Face Accelerate's form).
 
-    ``num_processes`` / ``process_index`` must describe the processes that run (they are
-    taken from the process state when None). Prepared loaders are always resumable
+    ``num_processes`` / ``process_index`` default to the running processes'; given, the data
+    is sharded as asked, as process ``process_index`` of ``num_processes`` (a world of one
+    can read one process's share of a larger one), except with ``dispatch_batches``, where
+    the running processes share the batches. ``dispatch_batches`` defaults to on for an
+    iterable dataset with ``put_on_device``, else off. Prepared loaders are always resumable
     (``state_dict``), so ``use_stateful_dataloader`` needs nothing more.
     """
     state = current_partial_state()
-    for name, given, actual in (
-        ("num_processes", num_processes, state.num_processes),
-        ("process_index", process_index, state.process_index),
-    ):
-        if given is not None and given != actual:
-            raise ConfigError(
-                f"prepare_data_loader({name}={given}) but this process runs as {name}="
-                f"{actual}; overdrive shards for the processes that really run",
-                key=name,
-                fix=f"drop {name} (or pass {actual})",
-            )
+    if dispatch_batches is None:
+        dispatch_batches = put_on_device and isinstance(dataloader.dataset, IterableDataset)
+    asked = (
+        num_processes if num_processes is not None else state.num_processes,
+        process_index if process_index is not None else state.process_index,
+    )
+    as_asked = not dispatch_batches and asked != (state.num_processes, state.process_index)
     for name, value in (
         ("slice_fn_for_dispatch", slice_fn_for_dispatch),
         ("torch_device_mesh", torch_device_mesh),
@@ -114,6 +113,7 @@ def prepare_data_loader(
         device=target,
         put_on_device=put_on_device,
         rng_types=list(rng_types or ()),
+        data_parallel=(asked[1], asked[0]) if as_asked else None,
     )
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import pickle
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from torch import nn
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 
 from overdrive import Accelerator, AcceleratorState, GradientAccumulationPlugin, GradientState
 from overdrive.errors import ConfigError
@@ -189,8 +191,33 @@ def test_positional_prepare_data_loader_and_its_checks() -> None:
     acc = Accelerator(cpu=True)
     dl = prepare_data_loader(DataLoader(range(4), batch_size=2), acc.device, 1, 0, False, True)
     assert isinstance(dl, DataLoaderShard) and [b.tolist() for b in dl] == [[0, 1], [2, 3]]
-    with pytest.raises(ConfigError, match="num_processes=2"):
-        prepare_data_loader(DataLoader(range(4)), None, 2, 0)
+
+
+class _Stream(IterableDataset):
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.n))
+
+
+def test_prepare_data_loader_shards_as_asked_for_a_world_it_names() -> None:
+    """One process reads process i's share of a world of 2, as Hugging Face Accelerate deals
+    it (the values are its own, from the same calls)."""
+    from overdrive.data_loader import prepare_data_loader
+    from overdrive.utils import set_seed
+
+    def share(index: int, dataset: Any, **kwargs: Any) -> list[list[int]]:
+        loader = DataLoader(dataset, batch_size=kwargs.pop("batch_size", 2), **kwargs)
+        return [b.tolist() for b in prepare_data_loader(loader, None, 2, index)]
+
+    assert share(0, range(10)) == [[0, 1], [4, 5], [8, 9]]
+    assert share(1, range(10)) == [[2, 3], [6, 7], [0, 1]]  # the last round completed
+    assert share(1, _Stream(10)) == [[2, 3], [6, 7], [0, 1]]
+    set_seed(21)
+    assert share(1, range(8), shuffle=True) == [[7, 3], [6, 4]]
+    loader = DataLoader(range(6), batch_size=2)
+    assert [b.tolist() for b in prepare_data_loader(loader, num_processes=2)] == [[0, 1], [4, 5]]
 
 
 def test_split_between_processes_over_a_selectable_dataset() -> None:
