@@ -199,3 +199,20 @@ def test_a_port_taken_is_recognised_through_torchs_wrapping() -> None:
         "failed. (caused by: The server socket has failed to listen: code: -98, name: EADDRINUSE)"
     )
     assert not _address_in_use(RuntimeError("connection refused"))
+
+
+def test_an_error_that_names_another_process_failure_is_a_consequence() -> None:
+    """A rank whose collective save or load failed because process 0's did prints no
+    traceback of its own; its one line names the error by its class name."""
+    from overdrive.launch.failure import brief, lost_a_peer
+
+    second = (
+        "overdrive.checkpoint.errors.CheckpointError: save_state failed on the main process: "
+        "overdrive.checkpoint.errors.CheckpointError: save_state: could not write /x"
+    )
+    assert lost_a_peer(second)
+    assert lost_a_peer("CheckpointError: load_state failed on process 0: damaged file")
+    assert not lost_a_peer("CheckpointError: save_state: could not write /x: [Errno 30]")
+    assert brief("overdrive.checkpoint.errors.CheckpointError: no room").startswith(
+        "CheckpointError: no room"
+    )

@@ -24,20 +24,23 @@ from typing import Any
 ERROR_FILE_VARIABLE = "TORCHELASTIC_ERROR_FILE"
 # Signals the launcher itself sends when it stops the other ranks (SIGKILL after a grace).
 _STOP_SIGNALS = {s.value for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGKILL)}
-# Errors a rank raises because a peer went away: effects, not causes.
+# Errors a rank raises because a peer went away or failed first: effects, not causes.
 _LOST_PEER = (
     "connection reset by peer",
     "connection closed by peer",
     "broken pipe",
     "remote process exited",
     "communicator was aborted",
+    "failed on process 0:",  # a collective step of overdrive's that process 0 could not do
+    "failed on the main process:",
 )
 # With a peer that never answered (a timeout may also be the rank's own).
 _PEER_ERRORS = (*_LOST_PEER, "timed out", "timeout")
 
 
 def lost_a_peer(summary: str) -> bool:
-    """The error only says that another process went away (its traceback helps nobody)."""
+    """The error only says that another process went away or failed (its traceback helps
+    nobody: the other process's own error says why)."""
     text = summary.lower()
     return any(mark in text for mark in _LOST_PEER)
 
@@ -263,6 +266,9 @@ def brief(summary: str) -> str:
     """The error in a few words: ``RuntimeError: ... Connection closed by peer ...`` for a
     lost peer, else its first line (cut at 120 characters)."""
     first = summary.strip().splitlines()[0] if summary.strip() else summary
+    kind, colon, rest = first.partition(": ")
+    if colon and "." in kind and " " not in kind:  # a.b.SomeError: the class name is enough
+        first = f"{kind.rsplit('.', 1)[-1]}: {rest}"
     lower = first.lower()
     for mark in _PEER_ERRORS:
         at = lower.find(mark)
