@@ -71,6 +71,9 @@ class CheckedFile:
 
     def check(self) -> None:
         """Raise ``WeightFileError`` unless the path still holds the file as it was opened."""
+        self._check_unchanged()
+
+    def _check_unchanged(self) -> None:
         try:
             now = os.stat(self.path)
         except FileNotFoundError:
@@ -87,11 +90,12 @@ class CheckedFile:
         if opened.st_mtime_ns != self._identity[3]:
             raise WeightFileError(self.path, "the file was written to since it was opened")
 
-    def read(self, offset: int, length: int) -> bytearray:
-        """``length`` bytes from ``offset``, the file checked before and after."""
+    def read(self, offset: int, length: int) -> torch.Tensor:
+        """``length`` bytes from ``offset`` as a uint8 tensor, the file checked before and
+        after (read straight into the tensor's memory: no second copy)."""
         self.check()
-        buffer = bytearray(length)
-        view = memoryview(buffer)
+        data = torch.empty(length, dtype=torch.uint8)
+        view = memoryview(data.numpy()) if length else memoryview(b"")
         done = 0
         while done < length:
             got = os.preadv(self._fd, [view[done:]], offset + done)
@@ -101,8 +105,8 @@ class CheckedFile:
                     f"the file ends at byte {offset + done}, before byte {offset + length}",
                 )
             done += got
-        self.check()
-        return buffer
+        self._check_unchanged()
+        return data
 
     def close(self) -> None:
         """Close the file (reads after this fail)."""
@@ -114,10 +118,10 @@ class CheckedFile:
         self.close()
 
 
-def _tensor(data: bytearray, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
-    if not data:
+def _tensor(data: torch.Tensor, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
+    if not data.numel():
         return torch.empty(shape, dtype=dtype)
-    return torch.frombuffer(data, dtype=dtype).reshape(shape)
+    return data.view(dtype).reshape(shape)
 
 
 class SafetensorsFile(CheckedFile):
@@ -130,14 +134,14 @@ class SafetensorsFile(CheckedFile):
             raise WeightFileError(
                 self.path, f"{self.size} bytes is too short for a safetensors file"
             )
-        length = int.from_bytes(self.read(0, 8), "little")
+        length = int.from_bytes(self.read(0, 8).numpy().tobytes(), "little")
         if length > _HEADER_LIMIT or 8 + length > self.size:
             raise WeightFileError(
                 self.path,
                 f"its safetensors header claims {length} bytes, the file holds {self.size - 8} "
                 "after the length (incomplete metadata: truncated, or not a safetensors file)",
             )
-        self._header = bytes(self.read(8, length))
+        self._header = self.read(8, length).numpy().tobytes()
         try:
             header = json.loads(self._header)
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
