@@ -135,6 +135,7 @@ class Accelerator(AcceleratorCompat):
         # none (its seed is shared), so the default is to synchronise nothing.
         self.rng_types = check_rng_types(rng_types)
         self.dataloader_config = dataloader_config or DataLoaderConfiguration()
+        self.exact_resume = bool(self.settings["exact_resume"])
         self.project_configuration = project_configuration(self.settings, project_config)
         self.log_with = self.settings["log_with"] or trackers_given(log_with)
         self.trackers: list[Any] = []
@@ -160,7 +161,9 @@ class Accelerator(AcceleratorCompat):
         plugin = checked_accumulation_plugin(gradient_accumulation_plugin)
         self._sync_with_dataloader = plugin.sync_with_dataloader
         self.gradient_state = GradientStateCompat(
-            self.settings["gradient_accumulation_steps"], sync_each_batch=plugin.sync_each_batch
+            self.settings["gradient_accumulation_steps"],
+            sync_each_batch=plugin.sync_each_batch,
+            exact=self.settings["exact_accumulation"],
         )
         self.loop_state = LoopState()
 
@@ -381,6 +384,7 @@ class Accelerator(AcceleratorCompat):
     # --- the training step ----------------------------------------------------------------
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """``loss.backward()``, divided by gradient_accumulation_steps and scaled (fp16)."""
+        self.loop_state.work += 1
         steps = self.gradient_state.num_steps
         if steps > 1:
             loss = loss / steps
@@ -392,12 +396,14 @@ class Accelerator(AcceleratorCompat):
 
         Gradients synchronise (and the prepared optimizer steps) on the window's last
         micro-batch, and on the last batch of a prepared dataloader; a window closed early
-        after m < k micro-batches is normalised by m (see ``overdrive.accumulation``).
+        after m < k micro-batches steps on its losses' sum / k, as in Hugging Face
+        Accelerate, or on their mean with ``exact_accumulation`` (``overdrive.accumulation``).
         Dataloaders without a length (iterable datasets) close their last window the same
         way once prepared (the end is found by reading one batch ahead); an unprepared
         loader gives no end signal, so its partial window carries into the next epoch.
         """
         gs = self.gradient_state
+        self.loop_state.work += 1
         if gs.advance(self._sync_with_dataloader and self.loop_state.end_of_dataloader):
             if gs.rescale != 1.0:
                 for opt in self._optimizers:
@@ -522,7 +528,8 @@ class Accelerator(AcceleratorCompat):
         # deferred: keeps overdrive.checkpoint (safetensors) out of `import overdrive.accelerator`
         from overdrive import checkpoint
 
-        kwargs = save_state_kwargs(kwargs)
+        accelerate_layout = self.project_configuration.checkpoint_format == "accelerate"
+        kwargs = save_state_kwargs(kwargs, accelerate_layout)
         hooks = self._run_save_state_hooks  # they write into the checkpoint being written
         return checkpoint.save_state(self, output_dir, before_write=hooks, **kwargs)
 

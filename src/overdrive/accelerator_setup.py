@@ -145,6 +145,7 @@ def project_configuration(
         total_limit=settings["total_limit"],
         iteration=given.iteration if given else 0,
         save_on_each_node=given.save_on_each_node if given else False,
+        checkpoint_format=settings["checkpoint_format"],
     )
 
 

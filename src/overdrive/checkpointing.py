@@ -20,9 +20,8 @@ from typing import Any
 import torch
 
 from overdrive.checkpoint.errors import CheckpointError, UnsafeCheckpointError
-from overdrive.checkpoint.legacy import _restore_rng
+from overdrive.checkpoint.legacy import _restore_rng, read_file
 from overdrive.checkpoint.serialization import (
-    load_pickle,
     load_tree,
     load_weights_only,
     save_tree,
@@ -210,14 +209,13 @@ def load_custom_state(
     obj: Any, path: str, index: int = 0, *, allow_unsafe_pickle: bool = False
 ) -> None:
     """Give ``obj.load_state_dict`` what ``save_custom_state`` wrote. Hugging Face
-    Accelerate's ``custom_checkpoint_<index>.pkl`` is a full pickle (it may run code): read
-    only with ``allow_unsafe_pickle=True``."""
+    Accelerate's ``custom_checkpoint_<index>.pkl`` is read as its other files are
+    (``weights_only``: tensors, numbers, numpy arrays); one that names other objects only with
+    ``allow_unsafe_pickle=True``."""
     directory, stem = Path(path), f"custom_checkpoint_{index}"
     logger.info(f"Loading the state of {type(obj).__name__} from {directory / stem}")
     if (directory / f"{stem}.json").exists():
         obj.load_state_dict(load_tree(directory, stem, what=stem))
         return
-    state = load_pickle(
-        directory / f"{stem}.pkl", what=stem, allow_unsafe_pickle=allow_unsafe_pickle
-    )
+    state = read_file(directory / f"{stem}.pkl", what=stem, allow_unsafe_pickle=allow_unsafe_pickle)
     obj.load_state_dict(state)

@@ -247,8 +247,11 @@ class GradientAccumulationPlugin(Plugin):
     adjust_scheduler: bool = True
     sync_with_dataloader: bool = True
     sync_each_batch: bool = False
+    # overdrive's exact scaling of a window the end of a dataloader closes early (k/m);
+    # None falls through to the setting (off: Hugging Face Accelerate's 1/k).
+    exact_accumulation: bool | None = None
 
-    KEYS = {"num_steps": "gradient_accumulation_steps"}
+    KEYS = {"num_steps": "gradient_accumulation_steps", "exact_accumulation": "exact_accumulation"}
 
 
 @dataclass
@@ -261,9 +264,12 @@ class DataLoaderConfiguration(Plugin):
     use_seedable_sampler: bool | None = None
     data_seed: int | None = None
     non_blocking: bool | None = None
-    # Prepared loaders always have state_dict()/load_state_dict() (exact resume), so the
-    # Hugging Face Accelerate's switch for torchdata's StatefulDataLoader is accepted as is.
+    # Hugging Face Accelerate's switch for torchdata's StatefulDataLoader: load_state then
+    # continues each prepared loader mid-epoch, there and here.
     use_stateful_dataloader: bool = False
+    # overdrive's mid-epoch continuation for plain loaders (None falls through to the
+    # setting; off: Hugging Face Accelerate's restart, the script skipping by itself).
+    exact_resume: bool | None = None
 
     KEYS = {
         name: name
@@ -273,6 +279,7 @@ class DataLoaderConfiguration(Plugin):
             "even_batches",
             "use_seedable_sampler",
             "non_blocking",
+            "exact_resume",
         )
     }
 
@@ -287,10 +294,19 @@ class ProjectConfiguration(Plugin):
     total_limit: int | None = None
     iteration: int = 0
     save_on_each_node: bool = False
+    # overdrive's: "accelerate" makes save_state write Hugging Face Accelerate's layout (None
+    # falls through to the checkpoint_format setting, "overdrive" by default).
+    checkpoint_format: str | None = None
 
     KEYS = {
         name: name
-        for name in ("project_dir", "logging_dir", "automatic_checkpoint_naming", "total_limit")
+        for name in (
+            "project_dir",
+            "logging_dir",
+            "automatic_checkpoint_naming",
+            "total_limit",
+            "checkpoint_format",
+        )
     }
 
 

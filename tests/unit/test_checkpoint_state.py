@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from overdrive import ProjectConfiguration
+from overdrive import DataLoaderConfiguration, ProjectConfiguration
 from overdrive.accelerator import Accelerator
 from overdrive.checkpoint import (
     MANIFEST,
@@ -38,7 +38,9 @@ def _setup(project: Path | None = None, scheduler: bool = True, counter: bool = 
     config = None
     if project is not None:
         config = ProjectConfiguration(project_dir=str(project), automatic_checkpoint_naming=True)
-    acc = Accelerator(cpu=True, project_config=config)
+    # These tests check overdrive's exact resume (the loader continues mid-epoch): asked for.
+    exact = DataLoaderConfiguration(exact_resume=True)
+    acc = Accelerator(cpu=True, project_config=config, dataloader_config=exact)
     model = torch.nn.Linear(3, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     data = TensorDataset(torch.randn(8, 3), torch.arange(8))
@@ -170,9 +172,11 @@ def test_crafted_pickle_is_never_executed(saved: dict, tmp_path: Path) -> None:
     # 1. A checkpoint in Hugging Face Accelerate's pickle layout.
     legacy = tmp_path / "legacy"
     legacy.mkdir()
-    for name in ("pytorch_model.bin", "optimizer.bin", "random_states_0.pkl"):
+    for name in ("pytorch_model.bin", "optimizer.bin", "scheduler.bin", "random_states_0.pkl"):
         (legacy / name).write_bytes(evil)
-    with pytest.raises(UnsafeCheckpointError, match="allow_unsafe_pickle=True"):
+    (legacy / "custom_checkpoint_0.pkl").write_bytes(evil)
+    # Read as Accelerate reads it (weights_only): the payload is refused, never called.
+    with pytest.raises(UnsafeCheckpointError, match=r"(?s)model 0: .*allow_unsafe_pickle=True"):
         saved["acc"].load_state(legacy)
     # 2. A pickle put in place of one of our tensor files, and one beside them.
     (saved["path"] / "model_0.safetensors").write_bytes(evil)
@@ -218,7 +222,10 @@ def test_trusted_legacy_layout_loads_with_opt_in(tmp_path: Path) -> None:
 
 def test_missing_directory_is_named_with_the_fix(saved: dict, tmp_path: Path) -> None:
     missing = tmp_path / "nope"
-    with pytest.raises(CheckpointError, match=r"nope does not exist\n  fix: load_state\(.*checkpoint_0'\) loads the newest"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"nope does not exist\n  fix: load_state\(.*checkpoint_0'\) loads the newest",
+    ):
         saved["acc"].load_state(missing)
     (tmp_path / "file").write_text("x")
     with pytest.raises(CheckpointError, match="file is not a directory"):

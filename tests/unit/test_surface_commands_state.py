@@ -421,12 +421,17 @@ def test_custom_state_round_trips_and_refuses_a_pickle(tmp_path: Path) -> None:
     back = Counter(0)
     load_custom_state(back, str(tmp_path), 1)
     assert back.n == 4 and torch.equal(back.t, torch.full((2,), 4.0))
+    # Hugging Face Accelerate's file: plain data loads as there, without unpickling code.
     torch.save({"n": 7, "t": torch.zeros(2)}, tmp_path / "custom_checkpoint_2.pkl")
-    with pytest.raises(UnsafeCheckpointError):
-        load_custom_state(Counter(0), str(tmp_path), 2)
+    plain = Counter(0)
+    load_custom_state(plain, str(tmp_path), 2)
+    assert plain.n == 7
+    torch.save({"n": 8, "t": Path("x")}, tmp_path / "custom_checkpoint_3.pkl")
+    with pytest.raises(UnsafeCheckpointError, match="names pathlib"):
+        load_custom_state(Counter(0), str(tmp_path), 3)
     trusted = Counter(0)
-    load_custom_state(trusted, str(tmp_path), 2, allow_unsafe_pickle=True)
-    assert trusted.n == 7
+    load_custom_state(trusted, str(tmp_path), 3, allow_unsafe_pickle=True)
+    assert trusted.n == 8
 
 
 # --- launchers and memory_utils --------------------------------------------------------------

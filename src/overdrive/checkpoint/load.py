@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import traceback
 import warnings
 from collections.abc import Callable, Mapping
@@ -16,7 +15,7 @@ from overdrive.checkpoint import integrity, layout, save_alone
 from overdrive.checkpoint.dtypes import dtype_problems
 from overdrive.checkpoint.errors import CheckpointError, CheckpointMismatchError
 from overdrive.checkpoint.fill import fill_all, read_or_fill
-from overdrive.checkpoint.legacy import looks_legacy, refuse_or_load_legacy
+from overdrive.checkpoint.legacy import load_accelerate_layout, looks_legacy
 from overdrive.checkpoint.nearby import missing_fix
 from overdrive.checkpoint.optimizer_keys import (
     convert,
@@ -116,38 +115,27 @@ def _state_dict(state: object) -> StateDict:
 
 
 def _restore_rank(accelerator: CheckpointHost, state: RankState) -> None:
-    # A script written for Hugging Face Accelerate skips the batches it already trained on by
-    # itself after load_state (skip_first_batches, or counting steps): its loaders restart the
-    # saved epoch, in the saved order, or those batches would be skipped twice.
-    restart = bool(getattr(accelerator, "written_for_accelerate", False))
+    # Hugging Face Accelerate's load_state leaves a prepared loader where it is: its next
+    # iteration starts a new epoch, drawn from the restored random streams, and the script
+    # skips what it already trained on (skip_first_batches, or counting steps). A loader that
+    # continues mid-epoch by itself is asked for: use_stateful_dataloader=True (Accelerate's
+    # switch) or overdrive's exact_resume.
     for loader, loader_state in zip(accelerator.prepared.dataloaders, state["dataloaders"]):
-        if restart and "from_epoch_start" in inspect.signature(loader.load_state_dict).parameters:
-            loader.load_state_dict(loader_state, from_epoch_start=True)
-            if loader_state.get("batches_yielded") and accelerator.state.is_main_process:
-                _note_epoch_restart(int(loader_state["batches_yielded"]))
-        else:
+        if accelerator.exact_resume or getattr(loader, "use_stateful_dataloader", False):
             loader.load_state_dict(loader_state)
+            watch = getattr(loader, "watch_for_script_skip", None)
+            if watch is not None:
+                watch()
     gradient_state = getattr(accelerator, "gradient_state", None)
     if gradient_state is not None and "accumulation" in state:
+        # Accelerate's saved micro-batch counter ("step"): where the open window stands.
         gradient_state.load_state_dict(state["accumulation"])
-    for model, grads in zip(accelerator.prepared.models, state.get("grads", [])):
-        for name, p in accelerator.unwrap_model(model).named_parameters():
-            if name in grads:
-                p.grad = _like_param(grads[name], p)
+    if accelerator.exact_resume:
+        for model, grads in zip(accelerator.prepared.models, state.get("grads", [])):
+            for name, p in accelerator.unwrap_model(model).named_parameters():
+                if name in grads:
+                    p.grad = _like_param(grads[name], p)
     restore_rng_state(state["rng"])
-
-
-def _note_epoch_restart(batches: int) -> None:
-    warnings.warn(
-        f"load_state: the checkpoint stopped {batches} batch(es) into an epoch; this script "
-        "imports accelerate, so its prepared loaders start that epoch again from its first "
-        "batch, in the saved order, and the script skips what it already trained on "
-        "(skip_first_batches, or counting steps), as under Hugging Face Accelerate. A loop "
-        "that does not skip trains on those batches again; a script that imports overdrive "
-        "continues where the checkpoint stopped.",
-        UserWarning,
-        stacklevel=4,
-    )
 
 
 def _like_param(grad: torch.Tensor, param: nn.Parameter) -> torch.Tensor:
@@ -463,7 +451,7 @@ def load_state(
         if rank == 0:
             save_alone.clear_leftovers(path)
         if looks_legacy(path):
-            refuse_or_load_legacy(accelerator, path, allow_unsafe_pickle)
+            load_accelerate_layout(accelerator, path, allow_unsafe_pickle)
         else:
             _load_all(accelerator, path, allow_unsafe_pickle, rv)
     except Exception as exc:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from overdrive.checkpoint import atomic, integrity, layout, save_alone
+from overdrive.checkpoint.accelerate_save import save_accelerate_layout
 from overdrive.checkpoint.errors import CheckpointError
 from overdrive.checkpoint.parts import FORMAT, VERSION, describe, main_parts, require_prepared
 from overdrive.checkpoint.records import FileRecord, Manifest
@@ -88,7 +89,7 @@ def save_state(
     timeout: float | None = None,
     async_save: bool = False,
     before_write: Callable[[Path], None] | None = None,
-    **_: object,
+    **kwargs: object,
 ) -> Path | Future[Path]:
     """Save everything needed to resume exactly; collective (call it on every process),
     except where every process holds the whole state (``save_alone``): there the main
@@ -103,6 +104,10 @@ def save_state(
     """
     require_prepared(accelerator, "save_state")
     wait_for_pending(accelerator)
+    if accelerator.project_configuration.checkpoint_format == "accelerate":
+        return save_accelerate_layout(
+            accelerator, output_dir, before_write=before_write, **_accelerate_args(kwargs)
+        )
     _check_window(accelerator)
     state = accelerator.state
     rank, world = state.process_index, state.num_processes
@@ -173,6 +178,11 @@ def save_state(
     accelerator.pending_save = future
     worker.start()
     return future
+
+
+def _accelerate_args(kwargs: dict[str, object]) -> dict[str, bool]:
+    """``safe_serialization`` for Hugging Face Accelerate's layout (its default: True)."""
+    return {"safe_serialization": kwargs.get("safe_serialization", True) is not False}
 
 
 def _run_into(fn: Callable[[], Path], future: Future[Path]) -> None:

@@ -29,10 +29,14 @@ def _unknown(method: str, given: dict[str, Any], valid: tuple[str, ...]) -> None
         )
 
 
-def save_state_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The arguments checkpoint.save_state takes, after checking Hugging Face Accelerate's."""
+def save_state_kwargs(kwargs: dict[str, Any], accelerate_layout: bool = False) -> dict[str, Any]:
+    """The arguments checkpoint.save_state takes, after checking Hugging Face Accelerate's.
+    ``accelerate_layout`` (checkpoint_format: accelerate): ``safe_serialization`` chooses the
+    model file there, as in Accelerate."""
     _unknown("save_state", kwargs, SAVE_STATE_ARGS)
     out = dict(kwargs)
+    if accelerate_layout:
+        return out
     if out.pop("safe_serialization", True) is False:
         warnings.warn(
             "save_state(safe_serialization=False): overdrive always writes tensors as "

@@ -292,6 +292,28 @@ SETTINGS: tuple[Setting, ...] = (
     setting("even_batches", ON_OFF, True, "every process gets the same number of batches"),
     setting("use_seedable_sampler", ON_OFF, False, "reproducible shuffling from one seed"),
     setting("non_blocking", ON_OFF, False, "asynchronous host-to-device copies"),
+    # --- overdrive's exact semantics, each off by default (Hugging Face Accelerate's) ------
+    setting(
+        "exact_resume",
+        ON_OFF,
+        False,
+        "load_state continues each prepared dataloader where the checkpoint stopped, in the "
+        "saved order, and restores an open accumulation window's gradients (off: as Hugging "
+        "Face Accelerate, the loaders start a new epoch and the script skips what it trained "
+        "on; use_stateful_dataloader=True continues mid-epoch there too)",
+        env=("OVERDRIVE_EXACT_RESUME",),
+        flag=True,
+    ),
+    setting(
+        "exact_accumulation",
+        ON_OFF,
+        False,
+        "a window that the end of a dataloader closes after m < k micro-batches steps on "
+        "the mean of its m losses (off: as Hugging Face Accelerate, on their sum divided by "
+        "k = gradient_accumulation_steps)",
+        env=("OVERDRIVE_EXACT_ACCUMULATION",),
+        flag=True,
+    ),
     # --- Project and tracking (HF Accelerate docs, Reference > Utilities, ProjectConfiguration)
     setting(
         "project_dir",
@@ -309,6 +331,16 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     setting("automatic_checkpoint_naming", ON_OFF, False, "name checkpoints checkpoint_<n>"),
     setting("total_limit", Int(minimum=1), None, "keep at most this many checkpoints"),
+    setting(
+        "checkpoint_format",
+        Choice(("overdrive", "accelerate")),
+        "overdrive",
+        "what save_state writes: overdrive's checkpoint (safetensors and JSON, a manifest "
+        "with checksums, loader positions) or Hugging Face Accelerate's layout (model "
+        "safetensors, torch.save'd optimizer, scheduler and random states), which its "
+        "load_state reads; load_state reads both",
+        env=("OVERDRIVE_CHECKPOINT_FORMAT",),
+    ),
     setting(
         "log_with",
         TrackerWords(TRACKERS),
