@@ -45,6 +45,7 @@ def effective_deepspeed_plugin(given: Any, settings: Settings, strategy: Any) ->
     if not isinstance(getattr(plugin.hf_ds_config, "config", None), dict):
         plugin.hf_ds_config = HfDeepSpeedConfig(copy.deepcopy(resolved.config))
     plugin.deepspeed_config = plugin.hf_ds_config.config
+    strategy.exposed_plugin = plugin  # read at prepare: the values a caller filled in
     return plugin
 
 

@@ -87,6 +87,9 @@ class DeepSpeedStrategy(Strategy):
     name = "deepspeed"
     precision_owner = "DeepSpeed"  # its bf16/fp16 sections and loss scaler
     checkpoints_mid_window = False  # ZeRO keeps the summed gradients in its own buffers
+    # The DeepSpeed plugin the Accelerator exposes (``accelerator.state.deepspeed_plugin``):
+    # transformers' Trainer fills its config's "auto" values there before prepare.
+    exposed_plugin: object | None = None
     optimizer_state_by_name = None  # fp32 masters and ZeRO state: its own format
 
     def __init__(
@@ -107,6 +110,7 @@ class DeepSpeedStrategy(Strategy):
         self._loop: TrainingLoop | None = None
         self._stepped: bool | None = None  # set when clip_grad_norm_ ran this window's step
         self._last_norm = torch.tensor(float("nan"))
+        self._clip_noted = False  # a max_norm unlike gradient_clipping was said once
         self._window = WindowScale(say)
         self._replaced: torch.optim.Optimizer | None = (
             None  # the user's optimizer, when DeepSpeed's CPU Adam replaced it
@@ -193,7 +197,7 @@ class DeepSpeedStrategy(Strategy):
             scheduler=scheduler,
             on_cpu=self.device.type == "cpu",
             model=model,
-            caller_clipping=_caller_clipping(loop),
+            caller_clipping=_caller_clipping(self.exposed_plugin),
         )
         self._use_accumulation(loop)
         fitted = fit_optimizer(optimizer, self.config, config)
@@ -298,11 +302,12 @@ class DeepSpeedStrategy(Strategy):
         return self.engine
 
     def backward(self, loss: torch.Tensor, **kwargs: object) -> None:
-        """``engine.backward``; the loss arrives divided by k, and a window known to be
-        shorter (m < k batches left in the epoch) is scaled to its own mean."""
+        """``engine.backward``; the loss arrives divided by k, and with exact_accumulation a
+        window known to be shorter (m < k batches left in the epoch) is scaled to its mean."""
         engine = self._require_engine("backward")
         assert self._loop is not None
-        factor = self._window.factor(self._loop)
+        gs = self._loop.gradient_state
+        factor = self._window.factor(self._loop) if getattr(gs, "exact", False) else 1.0
         engine.set_gradient_accumulation_boundary(self._loop.gradient_state.sync_gradients)
         # The loss is already scaled for accumulation here (by the Accelerator, or by the
         # caller when it accumulates itself, as Trainer does and says with scale_wrt_gas=False).
@@ -368,17 +373,20 @@ class DeepSpeedStrategy(Strategy):
         return self._last_norm
 
     def _check_clipping(self, max_norm: float, norm_type: float) -> None:
-        configured = self.config.gradient_clipping
-        source = self.config.sources.get("gradient_clipping", "DeepSpeed's default: off")
-        if norm_type != 2.0 or not math.isclose(float(max_norm), configured, rel_tol=1e-9):
-            shown = configured if configured > 0 else "off"
-            raise ConfigError(
-                f"clip_grad_norm_(max_norm={max_norm}, norm_type={norm_type}) cannot take "
-                f"effect under DeepSpeed: the engine clips the 2-norm inside its step by "
-                f"gradient_clipping = {shown} ({source})",
-                key="deepspeed_config.gradient_clipping",
-                fix=f"set deepspeed_config.gradient_clipping: {max_norm} (or "
-                f'"gradient_clipping" in the DeepSpeed JSON) to clip there',
+        """As in Hugging Face Accelerate, the engine clips by ``gradient_clipping`` whatever
+        ``max_norm`` says; a different value is said once (in the log), never refused."""
+        configured = self.config.get("gradient_clipping")
+        if self._clip_noted or max_norm == math.inf or configured in (None, "auto"):
+            return
+        if norm_type != 2.0 or not math.isclose(float(max_norm), float(configured)):
+            self._clip_noted = True
+            source = self.config.sources.get("gradient_clipping", "DeepSpeed's default")
+            say(
+                f"clip_grad_norm_(max_norm={max_norm}, norm_type={norm_type}): under DeepSpeed "
+                f"the engine clips the 2-norm by gradient_clipping = {configured} ({source}), "
+                "as in Hugging Face Accelerate; set deepspeed_config.gradient_clipping (or "
+                '"gradient_clipping": "auto" in the DeepSpeed JSON) to clip at another value',
+                logging.WARNING,
             )
 
     # --- state dicts (full tensors; see overdrive.ds.state) -------------------------------
@@ -440,10 +448,9 @@ def _is_new_scheduler(obj: object, strategy: DeepSpeedStrategy) -> bool:
     )
 
 
-def _caller_clipping(loop: object) -> object:
+def _caller_clipping(plugin: object) -> object:
     """The ``gradient_clipping`` a library wrote into the DeepSpeed plugin's config after the
     Accelerator was made (transformers' Trainer fills its "auto" from ``max_grad_norm``)."""
-    plugin = getattr(loop, "deepspeed_plugin", None)
     config = getattr(getattr(plugin, "hf_ds_config", None), "config", None)
     return config.get("gradient_clipping") if isinstance(config, dict) else None
 
