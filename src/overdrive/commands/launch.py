@@ -25,8 +25,10 @@ from overdrive.cli.launch_options import (
     launch_options,
     setting_options,
 )
+from overdrive.commands.launch_defaults import is_parse_default, with_parse_defaults
 from overdrive.commands.parser import command_parser
 from overdrive.config import Settings, load_settings
+from overdrive.errors import ConfigError
 
 DESCRIPTION = (
     "Run a training script on several processes (CPU or GPU) and machines. Every option "
@@ -123,13 +125,16 @@ def launch_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
         add_option(container_for(groups[option.group], option, exclusive), option)
     parser.add_argument("training_script", help="the script (or module with -m) to run")
     parser.add_argument("training_script_args", nargs=argparse.REMAINDER, help="its arguments")
-    return parser
+    return with_parse_defaults(parser)
 
 
 def _given(args: argparse.Namespace, name: str) -> Any:
-    """A value the user gave: None and an unset switch (False) mean "not given"."""
+    """A value the user gave: None, an unset switch (False) and a parse default untouched
+    mean "not given"."""
     value = getattr(args, name, None)
-    return None if value is None or value is False else value
+    if value is None or value is False or is_parse_default(args, name):
+        return None
+    return value
 
 
 def given_flags(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]]:
@@ -161,10 +166,25 @@ def _validate_launch_command(
 ) -> tuple[argparse.Namespace, Settings, bool]:
     """Resolve ``args`` with the environment and config file: every option then holds the
     value the launch uses. Returns (args, the resolved Settings, whether mixed_precision
-    came from the config file)."""
-    settings = settings_from_args(args)
+    came from the config file).
+
+    As Hugging Face Accelerate's, it merges and does not refuse a process count given beside
+    a file's ``distributed_type: NO`` (it then plans one process, as Hugging Face Accelerate's
+    simple launcher runs); ``launch_command`` still refuses to start that launch.
+    """
+    try:
+        settings = settings_from_args(args)
+        typed_count = None
+    except ConfigError as error:
+        typed_count = _given(args, "num_processes")
+        if error.key != "distributed_type" or typed_count is None:
+            raise
+        args.num_processes = None
+        settings = settings_from_args(args)
     for name, setting in flag_settings():
         setattr(args, name, settings[setting.key])
+    if typed_count is not None:
+        args.num_processes = typed_count
     args.resolved_settings = settings
     from_file = settings.source("mixed_precision").kind == "file"
     return args, settings, from_file

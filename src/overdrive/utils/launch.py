@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess  # noqa: F401  (tests patch overdrive.utils.launch.subprocess)
+import subprocess  # tests patch overdrive.utils.launch.subprocess
+import sys
 from collections.abc import Callable
-from shutil import which  # noqa: F401  (tests patch overdrive.utils.launch.which)
+from shutil import which  # tests patch overdrive.utils.launch.which
 from typing import Any
 
 from overdrive.commands.launch import settings_from_args
@@ -29,8 +30,9 @@ _MULTI_PROCESS = (
 )
 
 
-def _plan(args: argparse.Namespace) -> LaunchPlan:
-    """Plan the launch ``args`` (Hugging Face Accelerate's launch namespace) asks for."""
+def _plan(args: argparse.Namespace, settle: bool = True) -> LaunchPlan:
+    """Plan the launch ``args`` (Hugging Face Accelerate's launch namespace) asks for;
+    ``settle``: with the port checked (and moved where one machine runs)."""
     if getattr(args, "main_process_port", None) in (0, "0"):
         args.main_process_port = free_port()  # 0 asks for any free port, as torchrun's does
     settings = settings_from_args(args)
@@ -42,7 +44,7 @@ def _plan(args: argparse.Namespace) -> LaunchPlan:
         gpu_count=cluster.gpu_count(settings),
         max_restarts=int(getattr(args, "max_restarts", 0) or 0),
     )
-    return settle_port(plan)
+    return settle_port(plan) if settle else plan
 
 
 def _refuse_no_python(args: argparse.Namespace) -> None:
@@ -58,12 +60,37 @@ def prepare_simple_launcher_cmd_env(args: argparse.Namespace) -> tuple[list[str]
     """(command, environment) of the worker a one-machine launch of ``args`` starts; with
     several processes the rendezvous address is in it too."""
     _refuse_no_python(args)
-    plan = _plan(args)
+    hostfile = settings_from_args(args)["mpirun_config.mpirun_hostfile"]
+    plan = _plan(args, settle=hostfile is None)  # mpirun's hosts are not this machine's ports
     env = {**os.environ, **plan.shared_env()}
     if plan.world_size > 1:
         env["MASTER_ADDR"] = plan.main_addr
         env["MASTER_PORT"] = str(plan.main_port)
-    return plan.worker_command(), env
+    if hostfile is None:
+        return plan.worker_command(), env
+    # mpirun starts the script itself on every host; overdrive reads the rank it gets from
+    # MPI's variables. (`overdrive launch` starts its own processes and does not use mpirun.)
+    script = ["-m", plan.target] if plan.is_module else [plan.target]
+    command = [*_mpirun_prefix(hostfile, plan), sys.executable, *script, *plan.script_args]
+    return command, env
+
+
+def _mpirun_prefix(hostfile: str, plan: LaunchPlan) -> list[str]:
+    """Hugging Face Accelerate's mpirun line for ``plan`` (Open MPI's option names, or Intel
+    MPI's and MVAPICH's)."""
+    apps = [name for name in ("mpirun", "mpiexec") if which(name)]
+    if not apps:
+        raise OSError(
+            f"mpirun_hostfile is set ({hostfile}) but neither mpirun nor mpiexec is on PATH; "
+            "install Intel MPI, Open MPI or MVAPICH, or remove mpirun_hostfile"
+        )
+    open_mpi = b"Open MPI" in subprocess.check_output([apps[0], "--version"])
+    hostfile_arg, count_arg, per_node_arg = (
+        ("--hostfile", "-n", "--npernode") if open_mpi else ("-f", "-n", "-ppn")
+    )
+    command = [apps[0], hostfile_arg, hostfile, per_node_arg, str(plan.nproc_per_node)]
+    command += [count_arg, str(plan.world_size)]
+    return [*command, "--bind-to", "socket"] if open_mpi else command
 
 
 def prepare_multi_gpu_env(args: argparse.Namespace) -> dict[str, str]:
