@@ -67,12 +67,6 @@ def _rotate(root: Path, total_limit: int | None) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _as_wrapped(weights: dict[str, Any], model: object) -> dict[str, Any]:
-    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
-        return {f"module.{k}": v for k, v in weights.items()}
-    return dict(weights)
-
-
 def _rng_states(step: int) -> dict[str, Any]:
     states: dict[str, Any] = {
         "step": step,
@@ -112,11 +106,8 @@ def save_accelerate_layout(
     final.mkdir(parents=True, exist_ok=True)
     if before_write is not None:
         before_write(final)
-    # Keyed as Accelerate keys them (its get_state_dict(model, unwrap=False)): "module." under
-    # DDP, whose wrapper its load_state loads into.
-    models = [
-        _as_wrapped(strategy.state_dict(m), m) for m in accelerator.prepared.models
-    ]  # collective
+    # Keyed by the user's names, as Accelerate's get_state_dict unwraps a DDP model too.
+    models = [strategy.state_dict(m) for m in accelerator.prepared.models]
     optimizers = [strategy.state_dict(o) for o in accelerator.prepared.optimizers]
     if state.is_main_process:
         for i, weights in enumerate(models):

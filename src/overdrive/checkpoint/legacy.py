@@ -103,7 +103,6 @@ def load_accelerate_layout(
         else:
             state = read_file(file, what=what, allow_unsafe_pickle=allow_unsafe_pickle)
         if what.startswith("model"):
-            state = _unwrapped_keys(state)
             strategy.load_state_dict(cast(nn.Module, obj), state, strict=True)
         elif what.startswith("optimizer"):
             strategy.load_state_dict(cast(torch.optim.Optimizer, obj), state)
@@ -126,13 +125,6 @@ def load_accelerate_layout(
         # Accelerate's micro-batch counter: where the open accumulation window stands.
         gradient_state.load_state_dict({"micro_batches": step % max(gradient_state.num_steps, 1)})
     _restore_rng(states)
-
-
-def _unwrapped_keys(state: Mapping[str, Any]) -> dict[str, Any]:
-    """The user's names: Accelerate keys a DDP model's weights as its wrapper does."""
-    if state and all(k.startswith("module.") for k in state):
-        return {k[len("module.") :]: v for k, v in state.items()}
-    return dict(state)
 
 
 def _exists(file: Path | None) -> bool:
