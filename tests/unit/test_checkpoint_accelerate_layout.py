@@ -187,3 +187,22 @@ def test_checkpoint_format_accelerate_is_read_by_accelerate(tmp_path: Path, safe
                      "custom_checkpoint_0.pkl"}  # fmt: skip
     theirs = _accelerate(tmp_path, "load")
     _assert_same(ours, theirs)
+
+
+def test_prepared_loaders_are_left_as_accelerate_leaves_them(tmp_path: Path) -> None:
+    """A prepared dataloader is no reason to refuse Accelerate's checkpoint (its load_state
+    leaves loaders alone); its loader-state file, not read, is named in a warning."""
+    acc, model, opt, sched, counter = _ours()
+    loader = acc.prepare(torch.utils.data.DataLoader(torch.arange(8.0), batch_size=2))
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    torch.save(model.state_dict(), ckpt / "pytorch_model.bin")
+    torch.save(opt.optimizer.state_dict(), ckpt / "optimizer.bin")
+    torch.save(sched.scheduler.state_dict(), ckpt / "scheduler.bin")
+    torch.save({"n": 4}, ckpt / "custom_checkpoint_0.pkl")
+    torch.save({"step": 0}, ckpt / "random_states_0.pkl")
+    acc.load_state(ckpt)
+    assert counter.n == 4 and [b.tolist() for b in loader][0] == [0.0, 1.0]
+    torch.save({"_num_yielded": 1}, ckpt / "dl_state_dict.bin")
+    with pytest.warns(UserWarning, match=r"dl_state_dict.bin .* is not read"):
+        acc.load_state(ckpt)

@@ -20,6 +20,7 @@ import logging
 import pickle
 import random
 import re
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -108,6 +109,17 @@ def load_accelerate_layout(
             strategy.load_state_dict(cast(torch.optim.Optimizer, obj), state)
         else:
             obj.load_state_dict(state)
+    unread = sorted(
+        f.name for f in path.iterdir() if f.name.startswith(("dl_state_dict", "sampler"))
+    )
+    if unread and accelerator.prepared.dataloaders:
+        warnings.warn(
+            f"load_state: {', '.join(unread)} in {path} (Hugging Face Accelerate's loader "
+            "state) is not read: the prepared dataloaders start their next epoch from its "
+            "beginning; skip what was trained on with skip_first_batches",
+            UserWarning,
+            stacklevel=4,
+        )
     scaler = path / "scaler.pt"
     if scaler.exists() and accelerator.precision.scaler is not None:
         accelerator.precision.load_state_dict(
