@@ -57,3 +57,12 @@ def test_checkpoint_truncated_under_a_disk_offloaded_from_pretrained_is_refused(
 ) -> None:
     pytest.importorskip("transformers")
     _assert_refused(_run("checkpoint", tmp_path), "model.safetensors", "truncated or extended")
+
+
+def test_weights_loaded_from_a_checkpoint_do_not_depend_on_its_file_afterwards(
+    tmp_path: Path,
+) -> None:
+    """load_checkpoint_in_model left the weights memory-mapped into the checkpoint: truncating
+    it after the load killed the next forward with SIGBUS."""
+    done = _run("loaded", tmp_path)
+    assert done.returncode == 0 and done.stdout.strip() == "SAME", (done.returncode, done.stderr)

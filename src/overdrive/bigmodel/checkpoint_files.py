@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from overdrive.bigmodel.checked_files import SafetensorsFile
 from overdrive.errors import ConfigError
 
 logger = logging.getLogger("overdrive.bigmodel")
@@ -53,11 +54,9 @@ def _from_index(index_file: Path) -> list[Path]:
     return [index_file.parent / name for name in sorted(set(weight_map.values()))]
 
 
-def _safetensors_format(path: str) -> None:
-    from safetensors import safe_open
-
-    with safe_open(path, framework="pt") as handle:
-        metadata = handle.metadata()
+def _safetensors_format(handle: SafetensorsFile) -> None:
+    metadata = handle.metadata()
+    path = handle.path
     if metadata is None:
         logger.warning(
             f"The safetensors archive passed at {path} does not contain metadata. Make sure to "
@@ -81,22 +80,25 @@ def _device_name(device: Any) -> Any:
 def load_state_dict(
     checkpoint_file: str | os.PathLike[str], device_map: dict[str, Any] | None = None
 ) -> dict[str, torch.Tensor]:
-    """The tensors of one weights file; a safetensors file with a ``device_map`` reads each
-    tensor straight onto its device (``"disk"`` entries and unmapped ones onto the CPU)."""
+    """The tensors of one weights file; a safetensors file with a ``device_map`` puts each
+    tensor on its device (``"disk"`` entries and unmapped ones on the CPU). Safetensors files
+    are read with checked plain reads into memory, never memory-mapped: a model's weights
+    never stay backed by a file that may be truncated under them (a SIGBUS)."""
     path = str(checkpoint_file)
     if not path.endswith(".safetensors"):
         return torch.load(path, map_location="cpu", weights_only=True)
-    from safetensors import safe_open
-    from safetensors.torch import load_file
+    handle = SafetensorsFile(path)
+    try:
+        _safetensors_format(handle)
+        return _placed(handle, device_map)
+    finally:
+        handle.close()
 
-    _safetensors_format(path)
+
+def _placed(handle: SafetensorsFile, device_map: dict[str, Any] | None) -> dict[str, torch.Tensor]:
+    names = handle.keys()
     if device_map is None:
-        return load_file(path)
-    targets = set(device_map.values())
-    if len(targets) == 1:
-        return load_file(path, device=_device_name(next(iter(targets))))
-    with safe_open(path, framework="pt") as handle:
-        names = list(handle.keys())
+        return {n: handle.get_tensor(n) for n in names}
     devices = [d for d in dict.fromkeys(device_map.values()) if d != "disk"]
     if "cpu" not in devices:
         devices.append("cpu")
@@ -108,7 +110,7 @@ def load_state_dict(
     wanted["cpu"] += [n for n in names if n not in placed]
     tensors: dict[str, torch.Tensor] = {}
     for device, group in wanted.items():
-        with safe_open(path, framework="pt", device=_device_name(device)) as handle:
-            for name in group:
-                tensors[name] = handle.get_tensor(name)
+        for name in group:
+            tensor = handle.get_tensor(name)
+            tensors[name] = tensor if device == "cpu" else tensor.to(_device_name(device))
     return tensors

@@ -76,6 +76,19 @@ def main(case: str, folder: Path) -> None:
             _forward_twice(model, inputs, lambda: _replace(dat))
         else:
             _forward_twice(model, inputs, lambda: _truncate(dat, dat.stat().st_size // 2))
+    elif case == "loaded":  # loaded whole into memory: the file no longer matters
+        from safetensors.torch import save_file
+
+        from overdrive.big_modeling import init_empty_weights
+        from overdrive.utils import load_checkpoint_in_model
+
+        torch.manual_seed(0)
+        weights = folder / "model.safetensors"
+        save_file(nn.Linear(1024, 1024).state_dict(), str(weights), metadata={"format": "pt"})
+        with init_empty_weights():
+            model = nn.Linear(1024, 1024)
+        load_checkpoint_in_model(model, weights, device_map={"": "cpu"})
+        _forward_twice(model, torch.ones(1, 1024), lambda: _truncate(weights, 1000))
     elif case == "checkpoint":
         model, inputs = _llama(folder)
         weights = folder / "model" / "model.safetensors"
