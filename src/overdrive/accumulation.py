@@ -5,9 +5,10 @@ divides each micro-batch's loss by ``k``; the window's last micro-batch synchron
 gradients (DDP all-reduce) and lets the optimizer step.
 
 A dataloader that ends inside a window closes it early: with ``m < k`` micro-batches left,
-``sync_gradients`` turns true on the m-th, and the summed gradients (each scaled by 1/k) are
-multiplied by ``k/m`` before clipping or stepping, so the step equals one step on the mean
-loss of those ``m`` batches. The end is known from the prepared loader's one-batch
+``sync_gradients`` turns true on the m-th, and the optimizer steps on the summed gradients,
+each scaled by 1/k, as Hugging Face Accelerate does. With the ``exact_accumulation`` setting
+they are multiplied by ``k/m`` before clipping or stepping, so the step equals one step on
+the mean loss of those ``m`` batches. The end is known from the prepared loader's one-batch
 lookahead, so loaders without ``len()`` (iterable datasets) close their last window the same
 way. An unprepared loader gives no end signal; its trailing partial window then stays open
 and carries into the next epoch, as in plain PyTorch.
@@ -23,6 +24,7 @@ class GradientState:
 
     __slots__ = (
         "__weakref__",
+        "exact",
         "micro_batches",
         "num_steps",
         "rescale",
@@ -30,12 +32,15 @@ class GradientState:
         "sync_gradients",
     )
 
-    def __init__(self, num_steps: int, *, sync_each_batch: bool = False) -> None:
+    def __init__(
+        self, num_steps: int, *, sync_each_batch: bool = False, exact: bool = False
+    ) -> None:
         self.num_steps = num_steps
         self.sync_each_batch = sync_each_batch
+        self.exact = exact  # the exact_accumulation setting: rescale a short window by k/m
         self.sync_gradients = True
         self.micro_batches = 0  # micro-batches seen in the open window
-        self.rescale = 1.0  # k/m for a window closed early by the end of a dataloader
+        self.rescale = 1.0  # k/m for a window closed early by the end of a dataloader (exact)
 
     def advance(self, end_of_dataloader: bool) -> bool:
         """Count one micro-batch; return whether it closes the window."""
@@ -44,7 +49,7 @@ class GradientState:
         sync = m >= self.num_steps or end_of_dataloader
         self.sync_gradients = sync
         if sync:
-            self.rescale = self.num_steps / m if m < self.num_steps else 1.0
+            self.rescale = self.num_steps / m if self.exact and m < self.num_steps else 1.0
             self.micro_batches = 0
         return sync
 

@@ -57,6 +57,7 @@ class LoopState:
     """The innermost active loader's progress; defaults when no prepared loader is active."""
 
     _stack: list[LoaderProgress] = field(default_factory=list)
+    work: int = 0  # backward passes and accumulate() windows so far (the loop trained)
 
     def begin(self, progress: LoaderProgress) -> None:
         """A prepared loader starts an iteration."""

@@ -76,12 +76,7 @@ DESCRIBED = {
 }
 
 # (script, call) -> why overdrive fails it on purpose.
-INTENTIONAL = {
-    ("test_sync.py", "test_gradient_accumulation_with_opt_and_scheduler#0"): (
-        "its reference divides a trailing 1-batch accumulation window's loss by k=2; overdrive "
-        "closes a short last window exactly (the mean over the batches it holds)"
-    ),
-}
+INTENTIONAL: dict[tuple[str, str], str] = {}
 
 # (script, call) -> why overdrive does not pass it yet (the issue stays open for these).
 NOT_YET: dict[tuple[str, str], str] = {}

@@ -1,4 +1,5 @@
-"""A manual resume on two processes sees the uninterrupted run's batches (scripts/manual_resume.py)."""
+"""overdrive's exact resume on two processes sees the uninterrupted run's batches, and a skip
+by hand after it is refused (scripts/manual_resume.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from tests.helpers.dist import free_port, run_launch
 pytestmark = [pytest.mark.distributed]
 
 
-def test_manual_and_automatic_resume_match_the_uninterrupted_run(tmp_path: Path) -> None:
+def test_an_exact_resume_matches_the_uninterrupted_run_and_refuses_a_second_skip(
+    tmp_path: Path,
+) -> None:
     result = run_launch(
         "manual_resume.py",
         args=["--out", str(tmp_path)],
@@ -22,5 +25,5 @@ def test_manual_and_automatic_resume_match_the_uninterrupted_run(tmp_path: Path)
     for rank in (0, 1):
         seen = json.loads((tmp_path / f"seen-{rank}.json").read_text())
         assert len(seen["full"]) == 12
-        assert seen["by_hand"] == seen["full"][6:]
+        assert seen["by_hand"] == "exact_resume"
         assert seen["auto"] == seen["full"][6:]

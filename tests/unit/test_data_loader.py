@@ -79,10 +79,12 @@ def test_state_dict_resumes_mid_epoch_and_later_epochs_match() -> None:
     resumed.load_state_dict(saved)
     assert [b[0].tolist() for b in resumed] == epochs[0][3:]
     assert [b[0].tolist() for b in resumed] == epochs[1]
-    # an abandoned iteration counts as an epoch: the next one reshuffles
+    # as in Hugging Face Accelerate, only an iteration that ran to its end counts as an
+    # epoch: after abandoned ones, the next iteration is epoch 0 again, in its order
     for _ in run:
         break
-    assert [b[0].tolist() for b in run] == epochs[2]
+    assert [b[0].tolist() for b in run] == epochs[0]
+    assert [b[0].tolist() for b in run] == epochs[1]
 
 
 def test_mid_epoch_resume_refuses_a_different_global_batch() -> None:
@@ -106,7 +108,8 @@ def test_skip_first_batches_on_a_prepared_loader_is_one_shot() -> None:
     view = skip_first_batches(dl, 1)
     assert len(view) == 2 and len(dl) == 3
     assert [b[0].tolist() for b in view] == [[2, 3], [4, 5]]
-    assert dl.epoch == 1  # the view advanced the shared epoch
+    # as in Hugging Face Accelerate, the view counts its own epochs: the loader stays at 0
+    assert dl.epoch == 0 and view.epoch == 1
     assert [b[0].tolist() for b in view] == [[0, 1], [2, 3], [4, 5]]
 
 

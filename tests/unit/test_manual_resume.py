@@ -1,6 +1,9 @@
-"""A resume by hand, as Hugging Face Accelerate's by_feature/checkpointing.py does it:
-``load_state``, ``skip_first_batches`` for the rest of the interrupted epoch, then plain
-epochs. It must see exactly the batches of the uninterrupted run."""
+"""overdrive's exact resume (the ``exact_resume`` setting): ``load_state`` continues the
+prepared loader where the checkpoint stopped, so the resumed run sees exactly the batches of
+the uninterrupted one. A script that also skips by hand, as Hugging Face Accelerate's
+by_feature/checkpointing.py does (``skip_first_batches``, or ``continue`` while counting), is
+stopped at once: its skip would drop those batches a second time. (Without the setting,
+``load_state`` leaves the loader to the script, as Accelerate does: tests/differential.)"""
 
 from __future__ import annotations
 
@@ -10,15 +13,16 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from overdrive import set_seed
+from overdrive import DataLoaderConfiguration, set_seed
 from overdrive.accelerator import Accelerator
+from overdrive.errors import ConfigError
 
 EPOCHS, BATCHES = 3, 6  # 12 samples, batch 2
 
 
 def _setup() -> tuple[Accelerator, torch.nn.Module, torch.optim.Optimizer, DataLoader]:
     set_seed(42)
-    acc = Accelerator(cpu=True)
+    acc = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(exact_resume=True))
     model = torch.nn.Linear(3, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     data = TensorDataset(torch.randn(2 * BATCHES, 3), torch.arange(2 * BATCHES))
@@ -46,16 +50,18 @@ def _uninterrupted(save_at: int, folder: Path) -> list[list[int]]:
     return seen
 
 
-def _resumed_by_hand(save_at: int, folder: Path) -> list[list[int]]:
+def _resumed_by_hand(save_at: int, folder: Path, manual: str) -> list[list[int]]:
     acc, model, opt, loader = _setup()
     acc.load_state(str(folder))
     start_epoch, resume_step = divmod(save_at, BATCHES)
     seen = []
     for epoch in range(start_epoch, EPOCHS):
         active = loader
-        if epoch == start_epoch and resume_step:
+        if manual == "skip_first_batches" and epoch == start_epoch and resume_step:
             active = acc.skip_first_batches(loader, resume_step)
-        for x, ids in active:
+        for i, (x, ids) in enumerate(active):
+            if manual == "continue" and epoch == start_epoch and i < resume_step:
+                continue
             _step(acc, model, opt, x)
             seen.append(ids.tolist())
     return seen
@@ -73,8 +79,22 @@ def _resumed_automatically(save_at: int, folder: Path) -> list[list[int]]:
 
 
 @pytest.mark.parametrize("save_at", [BATCHES + 2, BATCHES, 2])
-@pytest.mark.parametrize("resume", [_resumed_by_hand, _resumed_automatically])
-def test_resume_sees_the_uninterrupted_batches(tmp_path: Path, save_at: int, resume) -> None:
+def test_an_exact_resume_sees_the_uninterrupted_batches(tmp_path: Path, save_at: int) -> None:
     folder = tmp_path / "ckpt"
     full = _uninterrupted(save_at, folder)
-    assert resume(save_at, folder) == full[save_at:]
+    assert _resumed_automatically(save_at, folder) == full[save_at:]
+
+
+@pytest.mark.parametrize("manual", ["skip_first_batches", "continue"])
+def test_a_skip_by_hand_after_an_exact_resume_stops_the_run(tmp_path: Path, manual: str) -> None:
+    folder = tmp_path / "ckpt"
+    _uninterrupted(BATCHES + 2, folder)
+    with pytest.raises(ConfigError, match="a second time") as caught:
+        _resumed_by_hand(BATCHES + 2, folder, manual)
+    assert caught.value.key == "exact_resume"
+
+
+def test_a_skip_by_hand_at_an_epoch_boundary_is_no_second_skip(tmp_path: Path) -> None:
+    folder = tmp_path / "ckpt"
+    full = _uninterrupted(BATCHES, folder)
+    assert _resumed_by_hand(BATCHES, folder, "skip_first_batches") == full[BATCHES:]

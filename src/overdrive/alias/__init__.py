@@ -9,7 +9,6 @@ Explicit and reversible: nothing happens until :func:`install` runs (``overdrive
 from __future__ import annotations
 
 import os
-import re
 import sys
 
 from overdrive.alias import spawned
@@ -26,7 +25,6 @@ __all__ = [
     "install",
     "is_installed",
     "opted_in",
-    "caller_imports_accelerate",
     "uninstall",
 ]
 
@@ -118,28 +116,3 @@ def engine_line(asked_by: str | None = None) -> str:
         f"--as_accelerate to overdrive launch or python -m overdrive.run, set {OPT_IN_ENV}=1, or "
         "write `as_accelerate: true` in the config file)"
     )
-
-
-_IMPORTS_ACCELERATE = re.compile(
-    r"^\s*(from\s+accelerate[\s.]|import\s+accelerate\b)", re.MULTILINE
-)
-
-
-def caller_imports_accelerate() -> bool:
-    """Whether the code that called into overdrive (the first frame outside overdrive) is in
-    a file that imports ``accelerate`` by that name: a script written for Hugging Face
-    Accelerate (a library that imports it for its own needs does not make its caller one)."""
-    frame = sys._getframe(1)
-    while frame is not None and str(frame.f_globals.get("__name__", "")).startswith("overdrive"):
-        frame = frame.f_back  # type: ignore[assignment]
-    if frame is None:
-        return False
-    path = frame.f_globals.get("__file__")
-    if not isinstance(path, str) or not os.path.isfile(path):
-        return False
-    try:
-        with open(path, encoding="utf-8", errors="replace") as source:
-            text = source.read(1 << 20)
-    except OSError:
-        return False
-    return _IMPORTS_ACCELERATE.search(text) is not None

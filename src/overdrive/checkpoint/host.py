@@ -49,6 +49,9 @@ class CheckpointHost(Protocol):
     project_configuration: ProjectConfiguration
     gradient_state: GradientState
     pending_save: Future[Path] | None  # an asynchronous save still being written
+    # The exact_resume setting: load_state continues prepared loaders mid-epoch and restores
+    # an open window's gradients (off: Hugging Face Accelerate's load_state, which does not).
+    exact_resume: bool
 
     @property
     def state(self) -> RunState: ...

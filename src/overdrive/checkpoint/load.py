@@ -123,9 +123,9 @@ def _restore_rank(accelerator: CheckpointHost, state: RankState) -> None:
     for loader, loader_state in zip(accelerator.prepared.dataloaders, state["dataloaders"]):
         if accelerator.exact_resume or getattr(loader, "use_stateful_dataloader", False):
             loader.load_state_dict(loader_state)
-            watch = getattr(loader, "watch_for_script_skip", None)
-            if watch is not None:
-                watch()
+            exact = getattr(loader, "resumed_exactly", None)
+            if accelerator.exact_resume and exact is not None:
+                exact()
     gradient_state = getattr(accelerator, "gradient_state", None)
     if gradient_state is not None and "accumulation" in state:
         # Accelerate's saved micro-batch counter ("step"): where the open window stands.

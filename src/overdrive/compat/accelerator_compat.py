@@ -7,7 +7,6 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from overdrive.alias import caller_imports_accelerate
 from overdrive.compat.checkpoint_args import CheckpointArgsMixin
 from overdrive.compat.hooks import HooksMixin
 from overdrive.compat.process_control import ProcessControlMixin
@@ -42,9 +41,6 @@ class AcceleratorCompat(
         self.gradient_state._loop = self.loop_state  # type: ignore[attr-defined]
         if getattr(self, "log_with", None):
             check_logging_dir(self)  # as Hugging Face Accelerate: here, not at init_trackers
-
-        # Code written for Hugging Face Accelerate resumes the way it expects (load_state).
-        self.written_for_accelerate = caller_imports_accelerate()
 
     def _scheduler_per_process(self) -> bool:
         """Whether a prepared scheduler advances once per process per optimizer step (the

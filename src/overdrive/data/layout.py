@@ -25,6 +25,7 @@ class RoundLayout:
     padding: int
     real: int  # samples in the round that are not padding
     short: bool  # the epoch's last round, laid out specially
+    last: bool = False  # the epoch's last round (as known when it was read)
 
     def slice_for(self, rank: int) -> tuple[int, int]:
         return self.slices[rank]
@@ -63,10 +64,12 @@ def layout_round(
             for size in sizes:
                 bounds.append((start, start + size))
                 start += size
-            return RoundLayout(tuple(bounds), 0, n, False)
-        return RoundLayout(tuple(even_share(n, world, r) for r in range(world)), 0, n, False)
+            return RoundLayout(tuple(bounds), 0, n, False, is_last)
+        return RoundLayout(
+            tuple(even_share(n, world, r) for r in range(world)), 0, n, False, is_last
+        )
     if even and world > 1:
         each = max(per_rank, -(-n // world))
         slices = tuple((r * each, (r + 1) * each) for r in range(world))
-        return RoundLayout(slices, world * each - n, n, True)
-    return RoundLayout(tuple(even_share(n, world, r) for r in range(world)), 0, n, True)
+        return RoundLayout(slices, world * each - n, n, True, True)
+    return RoundLayout(tuple(even_share(n, world, r) for r in range(world)), 0, n, True, True)

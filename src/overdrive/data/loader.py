@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import warnings
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,7 @@ from torch.utils.data import (
 
 from overdrive import ops
 from overdrive.data.batches import to_device
+from overdrive.data.lookahead import Share, mark_last, skipped_twice
 from overdrive.data.rounds import dispatched_shares, global_rounds, local_shares
 from overdrive.data.samplers import RecordedOrder, SeedableRandomSampler, ShardedBatchSampler
 from overdrive.data.stateful import Pulls, stateful_loader_class
@@ -27,10 +29,6 @@ from overdrive.random_state import synchronize_rng_states
 if TYPE_CHECKING:
     from overdrive.process_state import PartialState
 
-_END = object()
-# (batch, real samples of its round, share empty, is last or None, StatefulDataLoader state)
-_Share = tuple[Any, int, bool, bool | None, dict[str, Any] | None]
-
 
 @dataclass
 class _Epoch:
@@ -40,9 +38,8 @@ class _Epoch:
     yielded: int = 0  # batches handed out in the current epoch
     in_epoch: bool = False
     resume_skip: int = 0  # batches the next iteration skips (set by load_state_dict)
-    # The resumed epoch starts again from its first batch, in its saved order: the script
-    # skips what it already trained on (Hugging Face Accelerate's resume, for its scripts).
-    from_epoch_start: bool = False
+    # load_state resumed it with exact_resume: a script's own skip would skip twice
+    exact: bool = False
     explicit_epoch: bool = False
     worker_seed: int | None = None  # what this epoch's reader was seeded with
     resume_seed: int | None = None  # the saved epoch's worker_seed, for the resumed iteration
@@ -153,6 +150,7 @@ class PreparedDataLoader(_LoaderBase):
         self._drop_last = bool(getattr(batch_sampler, "drop_last", base.drop_last))
         self._progress = _Epoch()
         self._skip_once: int | None = None
+        self._view: weakref.ref[PreparedDataLoader] | None = None  # skip_first_batches's
         # use_stateful_dataloader: this process reads through torchdata's StatefulDataLoader,
         # whose state is part of this loader's; _restored is the sampler skip of a resumed one.
         self.use_stateful_dataloader = stateful
@@ -252,6 +250,9 @@ class PreparedDataLoader(_LoaderBase):
     def state_dict(self) -> dict[str, Any]:
         """JSON-able position: epoch, batches handed out in it, and the shuffle seed."""
         p = self._progress
+        view = self._view() if self._view is not None else None
+        if view is not None and view._progress.in_epoch:
+            p = view._progress  # a skip_first_batches view of this loader is being iterated
         epoch, yielded = p.epoch, p.yielded if p.in_epoch else p.resume_skip
         try:
             if yielded and yielded >= self._full_len():
@@ -319,9 +320,9 @@ class PreparedDataLoader(_LoaderBase):
                 "a checkpoint taken at the end of an epoch",
             )
 
-    def load_state_dict(self, state: dict[str, Any], from_epoch_start: bool = False) -> None:
-        """Continue at the saved position: the next iteration resumes mid-epoch (with
-        ``from_epoch_start``, at the start of the saved epoch, in its saved order)."""
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue at the saved position: the next iteration resumes mid-epoch, in the saved
+        order (``load_state`` calls it with exact_resume or use_stateful_dataloader on)."""
         self.check_resume(state)
         yielded = int(state.get("batches_yielded", 0))
         if self._seedable is not None and state.get("seed") is not None:
@@ -336,7 +337,6 @@ class PreparedDataLoader(_LoaderBase):
             own.set_state(torch.tensor(state["sampler_generator"], dtype=torch.uint8))
         p = self._progress
         p.epoch, p.resume_skip, p.yielded, p.in_epoch = int(state["epoch"]), yielded, 0, False
-        p.from_epoch_start = from_epoch_start and bool(yielded) and not self.use_stateful_dataloader
         seed = state.get("worker_seed")
         p.resume_seed = None if seed is None or not yielded else int(seed)
         inner = state.get("stateful_dataloader") if self.use_stateful_dataloader else None
@@ -344,12 +344,24 @@ class PreparedDataLoader(_LoaderBase):
         if self._order is not None:
             self._order.replay = state.get("order_rng") if yielded else None
 
+    def resumed_exactly(self) -> None:
+        """Called by ``load_state`` with exact_resume on, after ``load_state_dict``: a skip of
+        the script's own (``skip_first_batches``, or a first resumed batch the loop does no
+        backward on) would skip the batches trained on a second time, and is refused."""
+        self._progress.exact = bool(self._progress.resume_skip)
+
     def skipping(self, num_batches: int) -> PreparedDataLoader:
-        """A view whose next iteration starts ``num_batches`` into the current epoch."""
+        """A view whose next iteration starts ``num_batches`` into the current epoch.
+
+        As in Hugging Face Accelerate, the view counts its own epochs from this loader's:
+        iterating it to the end does not move this loader to the next epoch. While it is
+        being iterated, this loader's ``state_dict`` reports the view's position."""
         view = object.__new__(type(self))
         view.__dict__.update(self.__dict__)
         view._skip_once = int(num_batches)
+        view._progress = copy.copy(self._progress)
         view.progress = LoaderProgress(loader=view)
+        self._view = weakref.ref(view)
         return view
 
     def _start_epoch(self) -> tuple[int, bool]:
@@ -357,15 +369,16 @@ class PreparedDataLoader(_LoaderBase):
         p = self._progress
         resumed = False
         if self._skip_once is not None:
-            # A manual resume (skip_first_batches after load_state) counts from the start of
-            # the restored epoch: it continues that epoch's order, and is not skipped twice.
-            skip, self._skip_once = self._skip_once, None
-            resumed = bool(p.resume_skip)
+            if p.exact:
+                raise skipped_twice(p.resume_skip, f"skip_first_batches(..., {self._skip_once})")
+            # As in Hugging Face Accelerate, the view of a resumed StatefulDataLoader starts
+            # its epoch afresh and skips from there.
+            skip, self._skip_once, p.resume_skip, p.resume_inner = self._skip_once, None, 0, None
         elif p.resume_skip:
-            skip, resumed = (0 if p.from_epoch_start else p.resume_skip), True
+            skip, resumed = p.resume_skip, True
         else:
-            if p.in_epoch:  # the previous iteration was abandoned: move on
-                p.epoch += 1
+            # (an abandoned iteration does not count as an epoch: as in Hugging Face
+            # Accelerate, only one that ran to its end moves the loader to the next)
             skip = 0
         seed = p.resume_seed if resumed else None
         self._restored, self._restored_first = None, {}
@@ -379,7 +392,6 @@ class PreparedDataLoader(_LoaderBase):
                 self._restored_first = {"first": inner["first"]}
         p.inner_state, p.resume_inner = inner, None
         p.resume_skip, p.resume_seed, p.in_epoch, p.yielded = 0, None, True, skip
-        p.from_epoch_start = False
         # A resumed iteration continues an epoch whose start already happened before the
         # save: every process's RNG streams were restored as they were then, so neither the
         # rank-0 copy nor the seed draw of an epoch start may happen again.
@@ -416,7 +428,7 @@ class PreparedDataLoader(_LoaderBase):
                 told.append(obj)
 
     # ------------------------------------------------------------------ iteration
-    def _shares(self, skip: int, resumed: bool) -> Iterator[_Share]:
+    def _shares(self, skip: int, resumed: bool) -> Iterator[Share]:
         """(batch, real samples of its round, is this rank's share empty, is it the epoch's
         last batch, or None where only reading the next one can tell, the StatefulDataLoader's
         state after it or None)."""
@@ -436,10 +448,10 @@ class PreparedDataLoader(_LoaderBase):
             for index, batch in enumerate(self._inner):
                 if index < replay:
                     continue
-                # Without workers each batch is read right after its indices are drawn, so
-                # the sampler knows if it is the last one: the next batch is not read (nor
-                # its random draws made) before the training step on this one.
-                last = sampler.yielded_final if workers == 0 else None
+                # Whether it is the last one is found by reading the next batch before this
+                # one is handed out (mark_last), as Hugging Face Accelerate's loader does: a
+                # dataset or collate_fn that draws random numbers draws them at its moment.
+                last = None
                 snap = None
                 if self.use_stateful_dataloader:
                     snap = {"state": copy.deepcopy(self._inner.state_dict())}
@@ -471,22 +483,34 @@ class PreparedDataLoader(_LoaderBase):
         else:
             assert rounds is not None
             shares = local_shares(rounds, self._rank, skip)
+        # Rounds are read one batch ahead, so each knows if it is the epoch's last, as in
+        # Hugging Face Accelerate's loaders; only an empty share (even_batches off) or a
+        # dropped last round needs the next round read before this one is handed out.
+        known = (self.even_batches or self._world == 1) and not self._drop_last
         for batch, lay in shares:
             start, stop = lay.slice_for(self._rank)
             # (rounds read one batch ahead: the state before that read is after this round)
             snap = None
             if pulls is not None:
                 snap = {"state": copy.deepcopy(pulls.before), "first": memo.get("first")}
-            yield batch, lay.real, stop == start, None, snap
+            yield batch, lay.real, stop == start, lay.last if known else None, snap
 
     def __iter__(self) -> Iterator[Any]:
         skip, resumed = self._start_epoch()
         p, lp = self._progress, self.progress
         self.loop_state.begin(lp)
+        # After continuing mid-epoch by itself, a first batch the loop does no work on is the
+        # script's own skip code (`if i < resume_step: continue`) skipping a second time.
+        watch = self.loop_state.work if resumed and skip and p.exact else None
+        p.exact = False
         try:
             index = skip
             fewer = False
-            for batch, real, short, last, snap in _mark_last(self._shares(skip, resumed)):
+            for batch, real, short, last, snap in mark_last(self._shares(skip, resumed)):
+                if watch is not None and index > skip:
+                    if self.loop_state.work == watch:
+                        raise skipped_twice(skip, "the loop's own skip (no backward on a batch)")
+                    watch = None
                 fewer = fewer or short
                 if self.device is not None:
                     batch = to_device(batch, self.device, self.non_blocking)
@@ -530,36 +554,6 @@ class PreparedDataLoader(_LoaderBase):
             f"batch_size={self.batch_size}, split_batches={self.split_batches}, "
             f"even_batches={self.even_batches}, epoch={self.epoch})"
         )
-
-
-def _mark_last(items: Iterator[_Share]) -> Iterator[tuple[Any, int, bool, bool, Any]]:
-    """(batch, real samples of the epoch's last round, this rank got one batch fewer, is
-    last, the StatefulDataLoader's state after it), filling in an unknown "is last" by
-    reading one item ahead.
-
-    An item whose "is last" is unknown carries "its share is empty" instead: an empty share
-    can only be the epoch's last round (even_batches=False), which this rank then skips, as
-    Hugging Face Accelerate does, making the batch before it the last.
-    """
-    current: Any = next(items, _END)
-    while current is not _END:
-        batch, real, flag, last, snap = current
-        if last is not None:
-            yield batch, real, flag, last, snap
-            current = next(items, _END)
-            continue
-        if flag:  # this rank's only batch would be an empty share: it gets none
-            for _ in items:  # let the round's collectives (dispatch) finish
-                pass
-            return
-        upcoming: Any = next(items, _END)
-        if upcoming is not _END and upcoming[2]:
-            for _ in items:
-                pass
-            yield batch, -1, True, True, snap
-            return
-        yield batch, real, False, upcoming is _END, snap
-        current = upcoming
 
 
 def _needs_index_sync(batch_sampler: Any) -> bool:

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from overdrive import ProjectConfiguration
+from overdrive import DataLoaderConfiguration, ProjectConfiguration
 from overdrive.accelerator import Accelerator
 from overdrive.random_state import set_seed
 
@@ -46,6 +46,7 @@ def build(out: Path, mixed_precision: str) -> tuple[Any, ...]:
         cpu=True,
         mixed_precision=mixed_precision,
         gradient_accumulation_steps=ACCUM,
+        dataloader_config=DataLoaderConfiguration(exact_resume=True),  # overdrive's exact resume
         project_config=ProjectConfiguration(
             project_dir=str(out / "project"), automatic_checkpoint_naming=True, total_limit=2
         ),

@@ -31,7 +31,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reference import train_other_orders, train_reference  # noqa: E402
 from tiny_llama import tiny_llama  # noqa: E402
 
-from overdrive import Accelerator, FullyShardedDataParallelPlugin, ParallelismConfig  # noqa: E402
+from overdrive import (  # noqa: E402
+    Accelerator,
+    DataLoaderConfiguration,
+    FullyShardedDataParallelPlugin,
+    ParallelismConfig,
+)
 
 STEPS, SEQ, VOCAB = 8, 16, 128
 
@@ -69,7 +74,9 @@ def main() -> None:
         kwargs["fsdp_plugin"] = FullyShardedDataParallelPlugin(
             fsdp_version=2, state_dict_type="SHARDED_STATE_DICT"
         )
-    acc = Accelerator(cpu=True, **kwargs)
+    acc = Accelerator(
+        cpu=True, dataloader_config=DataLoaderConfiguration(exact_resume=True), **kwargs
+    )
     g = torch.Generator().manual_seed(5)
     data = TensorDataset(torch.randint(0, VOCAB, (STEPS * args.global_batch, SEQ + 1), generator=g))
 

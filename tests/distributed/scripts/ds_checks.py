@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fsdp_checks import make_data, make_model  # noqa: E402  (the same model and data)
 
+from overdrive import GradientAccumulationPlugin  # noqa: E402
 from overdrive.accelerator import Accelerator  # noqa: E402
 from overdrive.ds.dummies import DummyOptim, DummyScheduler  # noqa: E402
 
@@ -77,7 +78,10 @@ def main() -> None:
     parser.add_argument("--max_norm", type=float, default=0.05)
     parser.add_argument("--dummy", action="store_true")
     args = parser.parse_args()
-    acc = Accelerator()
+    # the trailing partial window scaled to its own mean: overdrive's exact_accumulation
+    acc = Accelerator(
+        gradient_accumulation_plugin=GradientAccumulationPlugin(exact_accumulation=True)
+    )
     world, b = acc.num_processes, 4
     ds = make_data(world * b * BATCHES_PER_EPOCH)
     model = make_model()

@@ -30,7 +30,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from overdrive import SchedulerKwargs
+from overdrive import DataLoaderConfiguration, SchedulerKwargs
 from overdrive.accelerator import Accelerator
 from overdrive.checkpoint import CheckpointError, UnsafeCheckpointError
 from overdrive.checkpoint.serialization import load_tree
@@ -109,7 +109,10 @@ def main() -> None:
     args = parser.parse_args()
     out = Path(args.out)
     once = SchedulerKwargs(once_per_optimizer_step=True)
-    acc = Accelerator(kwargs_handlers=[once] if args.once_per_step else None)
+    exact = DataLoaderConfiguration(exact_resume=True)  # overdrive's exact resume
+    acc = Accelerator(
+        kwargs_handlers=[once] if args.once_per_step else None, dataloader_config=exact
+    )
     model, opt, loader, sched = build(acc)
     facts: dict = {"phase": args.phase, "rank": acc.process_index}
     if args.phase == "one":

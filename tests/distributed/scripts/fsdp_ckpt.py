@@ -69,7 +69,9 @@ def main() -> None:
     p.add_argument("--phase", choices=("full", "resume", "damaged"), required=True)
     args = p.parse_args()
     out = Path(args.out)
-    acc = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(split_batches=True))
+    acc = Accelerator(
+        cpu=True, dataloader_config=DataLoaderConfiguration(split_batches=True, exact_resume=True)
+    )
     g = torch.Generator().manual_seed(3)
     x = torch.randn(STEPS * GLOBAL_BATCH, 5, generator=g)
     ds = TensorDataset(x, x.sum(dim=1, keepdim=True))

@@ -1,5 +1,6 @@
-"""Uninterrupted run, a resume by hand (load_state + skip_first_batches) and an automatic
-resume (load_state alone), each rank writing the sample ids it saw to ``--out``."""
+"""Uninterrupted run, and an automatic resume (load_state alone, with overdrive's
+exact_resume), each rank writing the sample ids it saw to ``--out``; a resume that also skips
+by hand (skip_first_batches) is refused on every rank."""
 
 from __future__ import annotations
 
@@ -10,14 +11,15 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from overdrive import Accelerator, set_seed
+from overdrive import Accelerator, DataLoaderConfiguration, set_seed
+from overdrive.errors import ConfigError
 
 EPOCHS, BATCHES, SAVE_AT = 3, 4, 6  # 16 samples, 2 per rank on 2 ranks: 4 batches an epoch
 
 
 def setup() -> tuple[Accelerator, torch.nn.Module, torch.optim.Optimizer, DataLoader]:
     set_seed(7)
-    acc = Accelerator(cpu=True)
+    acc = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(exact_resume=True))
     model = torch.nn.Linear(3, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     data = TensorDataset(torch.randn(16, 3), torch.arange(16))
@@ -49,7 +51,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     out = parser.parse_args().out
-    seen = {mode: epochs(out / "ckpt", mode) for mode in ("full", "by_hand", "auto")}
+    seen: dict[str, object] = {mode: epochs(out / "ckpt", mode) for mode in ("full", "auto")}
+    try:
+        epochs(out / "ckpt", "by_hand")
+    except ConfigError as refusal:
+        seen["by_hand"] = refusal.key
     rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
     (out / f"seen-{rank}.json").write_text(json.dumps(seen))
 

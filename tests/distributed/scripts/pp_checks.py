@@ -32,7 +32,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reference import train_other_orders, train_reference  # noqa: E402
 from tiny_llama import tiny_llama  # noqa: E402
 
-from overdrive import Accelerator, MegatronLMPlugin, ParallelismConfig  # noqa: E402
+from overdrive import (  # noqa: E402
+    Accelerator,
+    DataLoaderConfiguration,
+    MegatronLMPlugin,
+    ParallelismConfig,
+)
 from overdrive.strategies.pipeline import PipelineParallelStrategy  # noqa: E402
 
 STEPS, SEQ, VOCAB = 10, 8, 128
@@ -132,6 +137,7 @@ def main() -> None:
         cpu=True,
         mixed_precision=args.mixed_precision,
         gradient_accumulation_steps=args.accum,
+        dataloader_config=DataLoaderConfiguration(exact_resume=True),  # overdrive's exact resume
         **layout,
     )
     data = dataset(args.case, STEPS * args.global_batch)

@@ -23,7 +23,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from tiny_llama import tiny_llama  # noqa: E402
 
-from overdrive import Accelerator, FullyShardedDataParallelPlugin, ParallelismConfig  # noqa: E402
+from overdrive import (  # noqa: E402
+    Accelerator,
+    DataLoaderConfiguration,
+    FullyShardedDataParallelPlugin,
+    ParallelismConfig,
+)
 
 STEPS, SEQ, VOCAB, GLOBAL_BATCH = 10, 8, 128, 4
 
@@ -49,7 +54,9 @@ def main() -> None:
         )
     if args.tp:
         kwargs["parallelism_config"] = ParallelismConfig(tp_size=args.tp)
-    acc = Accelerator(cpu=True, **kwargs)
+    acc = Accelerator(
+        cpu=True, dataloader_config=DataLoaderConfiguration(exact_resume=True), **kwargs
+    )
     g = torch.Generator().manual_seed(5)
     data = TensorDataset(torch.randint(0, VOCAB, (STEPS * GLOBAL_BATCH, SEQ), generator=g))
     model = tiny_llama(layers=4, vocab=VOCAB, seq=SEQ)

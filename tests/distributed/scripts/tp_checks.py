@@ -34,7 +34,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reference import train_reference  # noqa: E402
 from tiny_llama import tiny_llama  # noqa: E402
 
-from overdrive import Accelerator, FullyShardedDataParallelPlugin, ParallelismConfig  # noqa: E402
+from overdrive import (  # noqa: E402
+    Accelerator,
+    DataLoaderConfiguration,
+    FullyShardedDataParallelPlugin,
+    ParallelismConfig,
+)
 
 STEPS, SEQ, VOCAB = 10, 8, 128
 MLP_PLAN = {"0": "colwise", "2": "rowwise"}
@@ -107,7 +112,10 @@ def accelerator(args: argparse.Namespace) -> Accelerator:
             state_dict_type="SHARDED_STATE_DICT",
             cpu_ram_efficient_loading=args.efficient,
         )
-    return Accelerator(cpu=True, gradient_accumulation_steps=args.accum, **kwargs)
+    exact = DataLoaderConfiguration(exact_resume=True)  # overdrive's exact resume
+    return Accelerator(
+        cpu=True, gradient_accumulation_steps=args.accum, dataloader_config=exact, **kwargs
+    )
 
 
 def same_batch_in_each_tp_group(acc: Accelerator, batch: torch.Tensor) -> bool:

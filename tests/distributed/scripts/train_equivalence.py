@@ -27,7 +27,12 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from overdrive import ConfigError, DistributedDataParallelKwargs, SchedulerKwargs
+from overdrive import (
+    ConfigError,
+    DistributedDataParallelKwargs,
+    GradientAccumulationPlugin,
+    SchedulerKwargs,
+)
 from overdrive.accelerator import Accelerator
 from overdrive.ops import CollectiveMismatchError
 
@@ -87,7 +92,9 @@ def check_data_parallel(acc: Accelerator) -> None:
 def check_accumulation(world_acc: Accelerator) -> None:
     k, b, micro = 3, 2, 7
     once = SchedulerKwargs(once_per_optimizer_step=True)  # overdrive's own schedule count
-    acc = Accelerator(cpu=True, gradient_accumulation_steps=k, kwargs_handlers=[once])
+    # the trailing partial window scaled to its own mean: overdrive's exact_accumulation
+    plugin = GradientAccumulationPlugin(num_steps=k, exact_accumulation=True)
+    acc = Accelerator(cpu=True, gradient_accumulation_plugin=plugin, kwargs_handlers=[once])
     world = acc.num_processes
     ds = make_data(world * (b * (micro - 1) + 1))  # the last batch is short (and padded)
     model = make_model()

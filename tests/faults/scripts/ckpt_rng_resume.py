@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, WeightedRandomSampler
 
+from overdrive import DataLoaderConfiguration
 from overdrive.accelerator import Accelerator
 from overdrive.kwargs_handlers import DistributedDataParallelKwargs
 from overdrive.random_state import set_seed
@@ -104,6 +105,7 @@ def main() -> None:
     acc = Accelerator(
         cpu=True,
         gradient_accumulation_steps=ACCUM,
+        dataloader_config=DataLoaderConfiguration(exact_resume=True),  # overdrive's exact resume
         rng_types=rng_types or None,
         kwargs_handlers=handlers if args.find_unused else None,
     )

@@ -154,8 +154,15 @@ def check_accumulate(k: int, sync_each_batch: bool = False) -> None:
 
 def check_accumulate_short_last_window() -> None:
     """A prepared loader of 3 micro-batches with k=2 closes its last window after one; the
-    step then equals one on the mean loss of that window's samples."""
-    accelerator = Accelerator(gradient_accumulation_steps=2)
+    step then equals one on that window's mean loss divided by k, as in Hugging Face
+    Accelerate (with ``exact_accumulation``: on the mean loss itself)."""
+    for exact in (False, True):
+        _check_short_last_window(exact)
+
+
+def _check_short_last_window(exact: bool) -> None:
+    plugin = GradientAccumulationPlugin(num_steps=2, exact_accumulation=exact)
+    accelerator = Accelerator(gradient_accumulation_plugin=plugin)
     reference, model = _models(accelerator)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     ref_optimizer = torch.optim.SGD(reference.parameters(), lr=LR)
@@ -176,11 +183,12 @@ def check_accumulate_short_last_window() -> None:
     for window in ([0, 1], [2]):
         x = torch.cat([batches[i][0] for i in window])
         y = torch.cat([batches[i][1] for i in window])
-        mse_loss(reference(x), y).backward()
+        scale = 1.0 if exact else len(window) / 2  # the short window: its sum over k=2
+        (mse_loss(reference(x), y) * scale).backward()
         ref_optimizer.step()
         ref_optimizer.zero_grad()
     for p, q in zip(params_of(model), params_of(reference)):
-        check_close(p, q, "parameters after a short last window")
+        check_close(p, q, f"parameters after a short last window (exact_accumulation={exact})")
 
 
 def main() -> None:

@@ -1,0 +1,132 @@
+"""Run generated programs under Hugging Face Accelerate and under overdrive, and compare.
+
+Three engines run the same ``program.py`` on the same programs:
+
+- ``accelerate``: the real package (the test-only install in ``.compat/site``), one plain
+  process, or ``torchrun`` with ``ACCELERATE_USE_CPU=1`` for a world of 2 on this CPU host;
+- ``overdrive as accelerate``: ``import accelerate`` answered by overdrive
+  (``python -m overdrive.run`` / ``overdrive launch --cpu``);
+- ``overdrive``: the same program importing ``overdrive``.
+
+Every number a program logged must be equal, bitwise, under all three.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+PROGRAM = HERE / "program.py"
+COMPAT_SITE = Path(os.environ.get("OVERDRIVE_COMPAT_SITE", REPO / ".compat" / "site"))
+ENGINES = ("accelerate", "overdrive as accelerate", "overdrive")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _env(folder: Path, with_accelerate: bool) -> dict[str, str]:
+    """The caller's environment without launcher, Accelerate or overdrive variables."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ACCELERATE_", "OVERDRIVE_", "TORCHELASTIC_"))
+        and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "PYTHONPATH")
+    }
+    env["XDG_CACHE_HOME"] = str(folder / "cache")  # no developer's default config file
+    env["HF_HOME"] = str(folder / "hf")
+    env["PYTHONPATH"] = str(COMPAT_SITE) if with_accelerate else ""
+    env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+def command(engine: str, nprocs: int, programs: Path, root: Path) -> list[str]:
+    lib = "overdrive" if engine == "overdrive" else "accelerate"
+    tail = [str(PROGRAM), "--lib", lib, str(programs), "--root", str(root)]
+    py = sys.executable
+    if engine == "accelerate":
+        if nprocs == 1:
+            return [py, *tail]
+        port = str(_free_port())
+        return [py, "-m", "torch.distributed.run", "--nproc_per_node", str(nprocs),
+                "--master_addr", "127.0.0.1", "--master_port", port, *tail]  # fmt: skip
+    if nprocs == 1:
+        return [py, "-m", "overdrive.run", *tail]
+    return [py, "-m", "overdrive", "launch", "--cpu", "--num_processes", str(nprocs), *tail]
+
+
+def run_engine(
+    engine: str, programs: list[dict[str, Any]], nprocs: int, timeout: float = 1800
+) -> dict[int, dict[str, Any]]:
+    """Each program's result under ``engine`` (id -> result; a crash of the whole run gives
+    every missing program an error result)."""
+    with tempfile.TemporaryDirectory(prefix="differential-") as tmp:
+        folder = Path(tmp)
+        listing = folder / "programs.json"
+        listing.write_text(json.dumps(programs))
+        root = folder / "runs"
+        root.mkdir()
+        env = _env(folder, with_accelerate=engine == "accelerate")
+        if engine == "accelerate" and nprocs > 1:
+            env["ACCELERATE_USE_CPU"] = "1"
+        done = subprocess.run(
+            command(engine, nprocs, listing, root), cwd=REPO, env=env, capture_output=True,
+            text=True, timeout=timeout,
+        )  # fmt: skip
+    results: dict[int, dict[str, Any]] = {}
+    for line in done.stdout.splitlines():
+        if line.startswith("RESULT "):
+            result = json.loads(line[len("RESULT ") :])
+            results[int(result["id"])] = result
+    for p in programs:
+        results.setdefault(
+            int(p["id"]),
+            {"id": p["id"], "error": "run ended", "detail": done.stderr[-1500:]},
+        )
+    return results
+
+
+def outcome(result: dict[str, Any]) -> Any:
+    """What is compared: every logged number, or the kind of error."""
+    return result.get("log", {"error": result.get("error")})
+
+
+def differences(results: dict[str, dict[int, dict[str, Any]]], pid: int) -> list[str]:
+    """For program ``pid``: which engines differ from Accelerate, and where first."""
+    reference = outcome(results["accelerate"][pid])
+    out = []
+    for engine in ENGINES[1:]:
+        got = outcome(results[engine][pid])
+        if got != reference:
+            out.append(f"{engine}: {first_difference(reference, got)}")
+    return out
+
+
+def first_difference(a: Any, b: Any) -> str:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            if a.get(key) != b.get(key):
+                return f"{key}: {first_difference(a.get(key), b.get(key))}"
+    if isinstance(a, list) and isinstance(b, list):
+        for i, (x, y) in enumerate(zip(a, b)):
+            if x != y:
+                return f"[{i}] {first_difference(x, y)}"
+        if len(a) != len(b):
+            return f"length {len(a)} vs {len(b)}"
+    return f"accelerate {json.dumps(a)[:300]} vs {json.dumps(b)[:300]}"
+
+
+def run_all(
+    programs: list[dict[str, Any]], nprocs: int, engines: tuple[str, ...] = ENGINES
+) -> dict[str, dict[int, dict[str, Any]]]:
+    return {engine: run_engine(engine, programs, nprocs) for engine in engines}

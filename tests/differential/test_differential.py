@@ -1,0 +1,90 @@
+"""Generated programs give Hugging Face Accelerate's numbers under overdrive, bitwise.
+
+Each world size runs one list per engine (the real package from ``.compat/site``, overdrive
+answering to ``import accelerate``, and ``import overdrive``): the named cases below, a fixed
+slice of the grammar's programs, and every kept regression. ``make differential`` runs
+hundreds more (``python -m tests.differential.run``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.differential import grammar, runner
+
+HERE = Path(__file__).resolve().parent
+REGRESSIONS = HERE / "regressions"
+
+
+def _named(pid: int, **choices: Any) -> dict[str, Any]:
+    return dict(grammar.DEFAULTS, id=pid, **choices)
+
+
+# Cases a user met where the same script trained differently (ids 9000+).
+NAMED = {
+    # resume mid-epoch with the usual skip idioms and with none, shuffled, dropout on
+    "manual skip after load_state": _named(
+        9001, n=12, epochs=2, shuffle=True, dropout=0.2, resume_at=3, resume_skip="manual"
+    ),
+    "skip_first_batches after load_state": _named(
+        9002,
+        n=12,
+        epochs=2,
+        shuffle=True,
+        resume_at=4,
+        steps_after_save=1,
+        resume_skip="skip_first_batches",
+    ),  # fmt: skip
+    "the data order after load_state": _named(
+        9003, n=12, epochs=2, shuffle=True, resume_at=3, steps_after_save=2
+    ),
+    # a collator and a dataset that draw from the global generator, and dropout in the body
+    "when the loader draws": _named(
+        9004, n=10, epochs=2, shuffle=True, noisy_data=True, noisy_collate=True, dropout=0.2
+    ),
+    # 5 batches, 3 per window: the last window is short
+    "the short last accumulation window": _named(9005, n=10, accum=3, clip="norm"),
+    "the short last window, by hand": _named(9006, n=10, accum=3, use_accumulate=False),
+}
+
+FIXED = {1: range(0, 24), 2: range(0, 8)}
+
+
+def _regressions(nprocs: int) -> list[dict[str, Any]]:
+    found = []
+    for path in sorted(REGRESSIONS.glob("*.json")):
+        case = json.loads(path.read_text())
+        if case["nprocs"] == nprocs:
+            found.append(dict(case["program"], id=10_000 + len(found)))
+    return found
+
+
+def _programs(nprocs: int) -> list[dict[str, Any]]:
+    named = list(NAMED.values()) if nprocs == 1 else []
+    generated = [dict(grammar.generate(s, nprocs), id=s) for s in FIXED[nprocs]]
+    return named + generated + _regressions(nprocs)
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("nprocs", [1, 2])
+def test_generated_programs_give_accelerates_numbers(nprocs: int) -> None:
+    programs = _programs(nprocs)
+    results = runner.run_all(programs, nprocs)
+    reference = results["accelerate"]
+    broken = [r for r in reference.values() if r.get("error") == "run ended"]
+    assert not broken, f"Hugging Face Accelerate's own run ended early: {broken[0]['detail']}"
+    divergent = {}
+    for p in programs:
+        found = runner.differences(results, int(p["id"]))
+        if found:
+            choices = {k: v for k, v in p.items() if grammar.DEFAULTS.get(k) != v}
+            divergent[p["id"]] = (choices, found)
+    assert not divergent, json.dumps(divergent, indent=1)[:6000]
+    # the programs trained: each logged losses, and the resumed ones resumed
+    ran = [r for r in reference.values() if "log" in r]
+    assert len(ran) >= len(programs) - 2
+    assert any(r["log"].get("weights_resumed") for r in ran)
