@@ -48,3 +48,14 @@ def test_an_accelerators_state_answers_as_accelerator_state() -> None:
     assert plain.num_processes == 1
     Accelerator(cpu=True)
     assert accelerator.num_processes == 1
+
+
+def test_an_accelerators_state_holds_its_precision_and_plugins_as_accelerate_state_does() -> None:
+    accelerator = Accelerator(cpu=True, mixed_precision="bf16")
+    assert accelerator.state.mixed_precision == "bf16"
+    assert accelerator.state.fsdp_plugin is None and accelerator.state.deepspeed_plugin is None
+    with pytest.raises(AttributeError, match="'AcceleratorState' object has no attribute 'x'"):
+        accelerator.state.x  # noqa: B018
+    AcceleratorState._reset_state()
+    with pytest.raises(AttributeError, match="_reset_state"):
+        accelerator.state.mixed_precision  # noqa: B018
