@@ -13,14 +13,57 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+import torch
 from torch import nn
+
+from overdrive.checkpoint.records import StateDict
 
 if TYPE_CHECKING:
     from overdrive.accumulation import GradientState
     from overdrive.plugins import ProjectConfiguration
     from overdrive.precision import Precision
     from overdrive.prepared import Prepared
-    from overdrive.strategies.base import Strategy
+
+
+class CheckpointedStrategy(Protocol):
+    """What checkpoint code reads of the strategy (``overdrive.strategies.base.Strategy``
+    is one): its state dicts and what it says of the checkpoints it writes and reads."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def state_whole_on_every_process(self) -> bool: ...
+
+    @property
+    def checkpoints_mid_window(self) -> bool: ...
+
+    @property
+    def optimizer_state_by_name(self) -> bool | None: ...
+
+    @property
+    def optimizer_holds_a_part(self) -> bool: ...
+
+    @property
+    def sharded_checkpoints(self) -> bool: ...
+
+    @property
+    def loads_in_slices(self) -> bool: ...
+
+    def state_dict(
+        self, obj: nn.Module | torch.optim.Optimizer, *, sharded: bool = False
+    ) -> StateDict: ...
+
+    def load_state_dict(
+        self,
+        obj: nn.Module | torch.optim.Optimizer,
+        state: StateDict,
+        *,
+        sharded: bool = False,
+        strict: bool = True,
+    ) -> object: ...
+
+    def checkpoint_names(self) -> dict[int, str]: ...
 
 
 class RunState(Protocol):
@@ -44,7 +87,6 @@ class RunState(Protocol):
 class CheckpointHost(Protocol):
     """What ``save_state`` / ``load_state`` and the model-file helpers need of the run."""
 
-    strategy: Strategy
     precision: Precision
     project_configuration: ProjectConfiguration
     gradient_state: GradientState
@@ -52,6 +94,9 @@ class CheckpointHost(Protocol):
     # The exact_resume setting: load_state continues prepared loaders mid-epoch and restores
     # an open window's gradients (off: Hugging Face Accelerate's load_state, which does not).
     exact_resume: bool
+
+    @property
+    def strategy(self) -> CheckpointedStrategy: ...
 
     @property
     def state(self) -> RunState: ...

@@ -11,9 +11,26 @@ length cannot say it ahead; that window keeps DeepSpeed's 1/k and a warning says
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
-from overdrive.strategies.base import TrainingLoop
+if TYPE_CHECKING:
+    from overdrive.accumulation import GradientState
+    from overdrive.data.loader import PreparedDataLoader
+    from overdrive.loop_state import LoopState
+
+
+class TrainingLoop(Protocol):
+    """What the window reads of the loop (the strategies' ``TrainingLoop`` is one)."""
+
+    @property
+    def gradient_state(self) -> GradientState: ...
+
+    @property
+    def loop_state(self) -> LoopState: ...
+
+    @property
+    def dataloaders(self) -> Sequence[PreparedDataLoader]: ...
 
 
 class WindowScale:
