@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import torch
 from torch.nn.functional import mse_loss
 
-from overdrive import Accelerator
+from overdrive.accelerator import Accelerator
 
 BATCH_PER_PROCESS = 2
 FEATURES = 4

@@ -11,12 +11,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import overdrive
 from overdrive.alias import engine_line
 from overdrive.cli.flags import add_flag
 from overdrive.config import load_settings
 from overdrive.config.sources import config_in_use
 from overdrive.errors import ConfigError
+from overdrive.version import __version__
 
 OPTIONAL_BACKENDS = ("deepspeed", "tensorboard", "mlflow", "wandb", "transformers", "torchao")
 
@@ -136,7 +136,7 @@ def report(config_file: str | None = None) -> str:
     """The full report as text."""
 
     lines = [
-        f"overdrive: {overdrive.__version__}",
+        f"overdrive: {__version__}",
         f"Python: {platform.python_version()} ({sys.executable})",
         f"platform: {platform.platform()}",
         *_torch_lines(),
