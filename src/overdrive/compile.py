@@ -8,9 +8,9 @@ from typing import Any
 
 import torch
 
+from overdrive.compile_regions import compile_regions_fsdp2
 from overdrive.config.settings import Settings
 from overdrive.errors import ConfigError
-from overdrive.parallel.regional_compile import compile_regions_fsdp2
 
 BACKEND = "dynamo_config.dynamo_backend"
 MODE = "dynamo_config.dynamo_mode"

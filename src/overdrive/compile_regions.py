@@ -2,7 +2,9 @@
 transformer's layers) on its own, so one compiled graph serves every block, and the rest of
 the model separately. Cuts the cold start of ``torch.compile`` on large models.
 
-The in-place variant for FSDP2 lives in ``overdrive.parallel.regional_compile``.
+``compile_regions_fsdp2`` is the in-place variant: each repeated block compiled in place, so
+hooks that ``fully_shard`` adds afterwards still run around every block (the chain's
+regional compile step, ``overdrive.compile``).
 """
 
 from __future__ import annotations
@@ -13,8 +15,6 @@ from typing import Any
 
 import torch
 from torch import nn
-
-from overdrive.parallel.regional_compile import has_repeated_blocks, is_repeated_blocks
 
 
 def _optimized_module() -> type | None:
@@ -83,3 +83,35 @@ def compile_regions_deepspeed(module: nn.Module, **compile_kwargs: Any) -> None:
             compile_regions_deepspeed(child, **compile_kwargs)
     else:
         module.compile(**compile_kwargs)
+
+
+def is_repeated_blocks(module: nn.Module) -> bool:
+    """An ``nn.ModuleList`` of one or more modules, all of the first one's class."""
+    return (
+        isinstance(module, nn.ModuleList)
+        and len(module) > 0
+        and all(isinstance(m, type(module[0])) for m in module)
+    )
+
+
+def has_repeated_blocks(module: nn.Module) -> bool:
+    """Whether ``module`` holds repeated blocks at any depth."""
+    return bool(module._modules) and any(is_repeated_blocks(m) for m in module.modules())
+
+
+def compile_regions_fsdp2(module: nn.Module, **compile_kwargs: Any) -> nn.Module:
+    """Compile ``module``'s repeated blocks (each block with ``nn.Module.compile``, in place),
+    recursing into children that hold some; a module without any is compiled whole, in place.
+
+    In place, unlike ``torch.compile(module)``: the module keeps its own ``__call__``, so
+    FSDP2's pre- and post-forward hooks installed later still fire. Returns ``module``.
+    """
+    if is_repeated_blocks(module):
+        for block in module.children():
+            block.compile(**compile_kwargs)
+    elif has_repeated_blocks(module):
+        for child in module.children():
+            compile_regions_fsdp2(child, **compile_kwargs)
+    else:
+        module.compile(**compile_kwargs)
+    return module

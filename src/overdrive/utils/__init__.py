@@ -79,7 +79,7 @@ _LAZY = {
     "fsdp2_prepare_model": "overdrive.utils.fsdp_utils",
     "fsdp2_switch_optimizer_parameters": "overdrive.utils.fsdp_utils",
     "get_fsdp2_grad_scaler": "overdrive.utils.fsdp_utils",
-    "compile_regions_fsdp2": "overdrive.parallel.regional_compile",
+    "compile_regions_fsdp2": "overdrive.compile_regions",
     # device maps and unwrapping (transformers imports these)
     "get_max_memory": "overdrive.utils.modeling",
     "get_balanced_memory": "overdrive.utils.modeling",

@@ -17,15 +17,13 @@ from overdrive.checkpoint.serialization import WEIGHTS_ONLY_GLOBALS, load_weight
 from overdrive.compile_regions import (
     compile_regions,
     compile_regions_deepspeed,
-    has_compiled_regions,
-    is_compiled_module,
-)
-from overdrive.launch.ports import free_port
-from overdrive.parallel.regional_compile import (
     compile_regions_fsdp2,
+    has_compiled_regions,
     has_repeated_blocks,
+    is_compiled_module,
     is_repeated_blocks,
 )
+from overdrive.launch.ports import free_port
 from overdrive.precision.autocast import AutocastForward
 from overdrive.process_state import current_partial_state
 from overdrive.tensor_files import shared_storage_ties
