@@ -12,6 +12,8 @@ import sys
 from collections.abc import Collection
 from pathlib import Path
 
+from tests.unit.test_faces_and_engine import COMPOSITION_ROOTS, is_face
+
 SRC = Path(__file__).resolve().parents[2] / "src"
 MAX_LINES = 600
 
@@ -143,6 +145,28 @@ def test_the_cycle_check_counts_deferred_imports_and_names_from_a_package_init()
     assert "overdrive.config.load" in import_graph()["overdrive.config"]
 
 
+def rooms_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The engine's rooms: each package and each module at the top of ``overdrive``, with an
+    arrow where some module of one imports one of the other. Faces and the composition roots
+    are left out: they mirror Hugging Face Accelerate's modules, which import each other."""
+
+    def room(module: str) -> str:
+        return module.split(".")[1] if "." in module else ""
+
+    rooms: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        name = room(module)
+        if is_face(name) or name in COMPOSITION_ROOTS:
+            continue
+        arrows = rooms.setdefault(name, set())
+        arrows.update(room(t) for t in targets if room(t) != name)
+    return {name: arrows & rooms.keys() for name, arrows in rooms.items()}
+
+
+def test_no_circle_between_the_engines_packages() -> None:
+    assert cycles(rooms_graph(import_graph())) == []
+
+
 def test_an_import_runs_the_init_of_each_package_above_it() -> None:
     packages = {"overdrive", "overdrive.a", "overdrive.a.b"}
     # overdrive.x imports overdrive.a.b.c: overdrive/a and overdrive/a/b run first
@@ -154,6 +178,9 @@ def test_an_import_runs_the_init_of_each_package_above_it() -> None:
     assert packages_run_first("overdrive.a.y", "overdrive.a.b.c", packages) == {"overdrive.a.b"}
     # strategies/base.py imports overdrive.parallel.chain, which runs overdrive/parallel first
     assert "overdrive.parallel" in import_graph()["overdrive.strategies.base"]
+    # rooms: a package is one, whichever of its modules an arrow starts or ends at
+    rooms = rooms_graph({"overdrive.a.x": {"overdrive.b"}, "overdrive.b": {"overdrive.a.y"}})
+    assert rooms == {"a": {"b"}, "b": {"a"}} and cycles(rooms) == [["a", "b"]]
 
 
 # Modules whose import needs a package an extra installs (``pip install overdrive[...]``):

@@ -10,8 +10,7 @@ import torch
 from torch import nn
 
 from overdrive.checkpoint import CheckpointError
-from overdrive.checkpoint.shards import LocalShard
-from overdrive.parallel.pipeline_checkpoint import (
+from overdrive.checkpoint.pipeline_stage import (
     load_stage_optimizer,
     load_whole_optimizer,
     stage_model_state,
@@ -19,6 +18,7 @@ from overdrive.parallel.pipeline_checkpoint import (
     whole_model_state,
     whole_optimizer_state,
 )
+from overdrive.checkpoint.shards import LocalShard
 
 
 def _stage() -> tuple[nn.Sequential, torch.optim.Optimizer, dict[int, str]]:

@@ -21,13 +21,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from overdrive.errors import ConfigError, OverdriveError
-from overdrive.parallel.chain import Chain, parallelize
-from overdrive.parallel.fill_from_main import broadcast_from_main
-from overdrive.parallel.grad_norm import total_norm
-from overdrive.parallel.layout import ParallelLayout
-from overdrive.parallel.pipeline import LossFn, Stage, split_model
-from overdrive.parallel.pipeline_checkpoint import (
+from overdrive.checkpoint.pipeline_stage import (
     load_stage_optimizer,
     load_whole_optimizer,
     stage_model_state,
@@ -35,6 +29,12 @@ from overdrive.parallel.pipeline_checkpoint import (
     whole_model_state,
     whole_optimizer_state,
 )
+from overdrive.errors import ConfigError, OverdriveError
+from overdrive.parallel.chain import Chain, parallelize
+from overdrive.parallel.fill_from_main import broadcast_from_main
+from overdrive.parallel.grad_norm import total_norm
+from overdrive.parallel.layout import ParallelLayout
+from overdrive.parallel.pipeline import LossFn, Stage, split_model
 from overdrive.parallel.pipeline_loss import LossChannel
 from overdrive.parallel.rebind import named_params, rebind, replacement_map
 from overdrive.parallel.topology import Topology
