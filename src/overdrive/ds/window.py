@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from overdrive.loop_state import LoopState
 
 
-class TrainingLoop(Protocol):
+class LoopView(Protocol):
     """What the window reads of the loop (the strategies' ``TrainingLoop`` is one)."""
 
     @property
@@ -43,7 +43,7 @@ class WindowScale:
         self._expected: int | None = None  # its length, as known at its first micro-batch
         self._warned = False
 
-    def factor(self, loop: TrainingLoop) -> float:
+    def factor(self, loop: LoopView) -> float:
         """Call once per backward, before it (the gradient state has advanced)."""
         gs = loop.gradient_state
         k = gs.num_steps
@@ -72,7 +72,7 @@ class WindowScale:
         )
 
 
-def batches_left(loop: TrainingLoop) -> int | None:
+def batches_left(loop: LoopView) -> int | None:
     """Batches of the active prepared loader from the current one on (None: unknown)."""
     active = loop.loop_state.active
     if active is None:
