@@ -411,17 +411,9 @@ class PartialState:
         return state
 
     def __getattr__(self, name: str) -> Any:
-        if (
-            name in _ACCELERATOR_STATE_ATTRIBUTES
-            and state_reset.face(self) == state_reset.ACCELERATOR
-        ):
-            # An Accelerator's state answers as Hugging Face Accelerate's AcceleratorState,
-            # which also holds the precision and the plugins.
-            state_reset.check(self, name)
-            accelerator = current_accelerator()
-            if accelerator is not None and accelerator.state is self:
-                return getattr(accelerator, name, None)
-        raise state_reset.missing(self, name)  # Hugging Face Accelerate's words, after a reset too
+        # Hugging Face Accelerate's words, after a reset too; an Accelerator's state also
+        # answers its precision and plugins, as Accelerate's AcceleratorState does.
+        return state_reset.attribute(self, name, current_accelerator)
 
     def destroy_process_group(self) -> None:
         """Destroy the default process group if this object created it."""
@@ -429,12 +421,6 @@ class PartialState:
             dist.destroy_process_group()
         self._created_group = False
         self._backend = None
-
-
-# What Hugging Face Accelerate's AcceleratorState holds beyond its PartialState.
-_ACCELERATOR_STATE_ATTRIBUTES = frozenset(
-    {"mixed_precision", "deepspeed_plugin", "fsdp_plugin", "megatron_lm_plugin", "dynamo_plugin"}
-)
 
 
 def _reset_partial_state(reset_partial_state: bool = False) -> None:

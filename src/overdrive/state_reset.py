@@ -115,6 +115,24 @@ def missing(state: Any, name: str) -> AttributeError:
     return AttributeError(f"'{as_class}' object has no attribute '{name}'")
 
 
+# What Hugging Face Accelerate's AcceleratorState holds beyond its PartialState.
+ACCELERATOR_ONLY = frozenset(
+    {"mixed_precision", "deepspeed_plugin", "fsdp_plugin", "megatron_lm_plugin", "dynamo_plugin"}
+)
+
+
+def attribute(state: Any, name: str, current_accelerator: Callable[[], Any]) -> Any:
+    """``state.name`` for a name the state object lacks: an Accelerator's state answers what
+    Hugging Face Accelerate's ``AcceleratorState`` holds besides (read off that accelerator);
+    anything else is ``missing``."""
+    if name in ACCELERATOR_ONLY and face(state) == ACCELERATOR:
+        check(state, name)
+        accelerator = current_accelerator()
+        if accelerator is not None and accelerator.state is state:
+            return getattr(accelerator, name, None)
+    raise missing(state, name)
+
+
 def guarded(name: str, prop: property) -> property:
     """``prop`` refusing its read after a reset, as the attribute ``name``."""
     getter: Callable[[Any], Any] = prop.fget  # type: ignore[assignment]

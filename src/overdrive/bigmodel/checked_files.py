@@ -95,7 +95,7 @@ class CheckedFile:
         after (read straight into the tensor's memory: no second copy)."""
         self.check()
         data = torch.empty(length, dtype=torch.uint8)
-        view = memoryview(data.numpy()) if length else memoryview(b"")
+        view = memoryview(data.numpy().data) if length else memoryview(b"")
         done = 0
         while done < length:
             got = os.preadv(self._fd, [view[done:]], offset + done)
