@@ -186,6 +186,10 @@ def handle(args: argparse.Namespace) -> int:
         rank_prefix=False if args.no_rank_prefix else None,
         log_dir=_log_dir(args, settings["project_dir"]),
     )
+    if getattr(args, "simulate", False):
+        from overdrive.simulate.launch import run_simulation
+
+        return run_simulation(plan, args.simulate_ranks, args.simulate_json, args.simulate_steps)
     plan = ports.settle_port(plan)
     if args.dry_run:
         print(dry_run_text(plan, show_all=verbose))

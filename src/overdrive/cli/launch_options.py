@@ -134,6 +134,15 @@ LAUNCHER_OPTIONS = (
     LaunchOption("verbose", "also the banner, the effective settings, notes and the agent's "
                  "logs (the verbose setting; also OVERDRIVE_VERBOSE=1)", short="-v",
                  switch=True, exclusive="noise"),
+    LaunchOption("simulate", "start no workers: run the script as chosen ranks of the planned "
+                 "world, one process each, on a fake process group, and report each rank's "
+                 "memory and collectives per step (docs/simulate.md)", switch=True),
+    LaunchOption("simulate_ranks", "with --simulate: the ranks to run (default 0,-1: the first "
+                 "and the last)", metavar="R,R"),
+    LaunchOption("simulate_steps", "with --simulate: optimizer steps before the script is "
+                 "stopped", type=int, default=2, metavar="N"),
+    LaunchOption("simulate_json", "with --simulate: also write the report as JSON to FILE",
+                 metavar="FILE"),
 )  # fmt: skip
 """The launcher's own options (how to launch, not what the workers run with)."""
 

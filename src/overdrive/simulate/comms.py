@@ -1,0 +1,97 @@
+"""Count the collectives a process issues, with their bytes, at the dispatcher.
+
+Every ``torch.distributed`` collective, DDP's C++ reducer and FSDP2's included, reaches the
+dispatcher as a ``c10d`` operator (``c10d.allreduce_``, ``c10d._allgather_base_``, ...), and
+the functional collectives as ``_c10d_functional`` ones; so one mode counts the same calls on
+a real process group and on a fake one.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+KINDS = {
+    "allreduce_": "all_reduce",
+    "all_reduce": "all_reduce",
+    "allreduce_coalesced_": "all_reduce",
+    "_allgather_base_": "all_gather",
+    "allgather_": "all_gather",
+    "allgather_into_tensor_coalesced_": "all_gather",
+    "all_gather_into_tensor": "all_gather",
+    "all_gather_into_tensor_coalesced": "all_gather",
+    "allgather_coalesced_": "all_gather",
+    "_reduce_scatter_base_": "reduce_scatter",
+    "reduce_scatter_": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced_": "reduce_scatter",
+    "reduce_scatter_tensor": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter",
+    "broadcast_": "broadcast",
+    "broadcast": "broadcast",
+    "alltoall_": "all_to_all",
+    "alltoall_base_": "all_to_all",
+    "all_to_all_single": "all_to_all",
+    "reduce_": "reduce",
+    "gather_": "gather",
+    "scatter_": "scatter",
+    "send": "send",
+    "recv_": "recv",
+    "barrier": "barrier",
+}
+"""Operator name (``c10d`` or ``_c10d_functional`` namespace) -> the kind it is reported as."""
+
+
+def _input_bytes(name: str, args: tuple[Any, ...]) -> int:
+    """The bytes one rank contributes: the first argument's tensors (the input of a
+    collective, the in-place buffer of an all-reduce or broadcast); for an all-gather the
+    input is the second argument in the c10d form (output first)."""
+    source = args[1] if name in ("_allgather_base_", "allgather_", "allgather_coalesced_",
+                                 "allgather_into_tensor_coalesced_") else args[0]  # fmt: skip
+    if name in ("_reduce_scatter_base_", "reduce_scatter_", "reduce_scatter_tensor_coalesced_"):
+        source = args[1]
+    return sum(t.numel() * t.element_size() for t in tree_leaves(source) if _is_tensor(t))
+
+
+def _is_tensor(value: Any) -> bool:
+    return isinstance(value, torch.Tensor)
+
+
+class CollectiveCounter(TorchDispatchMode):
+    """While active, counts each collective by kind: ``counts[kind]`` calls and
+    ``sizes[kind]`` bytes sent into them by this rank."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: Counter[str] = Counter()
+        self.sizes: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        namespace = getattr(func, "namespace", "")
+        if namespace in ("c10d", "_c10d_functional"):
+            name = func._schema.name.split("::", 1)[-1]
+            kind = KINDS.get(name)
+            if kind is not None:
+                self.counts[kind] += 1
+                self.sizes[kind] += _input_bytes(name, args)
+        return func(*args, **(kwargs or {}))
+
+    def snapshot(self) -> dict[str, dict[str, int]]:
+        """Kind -> {"count", "bytes"} so far."""
+        return {k: {"count": self.counts[k], "bytes": self.sizes[k]} for k in sorted(self.counts)}
+
+
+def difference(
+    later: dict[str, dict[str, int]], earlier: dict[str, dict[str, int]]
+) -> dict[str, dict[str, int]]:
+    """The collectives between two snapshots (kinds with none left out)."""
+    out = {}
+    for kind, now in later.items():
+        before = earlier.get(kind, {"count": 0, "bytes": 0})
+        count = now["count"] - before["count"]
+        if count:
+            out[kind] = {"count": count, "bytes": now["bytes"] - before["bytes"]}
+    return out

@@ -1,0 +1,158 @@
+"""The pieces that let an unchanged script run as one rank of a large world in one process:
+a fake process group, tensors without storage, and the few places where PyTorch needs help
+with them.
+
+- ``FakeTensorMode`` gives every tensor the script creates a shape, dtype and device but no
+  storage; real tensors that reach it (made before it started) are taken as inputs.
+- A value the code reads (``tensor.item()``, ``bool(tensor)``) does not exist; ``Scalars``
+  answers 0 for integers, ``False`` for booleans and 1.0 for floating point (1.0, not 0.0:
+  an optimizer's step counter is a float tensor, and a bias correction of ``1 - beta**0``
+  would divide by zero).
+- ``Module.to`` on a module of fake tensors swaps every parameter even when nothing changes,
+  which PyTorch refuses for tensors that others reference; moves that change nothing are
+  skipped here.
+- DDP checks parameter shapes across processes by reading values, and its built-in
+  all-reduce reads a result the fake group does not produce: see ``_ddp_on_fake_tensors``.
+- ``DeviceMesh`` builds its rank table with tensor operations that need values: it is built
+  outside the fake mode (it is small and holds no model data).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+class Scalars(TorchDispatchMode):
+    """Answers reads of a tensor's value (which fake tensors lack) with a fixed value."""
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func in (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.item.default):
+            dtype = args[0].dtype
+            if dtype == torch.bool:
+                return False
+            return 1.0 if dtype.is_floating_point or dtype.is_complex else 0
+        return func(*args, **(kwargs or {}))
+
+
+def _outside_fake(function: Callable[..., Any]) -> Callable[..., Any]:
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with unset_fake_temporarily():
+            return function(*args, **kwargs)
+
+    return wrapper
+
+
+def _apply_skipping_no_ops(original: Callable[..., Any]) -> Callable[..., Any]:
+    def _apply(self: torch.nn.Module, fn: Callable[..., Any], recurse: bool = True) -> Any:
+        if recurse:
+            for child in self.children():
+                child._apply(fn)
+        own = [t for t in (*self._parameters.values(), *self._buffers.values()) if t is not None]
+        with torch.no_grad():
+            if all(fn(t) is t for t in own):
+                return self
+        return original(self, fn, recurse=False)
+
+    return _apply
+
+
+@contextlib.contextmanager
+def _patched(owner: Any, name: str, replacement: Any) -> Iterator[None]:
+    original = getattr(owner, name)
+    setattr(owner, name, replacement)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+def _all_reduce_hook(state: Any, bucket: Any) -> torch.futures.Future[torch.Tensor]:
+    """DDP's all-reduce of one gradient bucket, issued from Python: the fake group's work
+    carries no result for DDP's built-in hook to read."""
+    buffer = bucket.buffer()
+    dist.all_reduce(buffer)
+    future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    future.set_result(buffer)
+    return future
+
+
+# DDP checks a hook's annotations as objects (this module's are strings).
+_all_reduce_hook.__annotations__ = {
+    "state": object,
+    "bucket": dist.GradBucket,
+    "return": torch.futures.Future[torch.Tensor],
+}
+
+
+class _NoRebuild:
+    """DDP's reducer, except that it keeps its first buckets: rebuilding them (in the second
+    iteration) exchanges bucket indices by value."""
+
+    def __init__(self, reducer: Any) -> None:
+        self._reducer = reducer
+
+    def _rebuild_buckets(self) -> bool:
+        return False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._reducer, name)
+
+
+@contextlib.contextmanager
+def _ddp_on_fake_tensors() -> Iterator[None]:
+    """DDP with fake parameters: no cross-process shape check (it reads values), each bucket
+    all-reduced by ``_all_reduce_hook`` (so a script's own comm hook is refused), and the
+    first iteration's buckets kept (``_NoRebuild``)."""
+    import torch.nn.parallel.distributed as ddp
+
+    original_init = ddp.DistributedDataParallel.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        self.register_comm_hook(None, _all_reduce_hook)
+        self.reducer = _NoRebuild(self.reducer)
+
+    with (
+        _patched(ddp, "_verify_param_shape_across_processes", lambda *a, **k: None),
+        _patched(ddp.DistributedDataParallel, "__init__", init),
+    ):
+        yield
+
+
+@contextlib.contextmanager
+def fake_world(rank: int, world_size: int) -> Iterator[None]:
+    """Inside: a fake process group of ``world_size`` with this process as ``rank``, and
+    every new tensor a fake one. The group is destroyed on the way out."""
+    import torch.distributed.device_mesh as device_mesh
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
+    mesh = device_mesh.DeviceMesh
+    try:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(
+                _patched(torch.nn.Module, "_apply", _apply_skipping_no_ops(torch.nn.Module._apply))
+            )
+            init = device_mesh.init_device_mesh
+            stack.enter_context(_patched(device_mesh, "init_device_mesh", _outside_fake(init)))
+            for name in ("__getitem__", "_flatten"):
+                if hasattr(mesh, name):
+                    stack.enter_context(_patched(mesh, name, _outside_fake(getattr(mesh, name))))
+            stack.enter_context(_ddp_on_fake_tensors())
+            stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
+            stack.enter_context(Scalars())
+            yield
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -1,0 +1,70 @@
+"""``overdrive launch --simulate``: each chosen rank of the planned world in its own process
+(``overdrive.simulate.worker``), one after the other, then the report."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+from overdrive.errors import LaunchError
+from overdrive.launch.plan import LaunchPlan
+from overdrive.simulate.ranks import choose_ranks
+from overdrive.simulate.report import text
+
+DEFAULT_STEPS = 2
+WORKER = "overdrive.simulate.worker"
+
+
+def rank_environment(plan: LaunchPlan, rank: int) -> dict[str, str]:
+    """The environment the real launch gives ``rank`` (on its machine), for one process."""
+    per_machine = plan.nproc_per_node
+    env = {**os.environ, **plan.shared_env(), **plan.rank_env(rank % per_machine)}
+    env.update(RANK=str(rank), GROUP_RANK=str(rank // per_machine))
+    env.pop("OMP_NUM_THREADS", None)
+    return env
+
+
+def simulate_plan(
+    plan: LaunchPlan, ranks: str | None = None, steps: int = DEFAULT_STEPS
+) -> list[dict[str, Any]]:
+    """Simulate the chosen ranks of ``plan``'s world; one report per rank."""
+    if steps < 1:
+        raise LaunchError(
+            f"--simulate_steps must be 1 or more, got {steps}\n  fix: pass --simulate_steps 2"
+        )
+    reports = []
+    entry = ["-m", plan.target] if plan.is_module else [plan.target]
+    for rank in choose_ranks(ranks, plan.world_size):
+        with tempfile.TemporaryDirectory(prefix="overdrive-simulate-") as folder:
+            out = os.path.join(folder, "rank.json")
+            command = [sys.executable, "-m", WORKER, out, str(steps), *entry, *plan.script_args]
+            code = subprocess.call(command, env=rank_environment(plan, rank))
+            if code != 0 or not os.path.exists(out):
+                raise LaunchError(
+                    f"the simulation of rank {rank} of {plan.world_size} failed (exit code "
+                    f"{code}); its error is above\n  fix: the script must run its first "
+                    "steps with tensors that hold no values; see docs/simulate.md"
+                )
+            with open(out, encoding="utf-8") as handle:
+                reports.append(json.load(handle))
+    return reports
+
+
+def run_simulation(
+    plan: LaunchPlan, ranks: str | None, json_path: str | None, steps: int = DEFAULT_STEPS
+) -> int:
+    """Simulate, print the report, write it as JSON when asked; the exit code."""
+    reports = simulate_plan(plan, ranks, steps)
+    layout = (
+        f"{plan.world_size} processes ({plan.num_machines} machine(s) x {plan.nproc_per_node}), "
+        f"layout {plan.layout.describe()}"
+    )
+    print(text(layout, reports))
+    if json_path:
+        with open(json_path, "w", encoding="utf-8") as handle:
+            json.dump({"world_size": plan.world_size, "ranks": reports}, handle, indent=2)
+    return 0

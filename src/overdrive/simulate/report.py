@@ -1,0 +1,54 @@
+"""The simulation's report: text for the terminal, the same data as JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+def size(count: float) -> str:
+    """``count`` bytes in the largest binary unit under 1024 of it."""
+    unit = 0
+    while count >= 1024 and unit < len(_UNITS) - 1:
+        count /= 1024
+        unit += 1
+    return f"{count:.0f} {_UNITS[unit]}" if unit == 0 else f"{count:.2f} {_UNITS[unit]}"
+
+
+def _collectives(window: dict[str, dict[str, int]]) -> str:
+    if not window:
+        return "none"
+    return ", ".join(f"{k} x{v['count']} ({size(v['bytes'])})" for k, v in window.items())
+
+
+def rank_text(report: dict[str, Any]) -> str:
+    """One rank's report as lines."""
+    lines = [
+        f"rank {report['rank']} of {report['world_size']}: {report['finished']} "
+        f"({report['seconds']} s)"
+    ]
+    state = report["state_bytes"]
+    if state:
+        lines.append(
+            "  held after the last step: "
+            + ", ".join(f"{k.replace('_', ' ')} {size(v)}" for k, v in state.items())
+        )
+    for key, label in (
+        ("setup_peak_bytes", "before the first forward"),
+        ("peak_bytes", "in the steps"),
+    ):
+        peak = report[key]
+        if peak:
+            parts = [f"{k} {size(v)}" for k, v in peak.items() if v and k != "Total"]
+            total = peak.get("Total", sum(peak.values()))
+            lines.append(f"  peak memory {label}: {size(total)} (" + ", ".join(parts) + ")")
+    for n, window in enumerate(report["collectives_per_step"], start=1):
+        label = f"step {n}" + (" (with prepare)" if n == 1 else "")
+        lines.append(f"  collectives sent by this rank, {label}: {_collectives(window)}")
+    return "\n".join(lines)
+
+
+def text(layout: str, reports: list[dict[str, Any]]) -> str:
+    """The whole report: the layout line, then each rank."""
+    return "\n".join([f"overdrive: simulated {layout}", *map(rank_text, reports)])

@@ -1,0 +1,93 @@
+"""One simulated rank: ``python -m overdrive.simulate.worker RESULT.json STEPS [-m] target
+[args]``, started by ``overdrive launch --simulate`` with the rank's environment (``RANK``,
+``WORLD_SIZE``, the settings), writes what the rank held and sent as JSON to RESULT.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import sys
+import time
+from typing import Any
+
+from overdrive.alias import install
+from overdrive.simulate.comms import CollectiveCounter, difference
+from overdrive.simulate.fake_world import fake_world
+from overdrive.simulate.memory import training_state_bytes
+from overdrive.simulate.stepper import Stepper, StepsDone
+
+
+def _say(text: str) -> None:
+    sys.stderr.write(f"overdrive: simulate: {text}\n")
+    sys.stderr.flush()
+
+
+def _run_script(target: str, args: list[str], is_module: bool) -> None:
+    sys.argv = [target, *args]
+    if is_module:
+        runpy.run_module(target, run_name="__main__", alter_sys=True)
+    else:
+        path = os.path.abspath(target)
+        sys.path[0] = path if os.path.isdir(path) else os.path.dirname(path)
+        runpy.run_path(target, run_name="__main__")
+
+
+def simulate_rank(
+    rank: int, world: int, steps: int, target: str, args: list[str], is_module: bool
+) -> dict[str, Any]:
+    """Run the script as ``rank`` of ``world`` for ``steps`` optimizer steps; the report."""
+    from overdrive.simulate.peak import PeakTracker
+
+    counter = CollectiveCounter()
+    tracker = PeakTracker()
+    marks: list[dict[str, dict[str, int]]] = []
+    state: dict[str, int] = {}
+
+    def on_step(optimizer: Any, n: int) -> None:
+        marks.append(counter.snapshot())
+        state.update(training_state_bytes(stepper.optimizers))
+        tracker.reset_mod_stats()  # the tracker follows one iteration's modules at a time
+        _say(f"rank {rank} of {world}: step {n} of {steps} done")
+
+    stepper = Stepper(steps, on_step)
+    started = time.monotonic()
+    finished = "script ended"
+    try:
+        with fake_world(rank, world), counter, tracker:
+            try:
+                _run_script(target, args, is_module)
+            except StepsDone:
+                finished = f"stopped after {steps} optimizer step(s)"
+    finally:
+        stepper.close()
+        tracker.close()
+    windows = [difference(b, a) for a, b in zip([{}, *marks], marks, strict=False)]
+    return {
+        "rank": rank,
+        "world_size": world,
+        "steps": stepper.done,
+        "finished": finished,
+        "seconds": round(time.monotonic() - started, 2),
+        "state_bytes": state,
+        "setup_peak_bytes": tracker.setup_peak,
+        "peak_bytes": tracker.step_peak(),
+        "collectives_per_step": windows,
+    }
+
+
+def main(argv: list[str]) -> int:
+    out, steps, rest = argv[0], int(argv[1]), argv[2:]
+    is_module = bool(rest) and rest[0] == "-m"
+    if is_module:
+        rest = rest[1:]
+    install(asked_by=None, started_by="overdrive launch --simulate")
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    report = simulate_rank(rank, world, steps, rest[0], rest[1:], is_module)
+    with open(out, "w", encoding="utf-8") as handle:
+        json.dump(report, handle)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,55 @@
+"""A tiny transformers Llama trained for 3 steps, counting its collectives per step on the
+process group it runs on; rank 0 prints ``RESULT {json}`` with them and the bytes of its
+parameters, gradients and optimizer state. Run for real by ``overdrive launch`` and, the same
+file, by ``overdrive launch --simulate`` (tests/distributed/test_simulate_matches_real.py)."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from overdrive.accelerator import Accelerator
+from overdrive.simulate.comms import CollectiveCounter, difference
+from overdrive.simulate.memory import training_state_bytes
+
+STEPS, BATCH, SEQ, VOCAB = 3, 4, 16, 64
+
+
+def main() -> None:
+    acc = Accelerator(cpu=True)
+    ids = torch.randint(0, VOCAB, (STEPS * BATCH * acc.num_processes, SEQ))
+    loader = DataLoader(TensorDataset(ids), batch_size=BATCH)
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=SEQ,
+    )
+    model = LlamaForCausalLM(config)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model, opt, loader = acc.prepare(model, opt, loader)
+    counter = CollectiveCounter()
+    marks = [counter.snapshot()]
+    state: dict[str, int] = {}
+    with counter:
+        for (batch,) in loader:
+            loss = model(input_ids=batch, labels=batch).loss
+            acc.backward(loss)
+            opt.step()
+            marks.append(counter.snapshot())
+            state = training_state_bytes([opt.optimizer])
+            opt.zero_grad()
+    windows = [difference(b, a) for a, b in zip(marks, marks[1:], strict=False)]
+    if acc.is_main_process:
+        result = {"rank": 0, "collectives_per_step": windows, "state_bytes": state}
+        print("RESULT " + json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

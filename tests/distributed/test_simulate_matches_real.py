@@ -1,0 +1,76 @@
+"""`overdrive launch --simulate` against the real run it stands for: the same tiny Llama
+script, for real on 2 gloo processes and simulated as ranks of the same world, sends the same
+collectives in a step (counted on the real group by the script itself) and holds the same
+parameter, gradient and optimizer bytes; a Llama-3-8B shape simulated as one of 512 processes
+holds 1/512 of the model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.dist import assert_ok, result_rows, run_launch
+
+pytest.importorskip("transformers")
+
+SCRIPT = "simulate_check.py"
+FSDP2 = ["--use_fsdp", "--fsdp_version", "2"]
+LAYERS = ["--fsdp_transformer_layer_cls_to_wrap", "LlamaDecoderLayer"]
+FLAGS = {"ddp": [], "fsdp2": [*FSDP2, *LAYERS]}
+
+
+def _simulate(script: str, flags: list[str], report: Path, ranks: list[str]) -> dict:
+    sim = [*ranks, "--simulate", "--simulate_steps", "3", "--simulate_json", str(report)]
+    result = run_launch(script, nprocs=2, launch_args=[*sim, *flags], timeout=300)
+    assert_ok(result)
+    assert "rank 0 of 2: stopped after 3 optimizer step(s)" in result.stdout, result.stdout
+    return json.loads(report.read_text())
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("layout", ["fsdp2", "ddp"])
+def test_a_simulated_step_sends_and_holds_what_the_real_one_does(
+    layout: str, tmp_path: Path
+) -> None:
+    real = run_launch(SCRIPT, nprocs=2, launch_args=FLAGS[layout], timeout=300)
+    assert_ok(real)
+    (measured,) = result_rows(real.stdout)
+    # FSDP2: the default ranks, the first and the last; DDP: rank 0 alone (symmetric anyway)
+    ranks = [] if layout == "fsdp2" else ["--simulate_ranks", "0"]
+    simulated = _simulate(SCRIPT, FLAGS[layout], tmp_path / "report.json", ranks)
+    assert [r["rank"] for r in simulated["ranks"]] == ([0, 1] if layout == "fsdp2" else [0])
+    first = simulated["ranks"][0]
+    # The last step: DDP rebuilds its buckets in the second (two more broadcasts, for real).
+    assert first["collectives_per_step"][-1] == measured["collectives_per_step"][-1]
+    kinds = {"ddp": {"all_reduce", "broadcast"}, "fsdp2": {"all_gather", "reduce_scatter"}}
+    assert set(first["collectives_per_step"][-1]) == kinds[layout]
+    for key, real_bytes in measured["state_bytes"].items():
+        assert real_bytes > 0
+        assert abs(first["state_bytes"][key] - real_bytes) <= 0.1 * real_bytes, key
+
+
+LLAMA_8B_PARAMETERS = 8_030_261_248  # embedding, 32 layers, norm and untied head
+
+
+@pytest.mark.distributed
+@pytest.mark.extended
+def test_a_llama_8b_shape_as_one_of_512_processes_holds_one_512th(tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    flags = ["--num_machines", "64", "--main_process_ip", "10.0.0.1", *FSDP2, *LAYERS]
+    sim = ["--simulate", "--simulate_ranks", "0", "--simulate_steps", "1"]
+    result = run_launch(
+        "simulate_llama8b.py",
+        nprocs=512,
+        launch_args=[*sim, "--simulate_json", str(report), *flags],
+        timeout=600,
+    )
+    assert_ok(result)
+    (rank,) = json.loads(report.read_text())["ranks"]
+    assert (rank["rank"], rank["world_size"], rank["steps"]) == (0, 512, 1)
+    share = LLAMA_8B_PARAMETERS * 4 / 512  # fp32
+    # rank 0 holds the rounded-up row count of every parameter (FSDP2 pads the last ranks)
+    assert share <= rank["state_bytes"]["parameters"] <= share * 1.005
+    assert rank["state_bytes"]["optimizer_state"] == 2 * rank["state_bytes"]["parameters"]
+    assert set(rank["collectives_per_step"][0]) >= {"all_gather", "reduce_scatter"}
