@@ -12,6 +12,7 @@ from overdrive.alias.notice import announce
 from overdrive.cli.launch_cmd import after_script_note, check_script, flags_after_script
 from overdrive.config import load_settings
 from overdrive.errors import OverdriveError
+from overdrive.simulate.run_options import simulate_script, split_simulate_options
 
 USAGE = (
     "usage: python -m overdrive.run [--as_accelerate] script.py [args...] | "
@@ -28,6 +29,9 @@ options (before the script):
                    the config file)
   -v, --verbose    also say the effective settings and overdrive's notes (the verbose
                    setting; also OVERDRIVE_VERBOSE=1, or `verbose: true` in the config file)
+  --simulate       start nothing: run the script as ranks of the world the settings describe,
+                   on a fake process group (with --simulate_ranks R,R, --simulate_steps N,
+                   --simulate_json FILE; docs/simulate.md)
   -h, --help       show this help"""
 OPTIONS = ("--as_accelerate", "--as-accelerate")
 VERBOSE = ("-v", "--verbose")
@@ -103,7 +107,10 @@ def main(argv: list[str]) -> None:
     """Check the command line, install the alias, then run the script or module as
     ``__main__`` with its arguments, as ``python script.py`` would."""
     try:
+        simulate, argv = split_simulate_options(argv)
         is_module, target, args = _prepare(argv)
+        if simulate is not None:  # docs/simulate.md
+            raise SystemExit(simulate_script(simulate, target, args, is_module=is_module))
     except OverdriveError as exc:
         sys.stderr.write(f"{PROG}: error: {exc}\n")
         raise SystemExit(exc.exit_code) from None

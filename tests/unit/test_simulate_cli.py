@@ -1,8 +1,13 @@
-"""`overdrive launch --simulate`: which ranks it runs, and that it refuses exactly what the
-real launch refuses, before anything runs (docs/simulate.md)."""
+"""`overdrive launch --simulate` and `python -m overdrive.run --simulate`: which ranks they
+run, that they refuse exactly what the real launch refuses before anything runs, and one small
+DDP world simulated from a config file (docs/simulate.md)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -56,3 +61,45 @@ def test_a_simulated_rank_is_checked_before_anything_runs(
     err = capsys.readouterr().err
     assert "--simulate_ranks '4': '4' is not a rank of this world of 4" in err
     assert "must not run" not in err
+
+
+SCRIPT = """\
+import torch
+from overdrive import Accelerator
+
+acc = Accelerator()
+model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+model, opt = acc.prepare(model, opt)
+for _ in range(10):
+    acc.backward(model(torch.randn(16, 64)).sum())
+    opt.step()
+    opt.zero_grad()
+print("the script finished")
+"""
+CONFIG = "distributed_type: MULTI_CPU\nnum_processes: 4\nuse_cpu: true\n"
+
+
+def test_python_m_overdrive_run_simulates_the_world_of_the_config_file(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    (tmp_path / "cache" / "overdrive").mkdir(parents=True)
+    (tmp_path / "cache" / "overdrive" / "default_config.yaml").write_text(CONFIG)
+    report = tmp_path / "report.json"
+    argv = ["--simulate", "--simulate_ranks", "-1", "--simulate_json", str(report), str(script)]
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    done = subprocess.run(
+        [sys.executable, "-m", "overdrive.run", *argv], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert "rank 3 of 4: stopped after 2 optimizer step(s)" in done.stdout
+    assert "the script finished" not in done.stdout
+    (rank,) = json.loads(report.read_text())["ranks"]
+    weights = (64 * 256 + 256 + 256 * 8 + 8) * 4  # fp32 bytes of the whole model
+    assert rank["state_bytes"] == {
+        "parameters": weights,
+        "gradients": weights,
+        "optimizer_state": 0,
+    }
+    # DDP: one bucket, all-reduced once per step (step 1 also broadcasts the weights)
+    assert rank["collectives_per_step"][1] == {"all_reduce": {"count": 1, "bytes": weights}}

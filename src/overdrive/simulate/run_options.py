@@ -1,0 +1,75 @@
+"""``python -m overdrive.run --simulate [--simulate_ranks R,R] [--simulate_steps N]
+[--simulate_json FILE] script.py``: the simulation of ``overdrive launch --simulate`` for the
+world the settings (config file, environment) describe, planned by the same preflight."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from overdrive.errors import LaunchError
+
+VALUED = ("--simulate_ranks", "--simulate_steps", "--simulate_json")
+
+
+@dataclass
+class SimulateOptions:
+    """What ``--simulate`` and its options asked for."""
+
+    ranks: str | None = None
+    steps: int = 2
+    json_path: str | None = None
+
+
+def split_simulate_options(argv: Sequence[str]) -> tuple[SimulateOptions | None, list[str]]:
+    """The simulate options among the options before the script (None without
+    ``--simulate``), and the command line without them."""
+    rest: list[str] = []
+    found: dict[str, str] = {}
+    asked = False
+    args = list(argv)
+    while args and args[0].startswith("-") and args[0] not in ("-m", "--"):
+        option = args.pop(0)
+        name, _, value = option.replace("-", "_").lstrip("_").partition("=")
+        key = f"--{name}"
+        if key == "--simulate":
+            asked = True
+        elif key in VALUED:
+            if not value:
+                if not args:
+                    raise LaunchError(f"{key} needs a value\n  fix: {key} VALUE before the script")
+                value = args.pop(0)
+            found[key] = value
+        else:
+            rest.append(option)
+    if not asked:
+        if found:
+            raise LaunchError(
+                f"{', '.join(found)} without --simulate\n  fix: add --simulate before the script"
+            )
+        return None, list(argv)
+    steps = found.get("--simulate_steps", "2")
+    if not steps.isdigit():
+        raise LaunchError(
+            f"--simulate_steps {steps!r} is not a count\n  fix: --simulate_steps 2 (or more)"
+        )
+    options = SimulateOptions(
+        found.get("--simulate_ranks"), int(steps), found.get("--simulate_json")
+    )
+    return options, [*rest, *args]
+
+
+def simulate_script(
+    options: SimulateOptions, target: str, args: Sequence[str], *, is_module: bool
+) -> int:
+    """Plan as ``overdrive launch`` would (the same refusals), then simulate; the exit code."""
+    from overdrive.config import load_settings
+    from overdrive.launch import cluster
+    from overdrive.preflight import plan_launch
+    from overdrive.simulate.launch import run_simulation
+
+    settings = load_settings()
+    plan = plan_launch(
+        settings, target, list(args), is_module=is_module, gpu_count=cluster.gpu_count(settings)
+    )
+    return run_simulation(plan, options.ranks, options.json_path, options.steps)
