@@ -103,3 +103,38 @@ def test_python_m_overdrive_run_simulates_the_world_of_the_config_file(tmp_path:
     }
     # DDP: one bucket, all-reduced once per step (step 1 also broadcasts the weights)
     assert rank["collectives_per_step"][1] == {"all_reduce": {"count": 1, "bytes": weights}}
+
+
+CATCHING = """\
+import torch
+from overdrive import Accelerator
+
+acc = Accelerator()
+model = torch.nn.Linear(8, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+model, opt = acc.prepare(model, opt)
+for _ in range(10):
+    try:
+        acc.backward(model(torch.randn(4, 8)).sum())
+        opt.step()
+        opt.zero_grad()
+    except Exception as error:
+        print("the script caught", type(error).__name__)
+print("the script finished")
+"""
+
+
+def test_a_script_catching_exceptions_is_still_stopped(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(CATCHING)
+    argv = ["launch", "--simulate", "--simulate_ranks", "0", "--cpu", "--num_processes", "2"]
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    done = subprocess.run(
+        [sys.executable, "-m", "overdrive", *argv, str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "rank 0 of 2: stopped after 2 optimizer step(s)" in done.stdout
+    assert "the script" not in done.stdout

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from torch.optim.optimizer import (
-    register_optimizer_step_post_hook,
-)
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 
-class StepsDone(Exception):
-    """Raised out of the script's optimizer step once the simulated steps are done."""
+class StepsDone(BaseException):
+    """Raised out of the script's optimizer step once the simulated steps are done; a
+    ``BaseException``, as ``KeyboardInterrupt`` is, so a script's ``except Exception`` around
+    its loop lets it through."""
 
 
 class Stepper:
