@@ -4,8 +4,8 @@ with them.
 
 - ``FakeTensorMode`` gives every tensor the script creates a shape, dtype and device but no
   storage; real tensors that reach it (made before it started) are taken as inputs.
-- A value the code reads (``tensor.item()``, ``bool(tensor)``) does not exist; ``Scalars``
-  answers 0 for integers, ``False`` for booleans and 1.0 for floating point (1.0, not 0.0:
+- A value the code reads (``tensor.item()``, ``bool(tensor)``) does not exist;
+  ``SimulatedRank`` (entered by the caller, inside this context) answers 0 for integers, ``False`` for booleans and 1.0 for floating point (1.0, not 0.0:
   an optimizer's step counter is a float tensor, and a bias correction of ``1 - beta**0``
   would divide by zero).
 - ``Module.to`` on a module of fake tensors swaps every parameter even when nothing changes,
@@ -26,19 +26,28 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.utils._python_dispatch import TorchDispatchMode
+
+from overdrive.simulate.comms import CollectiveCounter
+
+READS = (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.item.default)
+"""The operators that read a tensor's value into Python."""
 
 
-class Scalars(TorchDispatchMode):
-    """Answers reads of a tensor's value (which fake tensors lack) with a fixed value."""
+def made_up_value(tensor: torch.Tensor) -> bool | int | float:
+    """The value a read of ``tensor`` gets in a simulation (see the module's docstring)."""
+    if tensor.dtype == torch.bool:
+        return False
+    return 1.0 if tensor.dtype.is_floating_point or tensor.dtype.is_complex else 0
+
+
+class SimulatedRank(CollectiveCounter):
+    """The one dispatch mode of a simulated rank (each mode costs a Python call per operator):
+    counts the collectives and answers reads of values, which fake tensors lack."""
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        if func in (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.item.default):
-            dtype = args[0].dtype
-            if dtype == torch.bool:
-                return False
-            return 1.0 if dtype.is_floating_point or dtype.is_complex else 0
-        return func(*args, **(kwargs or {}))
+        if func in READS:
+            return made_up_value(args[0])
+        return super().__torch_dispatch__(func, types, args, kwargs)
 
 
 def _outside_fake(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -132,7 +141,8 @@ def _ddp_on_fake_tensors() -> Iterator[None]:
 @contextlib.contextmanager
 def fake_world(rank: int, world_size: int) -> Iterator[None]:
     """Inside: a fake process group of ``world_size`` with this process as ``rank``, and
-    every new tensor a fake one. The group is destroyed on the way out."""
+    every new tensor a fake one (enter a ``SimulatedRank`` inside, for reads of values).
+    The group is destroyed on the way out."""
     import torch.distributed.device_mesh as device_mesh
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -151,7 +161,6 @@ def fake_world(rank: int, world_size: int) -> Iterator[None]:
                     stack.enter_context(_patched(mesh, name, _outside_fake(getattr(mesh, name))))
             stack.enter_context(_ddp_on_fake_tensors())
             stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
-            stack.enter_context(Scalars())
             yield
     finally:
         if dist.is_initialized():

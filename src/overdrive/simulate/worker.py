@@ -12,8 +12,8 @@ import time
 from typing import Any
 
 from overdrive.alias import install
-from overdrive.simulate.comms import CollectiveCounter, difference
-from overdrive.simulate.fake_world import fake_world
+from overdrive.simulate.comms import difference
+from overdrive.simulate.fake_world import SimulatedRank, fake_world
 from overdrive.simulate.memory import training_state_bytes
 from overdrive.simulate.stepper import Stepper, StepsDone
 
@@ -39,7 +39,7 @@ def simulate_rank(
     """Run the script as ``rank`` of ``world`` for ``steps`` optimizer steps; the report."""
     from overdrive.simulate.peak import PeakTracker
 
-    counter = CollectiveCounter()
+    counter = SimulatedRank()
     tracker = PeakTracker()
     marks: list[dict[str, dict[str, int]]] = []
     state: dict[str, int] = {}
