@@ -138,3 +138,15 @@ def test_a_script_catching_exceptions_is_still_stopped(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "rank 0 of 2: stopped after 2 optimizer step(s)" in done.stdout
     assert "the script" not in done.stdout
+
+
+def test_overdrive_test_simulates_its_check_with_object_collectives(tmp_path: Path) -> None:
+    # the sanity check gathers Python objects, answered from the rank's own under simulation
+    argv = ["test", "--simulate", "--cpu", "--num_processes", "2"]
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    done = subprocess.run(
+        [sys.executable, "-m", "overdrive", *argv], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert "rank 1 of 2: stopped after 2 optimizer step(s)" in done.stdout
+    assert "passed" not in done.stderr  # a simulation checks no values: no verdict

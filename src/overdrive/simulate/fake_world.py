@@ -13,6 +13,8 @@ with them.
   skipped here.
 - DDP checks parameter shapes across processes by reading values, and its built-in
   all-reduce reads a result the fake group does not produce: see ``_ddp_on_fake_tensors``.
+- Collectives of Python objects (``all_gather_object`` ...) pickle through tensor values:
+  see ``_object_collectives``.
 - ``DeviceMesh`` builds its rank table with tensor operations that need values: it is built
   outside the fake mode (it is small and holds no model data).
 """
@@ -138,6 +140,35 @@ def _ddp_on_fake_tensors() -> Iterator[None]:
         yield
 
 
+def _all_gather_object(object_list: list[Any], obj: Any, group: Any = None) -> None:
+    object_list[:] = [obj] * len(object_list)  # every rank is taken to hold what this one does
+
+
+def _gather_object(obj: Any, object_gather_list: Any = None, dst: Any = None, **_: Any) -> None:
+    if object_gather_list is not None:
+        object_gather_list[:] = [obj] * len(object_gather_list)
+
+
+def _keep_objects(*args: Any, **kwargs: Any) -> None:
+    """``broadcast_object_list`` / ``scatter_object_list``: this rank keeps its own objects."""
+
+
+@contextlib.contextmanager
+def _object_collectives() -> Iterator[None]:
+    """Collectives of Python objects pickle through tensor values, which fake tensors lack:
+    they are answered from this rank's own objects, and not counted."""
+    replacements = {
+        "all_gather_object": _all_gather_object,
+        "gather_object": _gather_object,
+        "broadcast_object_list": _keep_objects,
+        "scatter_object_list": _keep_objects,
+    }
+    with contextlib.ExitStack() as stack:
+        for name, function in replacements.items():
+            stack.enter_context(_patched(dist, name, function))
+        yield
+
+
 @contextlib.contextmanager
 def fake_world(rank: int, world_size: int) -> Iterator[None]:
     """Inside: a fake process group of ``world_size`` with this process as ``rank``, and
@@ -160,6 +191,7 @@ def fake_world(rank: int, world_size: int) -> Iterator[None]:
                 if hasattr(mesh, name):
                     stack.enter_context(_patched(mesh, name, _outside_fake(getattr(mesh, name))))
             stack.enter_context(_ddp_on_fake_tensors())
+            stack.enter_context(_object_collectives())
             stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
             yield
     finally:
