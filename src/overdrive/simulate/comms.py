@@ -45,14 +45,22 @@ KINDS = {
 """Operator name (``c10d`` or ``_c10d_functional`` namespace) -> the kind it is reported as."""
 
 
+OUTPUT_FIRST = {
+    "_allgather_base_",
+    "allgather_",
+    "allgather_coalesced_",
+    "allgather_into_tensor_coalesced_",
+    "_reduce_scatter_base_",
+    "reduce_scatter_",
+    "reduce_scatter_tensor_coalesced_",
+}
+"""The ``c10d`` operators whose first argument is the output (the input comes second)."""
+
+
 def _input_bytes(name: str, args: tuple[Any, ...]) -> int:
-    """The bytes one rank contributes: the first argument's tensors (the input of a
-    collective, the in-place buffer of an all-reduce or broadcast); for an all-gather the
-    input is the second argument in the c10d form (output first)."""
-    source = args[1] if name in ("_allgather_base_", "allgather_", "allgather_coalesced_",
-                                 "allgather_into_tensor_coalesced_") else args[0]  # fmt: skip
-    if name in ("_reduce_scatter_base_", "reduce_scatter_", "reduce_scatter_tensor_coalesced_"):
-        source = args[1]
+    """The bytes one rank puts in: the input's tensors (for an all-reduce or a broadcast, the
+    buffer it works in place)."""
+    source = args[1] if name in OUTPUT_FIRST else args[0]
     return sum(t.numel() * t.element_size() for t in tree_leaves(source) if _is_tensor(t))
 
 
