@@ -102,7 +102,8 @@ def test_python_m_overdrive_run_simulates_the_world_of_the_config_file(tmp_path:
         "optimizer_state": 0,
     }
     # DDP: one bucket, all-reduced once per step (step 1 also broadcasts the weights)
-    assert rank["collectives_per_step"][1] == {"all_reduce": {"count": 1, "bytes": weights}}
+    once = {"count": 1, "bytes": weights}
+    assert rank["collectives_per_step"][1] == {"all_reduce": {**once, "groups": {"world": once}}}
 
 
 CATCHING = """\

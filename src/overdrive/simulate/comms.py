@@ -68,14 +68,38 @@ def _is_tensor(value: Any) -> bool:
     return isinstance(value, torch.Tensor)
 
 
+def _group(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """The group a collective runs on, by the mesh dimension it belongs to (``dp_shard``,
+    ``tp`` ...), ``world`` for the default group, else the group's own description."""
+    import torch.distributed as dist
+
+    for value, argument in zip(args, func._schema.arguments, strict=False):
+        if argument.name == "process_group":
+            group = dist.ProcessGroup.unbox(value)
+            break
+        if argument.name == "group_name":
+            group = dist.distributed_c10d._resolve_process_group(value)
+            break
+    else:
+        return "?"
+    description = str(group.group_desc)
+    if description == "default_pg":
+        return "world"
+    return description.removeprefix("mesh_")
+
+
+Snapshot = dict[str, dict[str, Any]]
+"""Kind -> {"count", "bytes", "groups": {group: {"count", "bytes"}}}."""
+
+
 class CollectiveCounter(TorchDispatchMode):
-    """While active, counts each collective by kind: ``counts[kind]`` calls and
-    ``sizes[kind]`` bytes sent into them by this rank."""
+    """While active, counts each collective by kind and group: calls, and the bytes this rank
+    put into them."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.counts: Counter[str] = Counter()
-        self.sizes: Counter[str] = Counter()
+        self.counts: Counter[tuple[str, str]] = Counter()
+        self.sizes: Counter[tuple[str, str]] = Counter()
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         namespace = getattr(func, "namespace", "")
@@ -83,23 +107,34 @@ class CollectiveCounter(TorchDispatchMode):
             name = func._schema.name.split("::", 1)[-1]
             kind = KINDS.get(name)
             if kind is not None:
-                self.counts[kind] += 1
-                self.sizes[kind] += _input_bytes(name, args)
+                key = (kind, _group(func, args, kwargs or {}))
+                self.counts[key] += 1
+                self.sizes[key] += _input_bytes(name, args)
         return func(*args, **(kwargs or {}))
 
-    def snapshot(self) -> dict[str, dict[str, int]]:
-        """Kind -> {"count", "bytes"} so far."""
-        return {k: {"count": self.counts[k], "bytes": self.sizes[k]} for k in sorted(self.counts)}
+    def snapshot(self) -> Snapshot:
+        """Every collective so far."""
+        out: Snapshot = {}
+        for kind, group in sorted(self.counts):
+            count, size = self.counts[kind, group], self.sizes[kind, group]
+            entry = out.setdefault(kind, {"count": 0, "bytes": 0, "groups": {}})
+            entry["count"] += count
+            entry["bytes"] += size
+            entry["groups"][group] = {"count": count, "bytes": size}
+        return out
 
 
-def difference(
-    later: dict[str, dict[str, int]], earlier: dict[str, dict[str, int]]
-) -> dict[str, dict[str, int]]:
-    """The collectives between two snapshots (kinds with none left out)."""
-    out = {}
+def difference(later: Snapshot, earlier: Snapshot) -> Snapshot:
+    """The collectives between two snapshots (kinds and groups with none left out)."""
+    out: Snapshot = {}
     for kind, now in later.items():
-        before = earlier.get(kind, {"count": 0, "bytes": 0})
-        count = now["count"] - before["count"]
-        if count:
-            out[kind] = {"count": count, "bytes": now["bytes"] - before["bytes"]}
+        before = earlier.get(kind, {"groups": {}})["groups"]
+        for group, counted in now["groups"].items():
+            old = before.get(group, {"count": 0, "bytes": 0})
+            count, size = counted["count"] - old["count"], counted["bytes"] - old["bytes"]
+            if count:
+                entry = out.setdefault(kind, {"count": 0, "bytes": 0, "groups": {}})
+                entry["count"] += count
+                entry["bytes"] += size
+                entry["groups"][group] = {"count": count, "bytes": size}
     return out

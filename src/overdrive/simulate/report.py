@@ -16,10 +16,14 @@ def size(count: float) -> str:
     return f"{count:.0f} {_UNITS[unit]}" if unit == 0 else f"{count:.2f} {_UNITS[unit]}"
 
 
-def _collectives(window: dict[str, dict[str, int]]) -> str:
+def _collectives(window: dict[str, dict[str, Any]]) -> str:
     if not window:
         return "none"
-    return ", ".join(f"{k} x{v['count']} ({size(v['bytes'])})" for k, v in window.items())
+    return ", ".join(
+        f"{kind} on {group} x{counted['count']} ({size(counted['bytes'])})"
+        for kind, entry in window.items()
+        for group, counted in entry["groups"].items()
+    )
 
 
 def rank_text(report: dict[str, Any]) -> str:

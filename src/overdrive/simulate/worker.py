@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from overdrive.alias import install
-from overdrive.simulate.comms import difference
+from overdrive.simulate.comms import Snapshot, difference
 from overdrive.simulate.fake_world import SimulatedRank, fake_world
 from overdrive.simulate.memory import training_state_bytes
 from overdrive.simulate.stepper import Stepper, StepsDone
@@ -41,7 +41,7 @@ def simulate_rank(
 
     counter = SimulatedRank()
     tracker = PeakTracker()
-    marks: list[dict[str, dict[str, int]]] = []
+    marks: list[Snapshot] = []
     state: dict[str, int] = {}
 
     def on_step(optimizer: Any, n: int) -> None:
