@@ -5,13 +5,14 @@
 The programs (``grammar.py`` makes them) are written against Hugging Face Accelerate's public
 API only; ``--lib`` is the import name, so the same file runs under the real package, under
 overdrive answering to ``accelerate``, and under ``import overdrive``. Each program prints one
-``RESULT <json>`` line (rank 0) with every number it logged (losses, learning rates, gathered
+line of JSON per process (``ROOT/results_rank<r>.jsonl``) with every number it logged (losses, learning rates, gathered
 metrics, the data each step saw, the final weights' bytes as a hash), or the error it ended in.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import hashlib
 import importlib
 import json
@@ -148,8 +149,11 @@ def build(engine: Engine, p: dict[str, Any], project: str | None) -> dict[str, A
         )
     if p["tracker"]:
         kwargs["log_with"] = "tensorboard"
+    # a collective one process misses fails in a minute instead of hanging for half an hour
+    timeout = utils.InitProcessGroupKwargs(timeout=datetime.timedelta(seconds=60))
     acc = lib.Accelerator(
         cpu=True,
+        kwargs_handlers=[timeout],
         mixed_precision=p["mixed_precision"],
         gradient_accumulation_steps=p["accum"],
         step_scheduler_with_optimizer=p["step_scheduler_with_optimizer"],
@@ -332,8 +336,9 @@ def main() -> None:
         except Exception as exc:  # the kind of failure is compared, not its words
             result = {"id": p["id"], "error": type(exc).__name__}
             result["detail"] = "".join(traceback.format_exception_only(type(exc), exc))[-500:]
-        if rank == 0:
-            print("RESULT " + json.dumps(result), flush=True)
+        result["rank"] = rank
+        with open(os.path.join(args.root, f"results_rank{rank}.jsonl"), "a") as out:
+            out.write(json.dumps(result) + "\n")
     sys.stdout.flush()
 
 

@@ -83,22 +83,33 @@ def run_engine(
             command(engine, nprocs, listing, root), cwd=REPO, env=env, capture_output=True,
             text=True, timeout=timeout,
         )  # fmt: skip
-    results: dict[int, dict[str, Any]] = {}
-    for line in done.stdout.splitlines():
-        if line.startswith("RESULT "):
-            result = json.loads(line[len("RESULT ") :])
-            results[int(result["id"])] = result
-    for p in programs:
-        results.setdefault(
-            int(p["id"]),
-            {"id": p["id"], "error": "run ended", "detail": done.stderr[-1500:]},
-        )
+        results: dict[int, dict[str, Any]] = {int(p["id"]): {"ranks": {}} for p in programs}
+        for written in sorted(root.glob("results_rank*.jsonl")):
+            for line in written.read_text().splitlines():
+                result = json.loads(line)
+                results[int(result["id"])]["ranks"][str(result["rank"])] = result
+    for result in results.values():
+        for rank in range(nprocs):
+            result["ranks"].setdefault(
+                str(rank), {"error": "run ended", "detail": done.stderr[-1500:]}
+            )
     return results
 
 
 def outcome(result: dict[str, Any]) -> Any:
-    """What is compared: every logged number, or the kind of error."""
-    return result.get("log", {"error": result.get("error")})
+    """What is compared: every process's logged numbers, or the kind of its error."""
+    return {
+        rank: r.get("log", {"error": r.get("error")}) for rank, r in sorted(result["ranks"].items())
+    }
+
+
+def errors(result: dict[str, Any]) -> list[str]:
+    """Each process's error and its last words, if it ended in one."""
+    return [
+        f"rank {rank}: {r['error']}: {r.get('detail', '')[-400:]}"
+        for rank, r in sorted(result["ranks"].items())
+        if "error" in r
+    ]
 
 
 def differences(results: dict[str, dict[int, dict[str, Any]]], pid: int) -> list[str]:
@@ -126,7 +137,19 @@ def first_difference(a: Any, b: Any) -> str:
     return f"accelerate {json.dumps(a)[:300]} vs {json.dumps(b)[:300]}"
 
 
+def _ended_early(results: dict[int, dict[str, Any]]) -> bool:
+    return any("run ended" in e for r in results.values() for e in errors(r))
+
+
 def run_all(
     programs: list[dict[str, Any]], nprocs: int, engines: tuple[str, ...] = ENGINES
 ) -> dict[str, dict[int, dict[str, Any]]]:
-    return {engine: run_engine(engine, programs, nprocs) for engine in engines}
+    """Every engine's results; a launch that ended before its last program (a rendezvous
+    that timed out on a loaded host) is run once more."""
+    out = {}
+    for engine in engines:
+        results = run_engine(engine, programs, nprocs)
+        if _ended_early(results):
+            results = run_engine(engine, programs, nprocs)
+        out[engine] = results
+    return out

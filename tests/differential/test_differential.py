@@ -51,7 +51,7 @@ NAMED = {
     "the short last window, by hand": _named(9006, n=10, accum=3, use_accumulate=False),
 }
 
-FIXED = {1: range(0, 24), 2: range(0, 8)}
+FIXED = {1: range(0, 40), 2: range(0, 16)}
 
 
 def _regressions(nprocs: int) -> list[dict[str, Any]]:
@@ -75,8 +75,8 @@ def test_generated_programs_give_accelerates_numbers(nprocs: int) -> None:
     programs = _programs(nprocs)
     results = runner.run_all(programs, nprocs)
     reference = results["accelerate"]
-    broken = [r for r in reference.values() if r.get("error") == "run ended"]
-    assert not broken, f"Hugging Face Accelerate's own run ended early: {broken[0]['detail']}"
+    broken = [e for r in reference.values() for e in runner.errors(r) if "run ended" in e]
+    assert not broken, f"Hugging Face Accelerate's own run ended early: {broken[0]}"
     divergent = {}
     for p in programs:
         found = runner.differences(results, int(p["id"]))
@@ -85,6 +85,6 @@ def test_generated_programs_give_accelerates_numbers(nprocs: int) -> None:
             divergent[p["id"]] = (choices, found)
     assert not divergent, json.dumps(divergent, indent=1)[:6000]
     # the programs trained: each logged losses, and the resumed ones resumed
-    ran = [r for r in reference.values() if "log" in r]
+    ran = [r["ranks"]["0"] for r in reference.values() if "log" in r["ranks"]["0"]]
     assert len(ran) >= len(programs) - 2
     assert any(r["log"].get("weights_resumed") for r in ran)

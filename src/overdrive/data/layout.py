@@ -47,15 +47,22 @@ def layout_round(
     is_last: bool,
     even: bool,
     drop_last: bool = False,
+    dispatch: bool = False,
 ) -> RoundLayout | None:
     """Share a round made of user batches of ``sizes`` between ``world`` ranks.
 
     ``per_rank`` is the batch size each rank gets from a full round. Returns None when the
-    round is short and ``drop_last`` drops it.
+    round is short and ``drop_last`` drops it. With ``dispatch`` (rank 0 reads and sends), a
+    short last round is split as Hugging Face Accelerate's dispatcher splits it, whatever
+    ``even`` says: ``ceil(n / world)`` samples each, the missing ones from the first round.
     """
     n = sum(sizes)
     full = world * per_rank
     short = is_last and (n < full or (not split and len(sizes) < world))
+    if short and dispatch and world > 1 and not drop_last:
+        each = -(-n // world)
+        slices = tuple((r * each, (r + 1) * each) for r in range(world))
+        return RoundLayout(slices, max(0, world * each - n), n, True, True)
     if short and drop_last:
         return None
     if not short:

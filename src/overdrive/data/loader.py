@@ -401,6 +401,10 @@ class PreparedDataLoader(_LoaderBase):
             synchronize_rng_states(self.rng_types, generator)
         if not resumed and self._order is not None:
             self._order.replay = None
+        if self._inner is None and not resumed:
+            # A rank that does not read (dispatch_batches) still makes the draw its own
+            # iterator makes, as every rank's does under Hugging Face Accelerate.
+            torch.empty((), dtype=torch.int64).random_(generator=self.base_dataloader.generator)
         if self._inner is not None:
             if seed is None:
                 # What a plain DataLoader draws at each iteration: one value of its
@@ -475,6 +479,7 @@ class PreparedDataLoader(_LoaderBase):
                 split=self.split_batches,
                 even=self.even_batches,
                 drop_last=self._drop_last,
+                dispatch=self.mode == "dispatch",
             )
         if self.mode == "dispatch" and self._world > 1:
             backend = self.state.backend

@@ -101,11 +101,13 @@ def prepare_data_loader(
         # prepare) and rank 0's seeds a generator the sampler keeps across epochs; rank 0's
         # generator state is copied to every rank at each epoch start. One process is left
         # as it is: the sampler draws from torch's RNG each epoch, as a plain loader does.
+        # With dispatch_batches only rank 0's order counts, drawn from its own streams.
         user_sampler = batch_sampler.sampler
-        if user_sampler.generator is None and world > 1:
+        if user_sampler.generator is None and world > 1 and not dispatch:
             user_sampler.generator = torch.Generator()
             user_sampler.generator.manual_seed(_draw_seed(state, None, False))
-        if user_sampler.generator is not None and "generator" not in rng_types:
+        synced = user_sampler.generator is not None and not dispatch
+        if synced and "generator" not in rng_types:
             rng_types.append("generator")
     elif shuffled:
         user_sampler = batch_sampler.sampler

@@ -36,6 +36,7 @@ def global_rounds(
     even: bool,
     drop_last: bool,
     memo: dict[str, Any] | None = None,
+    dispatch: bool = False,
 ) -> Iterator[tuple[Any, RoundLayout, bool]]:
     """(round padded for even_batches, its layout, is it the last) from user batches.
 
@@ -63,6 +64,7 @@ def global_rounds(
             is_last=is_last,
             even=even,
             drop_last=drop_last,
+            dispatch=dispatch,
         )
         if lay is None:
             return
