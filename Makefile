@@ -9,7 +9,7 @@ PIP := $(BIN)/python -m pip
 DEMO_STAMP := $(VENV)/.installed-demo
 STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test extended faults compat compat-site conformance trainer deepspeed parallel lint typecheck \
+.PHONY: demo test extended faults compat compat-site conformance trainer deepspeed parallel lint typecheck differential \
 	venv clean gpu gpu-smoke gpu-wheels examples ecosystem
 
 $(BIN)/python:
@@ -73,6 +73,13 @@ compat-site: $(COMPAT_SITE)/.installed-$(COMPAT_VERSION)
 
 compat: $(STAMP) $(COMPAT_SITE)/.installed-$(COMPAT_VERSION)
 	OVERDRIVE_COMPAT=1 OVERDRIVE_COMPAT_SITE=$(COMPAT_SITE) $(BIN)/python -m pytest -q tests/compat
+
+# Generated training programs under Hugging Face Accelerate (the pinned package in the
+# test-only .compat/site) and under overdrive, as `accelerate` and as `overdrive`, on 1 and 2
+# CPU processes, compared bitwise (tests/differential; `make test` runs a fixed slice).
+DIFFERENTIAL_COUNT ?= 250
+differential: $(STAMP) $(COMPAT_SITE)/.installed-$(COMPAT_VERSION)
+	$(BIN)/python -m tests.differential.run --count $(DIFFERENTIAL_COUNT) --nprocs 1 2
 
 # Hugging Face Accelerate's own unit tests (its PyPI source distribution's tests/, the pinned
 # version), run against it and, after the mechanical rename, against overdrive; the per-file

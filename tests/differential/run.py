@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=50, help="programs per engine launch")
     parser.add_argument("--keep", action="store_true", help="shrink and keep divergences")
     args = parser.parse_args(argv)
-    total = divergent = 0
+    total = divergent = refused = 0
     began = time.monotonic()
     for nprocs in args.nprocs:
         for first in range(args.start, args.start + args.count, args.batch):
@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
             results = runner.run_all(programs, nprocs)
             for p in programs:
                 total += 1
+                refused += bool(runner.errors(results["accelerate"][int(p["id"])]))
                 found = runner.differences(results, int(p["id"]))
                 if not found:
                     continue
@@ -71,7 +72,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"... {total} programs, {divergent} divergent ({time.monotonic() - began:.0f} s)",
                 flush=True,
             )
-    print(f"differential: {total} programs run, {divergent} divergent")
+    print(
+        f"differential: {total} programs run, {divergent} divergent ({refused} ended in an "
+        "error under Hugging Face Accelerate, compared by its kind)"
+    )
     return 1 if divergent else 0
 
 

@@ -15,11 +15,9 @@ _ITS_RESUME = (
 )
 _SKIPS_ITSELF = (
     "resume: the script skips the first batches of the resumed epoch itself (it counts and "
-    "`continue`s past them); it imports accelerate, so overdrive's load_state starts the saved "
-    "epoch again in its saved order (and says so) and the resumed run ends bitwise where the "
-    "uninterrupted one does; Hugging Face Accelerate's resumed run is not its own "
-    "uninterrupted one (it shuffles the resumed epoch from the random state restored "
-    "mid-epoch)"
+    "`continue`s past them); overdrive's load_state leaves the loader as Hugging Face "
+    "Accelerate's does, so the resumed run is Accelerate's (it shuffles the resumed epoch "
+    "from the random state restored mid-epoch), not the uninterrupted one"
 )
 
 _MAIN_ONLY_SAVE = (
