@@ -281,7 +281,7 @@ def run_program(engine: Engine, p: dict[str, Any], root: str) -> dict[str, Any]:
 
         train(p, run, log, "first", stop_at=p["resume_at"] + p["steps_after_save"], on_step=save)
         if p["tracker"]:
-            acc.end_training()
+            finish(acc)
         if "at" not in saved:  # the program ended before the step it saves at
             log["saved"] = ["never"]
             return log
@@ -293,7 +293,7 @@ def run_program(engine: Engine, p: dict[str, Any], root: str) -> dict[str, Any]:
         start = (epoch, batch) if p["resume_skip"] != "none" else (epoch, 0)
         train(p, run, log, "resumed", start=start)
     if p["tracker"]:
-        acc.end_training()
+        finish(acc)
         log["events"] = [tensorboard_scalars(os.path.join(root, "project"))]
     if project is not None:
         log["checkpoints"] = sorted(
@@ -302,6 +302,17 @@ def run_program(engine: Engine, p: dict[str, Any], root: str) -> dict[str, Any]:
             else []
         )
     return log
+
+
+def finish(acc: Any) -> None:
+    """``end_training``; with several processes, the trackers' files flushed instead: there
+    it also destroys the process group, which the next program in this launch still needs."""
+    if acc.num_processes == 1:
+        acc.end_training()
+    else:
+        if acc.is_main_process:  # the other processes hold no tracker
+            acc.get_tracker("tensorboard", unwrap=True).flush()
+        acc.wait_for_everyone()
 
 
 def tensorboard_scalars(folder: str) -> list[Any]:
