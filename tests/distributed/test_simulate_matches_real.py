@@ -30,7 +30,9 @@ def _simulate(script: str, flags: list[str], report: Path, ranks: list[str]) -> 
 
 
 @pytest.mark.distributed
-@pytest.mark.parametrize("layout", ["fsdp2", "ddp"])
+@pytest.mark.parametrize(
+    "layout", ["fsdp2", pytest.param("ddp", marks=pytest.mark.extended)]
+)  # the DDP case (25 s) in make extended: make test keeps the FSDP2 one
 def test_a_simulated_step_sends_and_holds_what_the_real_one_does(
     layout: str, tmp_path: Path
 ) -> None:
