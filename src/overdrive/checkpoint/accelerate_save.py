@@ -25,7 +25,7 @@ import torch
 from safetensors.torch import save_file
 
 from overdrive.checkpoint.errors import CheckpointError
-from overdrive.checkpoint.layout import checkpoint_name, checkpoints_root
+from overdrive.checkpoint.layout import automatic_root, checkpoint_name
 from overdrive.checkpoint.parts import require_prepared
 from overdrive.tensor_files import untied_tensors
 
@@ -45,13 +45,8 @@ def _target(accelerator: CheckpointHost, output_dir: str | Path | None) -> tuple
     if output_dir is not None:
         return Path(output_dir), False
     pc = accelerator.project_configuration
-    if not (pc.automatic_checkpoint_naming and pc.project_dir):
-        raise CheckpointError(
-            "save_state() got no directory, and automatic checkpoint naming is off\n"
-            "  fix: pass a directory, save_state('path/to/ckpt'), or set "
-            "ProjectConfiguration(project_dir=..., automatic_checkpoint_naming=True)"
-        )
-    return checkpoints_root(pc.project_dir) / checkpoint_name(pc.iteration or 0), True
+    root = automatic_root(pc.project_dir, pc.automatic_checkpoint_naming)
+    return root / checkpoint_name(pc.iteration or 0), True
 
 
 def _rotate(root: Path, total_limit: int | None) -> None:

@@ -9,6 +9,8 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from overdrive.checkpoint.errors import CheckpointError
+
 MANIFEST = "overdrive_checkpoint.json"
 """Written last, by the main process, once every rank has written its files: the marker."""
 
@@ -19,6 +21,18 @@ _NUMBERED = re.compile(r"^checkpoint_(\d+)$")
 def checkpoints_root(project_dir: str | Path) -> Path:
     """``{project_dir}/checkpoints``: the home of automatically named checkpoints."""
     return Path(project_dir) / CHECKPOINTS_DIR
+
+
+def automatic_root(project_dir: str | None, automatic_checkpoint_naming: bool | None) -> Path:
+    """Where automatically named checkpoints go; refused when a save names no directory and
+    automatic naming is off."""
+    if not (automatic_checkpoint_naming and project_dir):
+        raise CheckpointError(
+            "save_state() got no directory, and automatic checkpoint naming is off\n"
+            "  fix: pass a directory, save_state('path/to/ckpt'), or set "
+            "ProjectConfiguration(project_dir=..., automatic_checkpoint_naming=True)"
+        )
+    return checkpoints_root(project_dir)
 
 
 def checkpoint_name(index: int) -> str:

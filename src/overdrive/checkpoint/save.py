@@ -34,13 +34,7 @@ def target_dir(accelerator: CheckpointHost, output_dir: str | Path | None) -> tu
     if output_dir is not None:
         return Path(output_dir), False
     pc = accelerator.project_configuration
-    if not (pc.automatic_checkpoint_naming and pc.project_dir):
-        raise CheckpointError(
-            "save_state() got no directory, and automatic checkpoint naming is off\n"
-            "  fix: pass a directory, save_state('path/to/ckpt'), or set "
-            "ProjectConfiguration(project_dir=..., automatic_checkpoint_naming=True)"
-        )
-    root = layout.checkpoints_root(pc.project_dir)
+    root = layout.automatic_root(pc.project_dir, pc.automatic_checkpoint_naming)
     index = layout.next_index(root, pc.iteration or 0)
     return root / layout.checkpoint_name(index), True
 
