@@ -491,7 +491,8 @@ class PreparedDataLoader(_LoaderBase):
         # Rounds are read one batch ahead, so each knows if it is the epoch's last, as in
         # Hugging Face Accelerate's loaders; only an empty share (even_batches off) or a
         # dropped last round needs the next round read before this one is handed out.
-        known = (self.even_batches or self._world == 1) and not self._drop_last
+        dispatching = self.mode == "dispatch"
+        known = (self.even_batches or self._world == 1 or dispatching) and not self._drop_last
         for batch, lay in shares:
             start, stop = lay.slice_for(self._rank)
             # (rounds read one batch ahead: the state before that read is after this round)

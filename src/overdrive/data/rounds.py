@@ -44,18 +44,26 @@ def global_rounds(
     epoch whose first rounds are not read again pads as the whole epoch would."""
     group = 1 if split else world
     it = iter(batches)
-    pending = next(it, _END)
+    # Read ahead of the round handed out: one batch (enough to know if it is the last), or,
+    # dispatching, the whole next round, as Hugging Face Accelerate's dispatcher reads.
+    ahead = group if dispatch else 1
+    queue: list[Any] = []
+    ended = False
     # the epoch's first round, the source of even_batches padding
     first: Any = None if memo is None else memo.get("first")
-    while pending is not _END:
-        parts: list[Any] = []
-        while pending is not _END and len(parts) < group:
-            parts.append(pending)
-            pending = next(it, _END)
+    while True:
+        while not ended and len(queue) < group + ahead:
+            item = next(it, _END)
+            ended = item is _END
+            if not ended:
+                queue.append(item)
+        if not queue:
+            return
+        parts, queue = queue[:group], queue[group:]
         sizes = [batch_length(b) for b in parts]
         if per_rank is None:
             per_rank = max(1, sizes[0] // (world if split else 1))
-        is_last = pending is _END
+        is_last = not queue
         lay = layout_round(
             sizes,
             world=world,
