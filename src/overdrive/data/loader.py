@@ -21,6 +21,7 @@ from overdrive.data.batches import to_device
 from overdrive.data.lookahead import Share, mark_last, skipped_twice
 from overdrive.data.rounds import dispatched_shares, global_rounds, local_shares
 from overdrive.data.samplers import RecordedOrder, SeedableRandomSampler, ShardedBatchSampler
+from overdrive.data.skip_sampler import SkipBatchSampler
 from overdrive.data.stateful import Pulls, stateful_loader_class
 from overdrive.errors import ConfigError
 from overdrive.loop_state import LoaderProgress, LoopState
@@ -471,6 +472,10 @@ class PreparedDataLoader(_LoaderBase):
             source: Any = self._inner
             if self.use_stateful_dataloader:
                 source = pulls = Pulls(self._inner)
+            elif self.mode == "dispatch" and skip and not resumed and self._batch_sampler:
+                # skip_first_batches on a dispatching loader skips the user's batches, drawn
+                # but never loaded, before rounds are formed, as Hugging Face Accelerate does
+                source, skip = self._skipping_source(skip), 0
             rounds = global_rounds(
                 source,
                 memo=memo,
@@ -500,6 +505,12 @@ class PreparedDataLoader(_LoaderBase):
             if pulls is not None:
                 snap = {"state": copy.deepcopy(pulls.before), "first": memo.get("first")}
             yield batch, lay.real, stop == start, lay.last if known else None, snap
+
+    def _skipping_source(self, skip: int) -> DataLoader:
+        """This process's reader without the first ``skip`` batches of its batch sampler."""
+        kwargs = _loader_kwargs(self.base_dataloader, self._pin_memory, generator=self._seed_gen)
+        batches = SkipBatchSampler(self._inner.batch_sampler, skip)
+        return DataLoader(self.base_dataloader.dataset, batch_sampler=batches, **kwargs)
 
     def __iter__(self) -> Iterator[Any]:
         skip, resumed = self._start_epoch()
