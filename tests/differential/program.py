@@ -316,17 +316,20 @@ def finish(acc: Any) -> None:
 
 
 def tensorboard_scalars(folder: str) -> list[Any]:
-    """Every scalar the TensorBoard event files under ``folder`` hold, read back."""
+    """Every scalar the TensorBoard event files under ``folder`` hold, read back: each file
+    on its own (a resumed run writes a second one), in an order that does not depend on the
+    files' names (they hold a time and a process id)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     out = []
-    for dirpath, _, files in sorted(os.walk(folder)):
-        if any(f.startswith("events.out.tfevents") for f in files):
-            events = EventAccumulator(dirpath)
-            events.Reload()
-            for tag in sorted(events.Tags()["scalars"]):
-                out += [(tag, e.step, bits(e.value)) for e in events.Scalars(tag)]
-    return out
+    for dirpath, _, files in os.walk(folder):
+        for name in files:
+            if name.startswith("events.out.tfevents"):
+                events = EventAccumulator(os.path.join(dirpath, name), purge_orphaned_data=False)
+                events.Reload()
+                for tag in events.Tags()["scalars"]:
+                    out += [(tag, e.step, bits(e.value)) for e in events.Scalars(tag)]
+    return sorted(out)
 
 
 def main() -> None:
