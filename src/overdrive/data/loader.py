@@ -152,6 +152,7 @@ class PreparedDataLoader(_LoaderBase):
         self._progress = _Epoch()
         self._skip_once: int | None = None
         self._view: weakref.ref[PreparedDataLoader] | None = None  # skip_first_batches's
+        self._view_of_shards = False  # this is such a view of a sharded loader
         # use_stateful_dataloader: this process reads through torchdata's StatefulDataLoader,
         # whose state is part of this loader's; _restored is the sampler skip of a resumed one.
         self.use_stateful_dataloader = stateful
@@ -360,6 +361,9 @@ class PreparedDataLoader(_LoaderBase):
         view = object.__new__(type(self))
         view.__dict__.update(self.__dict__)
         view._skip_once = int(num_batches)
+        # Hugging Face Accelerate's view of a sharded loader knows no global batch size, so
+        # gather_for_metrics keeps the padding duplicates of its last batch: the same here.
+        view._view_of_shards = self.mode == "shard"
         view._progress = copy.copy(self._progress)
         view.progress = LoaderProgress(loader=view)
         self._view = weakref.ref(view)
@@ -532,7 +536,7 @@ class PreparedDataLoader(_LoaderBase):
                 if self.device is not None:
                     batch = to_device(batch, self.device, self.non_blocking)
                 lp.batch_index, lp.end_of_dataloader = index, last
-                lp.remainder = real if last else -1
+                lp.remainder = real if last and not self._view_of_shards else -1
                 index += 1
                 p.yielded, p.inner_state = index, snap
                 yield batch
