@@ -560,6 +560,8 @@ class PreparedDataLoader(_LoaderBase):
         """True when this rank's share of the epoch's last round is empty (even_batches off)."""
         if self.even_batches or self._world == 1 or self._drop_last or self._per_rank is None:
             return False
+        if self.mode == "dispatch":  # the dispatcher pads its last round whatever even_batches says
+            return False
         sampler = getattr(self._batch_sampler, "sampler", None)
         try:
             total, rounds = len(sampler), self._full_len()  # type: ignore[arg-type]

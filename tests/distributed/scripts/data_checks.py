@@ -170,7 +170,9 @@ def check_metrics() -> None:
                     local, ids, names, ends = [], [], [], []
                     # even_batches=False: a rank whose share of the last round is empty gets
                     # one batch fewer, so per-batch collectives cannot run; gather at the end.
-                    uneven = not even and W > 1
+                    # (Hugging Face Accelerate's dispatcher pads its last round either way)
+                    dispatching = mode in ("dispatch", "iterable-dispatch")
+                    uneven = not even and W > 1 and not dispatching
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")  # the one-batch-fewer warning
                         for batch in dl:
@@ -197,16 +199,23 @@ def check_metrics() -> None:
                         assert len(dl) == len(local), (label, len(dl), len(local))
                     per_rank = 2 if split else 2
                     assert all(len(b) == per_rank for b in local[:-1]), (label, local)
-                    if even and W > 1:
+                    if dispatching and W > 1:
+                        # Hugging Face Accelerate's dispatcher splits the last round
+                        # ceil(samples / processes) each, padded from the first round
+                        last_round = n - (len(local) - 1) * W * per_rank
+                        assert len(local[-1]) == -(-last_round // W), (label, local)
+                    elif even and W > 1:
                         assert len(local[-1]) == per_rank, (label, local)
                     else:
                         seen = [i for b in ops.gather_object(local) for i in b]
                         assert sorted(seen) == list(range(n)), (label, seen)  # no duplicates
                     per_mode[mode] = local
-                # dispatch_batches and iterable sharding give the very same batches
-                assert per_mode["dispatch"] == per_mode["shard"], (n, even, split, per_mode)
+                # iterable sharding gives the very same batches; dispatch_batches too, but
+                # for its last round's padding (Hugging Face Accelerate's dispatcher's split)
                 assert per_mode["iterable"] == per_mode["shard"], (n, even, split, per_mode)
-                assert per_mode["iterable-dispatch"] == per_mode["shard"], (n, even, split)
+                assert per_mode["iterable-dispatch"] == per_mode["dispatch"], (n, even, split)
+                full = len(per_mode["dispatch"]) - (1 if W > 1 and n % (W * per_rank) else 0)
+                assert per_mode["dispatch"][:full] == per_mode["shard"][:full], (n, even, split)
 
 
 def check_batch_sizes() -> None:
@@ -256,11 +265,12 @@ def check_resume() -> None:
     dl = prep(Items(n), 2, shuffle=True, data_seed=7)
     full = [epoch(dl) for _ in range(2)]
     assert len(full[0]) >= 4
-    skipped = skip_first_batches(dl, 3)
-    assert len(skipped) == len(full[0]) - 3
     dl.set_epoch(0)
+    skipped = skip_first_batches(dl, 3)  # a view of epoch 0, counting its own epochs
+    assert len(skipped) == len(full[0]) - 3
     assert epoch(skipped) == full[0][3:]  # skip_first_batches resumes at the right sample
-    assert epoch(dl) == full[1]  # ... and the original continues with the next epoch
+    # ... and, as in Hugging Face Accelerate, the original stays at its own epoch
+    assert epoch(dl) == full[0]
 
     for stop in (0, 2, len(full[0]) - 1):
         first = prep(Items(n), 2, shuffle=True, data_seed=7)
