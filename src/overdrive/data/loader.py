@@ -504,10 +504,11 @@ class PreparedDataLoader(_LoaderBase):
         known = (self.even_batches or self._world == 1 or dispatching) and not self._drop_last
         for batch, lay in shares:
             start, stop = lay.slice_for(self._rank)
-            # (rounds read one batch ahead: the state before that read is after this round)
+            # (rounds are read ahead: the state after this round is an earlier one)
             snap = None
             if pulls is not None:
-                snap = {"state": copy.deepcopy(pulls.before), "first": memo.get("first")}
+                state = pulls.after(memo.get("consumed", 0))
+                snap = {"state": copy.deepcopy(state), "first": memo.get("first")}
             yield batch, lay.real, stop == start, lay.last if known else None, snap
 
     def _skipping_source(self, skip: int) -> DataLoader:

@@ -60,6 +60,8 @@ def global_rounds(
         if not queue:
             return
         parts, queue = queue[:group], queue[group:]
+        if memo is not None:  # batches in the rounds handed out so far (a resume's position)
+            memo["consumed"] = memo.get("consumed", 0) + len(parts)
         sizes = [batch_length(b) for b in parts]
         if per_rank is None:
             per_rank = max(1, sizes[0] // (world if split else 1))

@@ -10,6 +10,7 @@ again from the start.
 
 from __future__ import annotations
 
+import collections
 import functools
 from collections.abc import Iterator
 from typing import Any
@@ -49,19 +50,29 @@ def stateful_variant(cls: type, mixin: type | None = None) -> type:
 
 
 class Pulls:
-    """Iterates a ``StatefulDataLoader``; ``before`` is its state before the latest read,
-    which is its state after every batch read until then."""
+    """Iterates a ``StatefulDataLoader``, remembering its state after each of the latest
+    reads: ``after(n)`` is its state once ``n`` batches were read (rounds are read ahead, so
+    the state after a round handed out is an earlier one than the newest)."""
 
-    def __init__(self, loader: Any) -> None:
+    def __init__(self, loader: Any, keep: int = 64) -> None:
         self.loader = loader
-        self.before: dict[str, Any] | None = None
+        self.reads = 0
+        self._states: collections.deque[tuple[int, dict[str, Any]]] = collections.deque(maxlen=keep)
+
+    def after(self, reads: int) -> dict[str, Any] | None:
+        """The state once ``reads`` batches were read (the newest known if not kept)."""
+        for n, state in reversed(self._states):
+            if n == reads:
+                return state
+        return self._states[-1][1] if self._states else None
 
     def __iter__(self) -> Iterator[Any]:
         iterator = iter(self.loader)
         while True:
-            self.before = self.loader.state_dict()
+            self._states.append((self.reads, self.loader.state_dict()))
             try:
                 batch = next(iterator)
             except StopIteration:
                 return
+            self.reads += 1
             yield batch
