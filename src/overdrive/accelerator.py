@@ -355,6 +355,7 @@ class Accelerator(AcceleratorCompat):
             ),
         )
         prepared.gradient_state = self.gradient_state
+        prepared.reads_after_step = self.exact_resume
         self._dataloaders.append(prepared)
         return prepared
 

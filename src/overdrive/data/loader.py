@@ -153,6 +153,7 @@ class PreparedDataLoader(_LoaderBase):
         self._skip_once: int | None = None
         self._view: weakref.ref[PreparedDataLoader] | None = None  # skip_first_batches's
         self._view_of_shards = False  # this is such a view of a sharded loader
+        self.reads_after_step = False  # exact_resume: the next batch is read after the step
         # use_stateful_dataloader: this process reads through torchdata's StatefulDataLoader,
         # whose state is part of this loader's; _restored is the sampler skip of a resumed one.
         self.use_stateful_dataloader = stateful
@@ -460,7 +461,10 @@ class PreparedDataLoader(_LoaderBase):
                 # Whether it is the last one is found by reading the next batch before this
                 # one is handed out (mark_last), as Hugging Face Accelerate's loader does: a
                 # dataset or collate_fn that draws random numbers draws them at its moment.
-                last = None
+                # With exact_resume and no workers the sampler tells instead, so the next
+                # batch is read after the step: a checkpoint's random streams are then those
+                # the resumed read draws from, and the resume is exact.
+                last = sampler.yielded_final if workers == 0 and self.reads_after_step else None
                 snap = None
                 if self.use_stateful_dataloader:
                     snap = {"state": copy.deepcopy(self._inner.state_dict())}
