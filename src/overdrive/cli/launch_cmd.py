@@ -187,6 +187,7 @@ def handle(args: argparse.Namespace) -> int:
         log_dir=_log_dir(args, settings["project_dir"]),
     )
     if getattr(args, "simulate", False):
+        # deferred: keeps overdrive.cli.launch_cmd torch-free (the simulation loads torch)
         from overdrive.simulate.launch import run_simulation
 
         return run_simulation(plan, args.simulate_ranks, args.simulate_json, args.simulate_steps)

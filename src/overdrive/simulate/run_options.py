@@ -63,10 +63,11 @@ def simulate_script(
     options: SimulateOptions, target: str, args: Sequence[str], *, is_module: bool
 ) -> int:
     """Plan as ``overdrive launch`` would (the same refusals), then simulate; the exit code."""
-    from overdrive.config import load_settings
-    from overdrive.launch import cluster
-    from overdrive.preflight import plan_launch
-    from overdrive.simulate.launch import run_simulation
+    # python -m overdrive.run reads these options on every start, so this module stays light:
+    from overdrive.config import load_settings  # deferred: config/ loads yaml
+    from overdrive.launch import cluster  # deferred: only a simulation plans a launch
+    from overdrive.preflight import plan_launch  # deferred: only a simulation plans a launch
+    from overdrive.simulate.launch import run_simulation  # deferred: the simulation loads torch
 
     settings = load_settings()
     plan = plan_launch(

@@ -37,6 +37,7 @@ def simulate_rank(
     rank: int, world: int, steps: int, target: str, args: list[str], is_module: bool
 ) -> dict[str, Any]:
     """Run the script as ``rank`` of ``world`` for ``steps`` optimizer steps; the report."""
+    # deferred: torch's memory tracker loads torch.distributed._tools only where a rank is simulated
     from overdrive.simulate.peak import PeakTracker
 
     counter = SimulatedRank()
