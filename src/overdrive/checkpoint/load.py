@@ -26,7 +26,7 @@ from overdrive.checkpoint.optimizer_keys import (
 )
 from overdrive.checkpoint.parts import FORMAT, Part, compare, main_parts, require_prepared
 from overdrive.checkpoint.records import FileRecord, Manifest, RankState, StateDict
-from overdrive.checkpoint.resumable import refuse_unresumable
+from overdrive.checkpoint.resumable import continues_mid_epoch, refuse_unresumable
 from overdrive.checkpoint.save import wait_for_pending
 from overdrive.checkpoint.serialization import load_tree, read_json
 from overdrive.checkpoint.shard_reader import full_tensor, load_shards
@@ -121,7 +121,7 @@ def _restore_rank(accelerator: CheckpointHost, state: RankState) -> None:
     # continues mid-epoch by itself is asked for: use_stateful_dataloader=True (Accelerate's
     # switch) or overdrive's exact_resume.
     for loader, loader_state in zip(accelerator.prepared.dataloaders, state["dataloaders"]):
-        if accelerator.exact_resume or getattr(loader, "use_stateful_dataloader", False):
+        if continues_mid_epoch(accelerator, loader):
             loader.load_state_dict(loader_state)
             exact = getattr(loader, "resumed_exactly", None)
             if accelerator.exact_resume and exact is not None:

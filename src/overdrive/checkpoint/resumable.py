@@ -15,10 +15,7 @@ if TYPE_CHECKING:
 def continues_mid_epoch(accelerator: CheckpointHost, loader: Any) -> bool:
     """Whether ``load_state`` restores this loader's position (exact_resume, or the loader's
     use_stateful_dataloader); otherwise its next iteration starts a new epoch."""
-    return bool(
-        getattr(accelerator, "exact_resume", False)
-        or getattr(loader, "use_stateful_dataloader", False)
-    )
+    return bool(accelerator.exact_resume or getattr(loader, "use_stateful_dataloader", False))
 
 
 def refuse_unresumable(accelerator: CheckpointHost, path: Path, allow_unsafe_pickle: bool) -> None:
