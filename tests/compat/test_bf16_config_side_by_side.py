@@ -6,6 +6,7 @@ forms a gloo group on a CPU host) and ``overdrive launch --cpu``, on 1 and 2 pro
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -77,7 +78,8 @@ def _losses(engine: str, nprocs: int, tmp: Path) -> list[str]:
         cwd=REPO,
     )
     assert done.returncode == 0, f"{engine}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    return sorted(line for line in done.stdout.splitlines() if line.startswith("LOSS "))
+    # two processes' prints may share a line of the captured output: take each record whole
+    return sorted(re.findall(r"LOSS \d+ \d+ \S+ \S+ -?[\d.]+(?:e-?\d+)?", done.stdout))
 
 
 @pytest.mark.distributed
