@@ -18,36 +18,55 @@ pytest.importorskip("transformers")
 SCRIPT = "simulate_check.py"
 FSDP2 = ["--use_fsdp", "--fsdp_version", "2"]
 LAYERS = ["--fsdp_transformer_layer_cls_to_wrap", "LlamaDecoderLayer"]
-FLAGS = {"ddp": [], "fsdp2": [*FSDP2, *LAYERS]}
+TP = ["--parallelism_config_tp_size", "2"]
+FLAGS = {"ddp": [], "fsdp2": [*FSDP2, *LAYERS], "tp": TP, "fsdp2_tp": [*TP, *FSDP2, *LAYERS]}
+PROCESSES = {"ddp": 2, "fsdp2": 2, "tp": 2, "fsdp2_tp": 4}
+KINDS = {
+    "ddp": {"all_reduce", "broadcast"},
+    "fsdp2": {"all_gather", "reduce_scatter"},
+    "tp": {"all_reduce", "all_gather"},  # the head's output gathered whole
+    "fsdp2_tp": {"all_reduce", "all_gather", "reduce_scatter"},
+}
 
 
-def _simulate(script: str, flags: list[str], report: Path, ranks: list[str]) -> dict:
+def _simulate(
+    script: str, flags: list[str], report: Path, ranks: list[str], nprocs: int = 2
+) -> dict:
     sim = [*ranks, "--simulate", "--simulate_steps", "3", "--simulate_json", str(report)]
-    result = run_launch(script, nprocs=2, launch_args=[*sim, *flags], timeout=300)
+    result = run_launch(script, nprocs=nprocs, launch_args=[*sim, *flags], timeout=300)
     assert_ok(result)
-    assert "rank 0 of 2: stopped after 3 optimizer step(s)" in result.stdout, result.stdout
+    assert f"rank 0 of {nprocs}: stopped after 3 optimizer step(s)" in result.stdout, result.stdout
     return json.loads(report.read_text())
 
 
 @pytest.mark.distributed
 @pytest.mark.parametrize(
-    "layout", ["fsdp2", pytest.param("ddp", marks=pytest.mark.extended)]
-)  # the DDP case (25 s) in make extended: make test keeps the FSDP2 one
+    "layout",
+    [
+        "fsdp2",
+        pytest.param("ddp", marks=pytest.mark.extended),
+        pytest.param("tp", marks=pytest.mark.extended),
+        pytest.param("fsdp2_tp", marks=[pytest.mark.extended, pytest.mark.four_processes]),
+    ],
+)  # make test keeps the FSDP2 case (the others take 25-40 s; test_simulate_layouts.py
+# simulates FSDP2 x TP alone in make test)
 def test_a_simulated_step_sends_and_holds_what_the_real_one_does(
     layout: str, tmp_path: Path
 ) -> None:
-    real = run_launch(SCRIPT, nprocs=2, launch_args=FLAGS[layout], timeout=300)
+    nprocs = PROCESSES[layout]
+    real = run_launch(SCRIPT, nprocs=nprocs, launch_args=FLAGS[layout], timeout=300)
     assert_ok(real)
     (measured,) = result_rows(real.stdout)
-    # FSDP2: the default ranks, the first and the last; DDP: rank 0 alone (symmetric anyway)
+    # FSDP2: the default ranks, the first and the last; else rank 0 alone (the one that
+    # printed the real numbers)
     ranks = [] if layout == "fsdp2" else ["--simulate_ranks", "0"]
-    simulated = _simulate(SCRIPT, FLAGS[layout], tmp_path / "report.json", ranks)
+    report = tmp_path / "report.json"
+    simulated = _simulate(SCRIPT, FLAGS[layout], report, ranks, nprocs)
     assert [r["rank"] for r in simulated["ranks"]] == ([0, 1] if layout == "fsdp2" else [0])
     first = simulated["ranks"][0]
     # The last step: DDP rebuilds its buckets in the second (two more broadcasts, for real).
     assert first["collectives_per_step"][-1] == measured["collectives_per_step"][-1]
-    kinds = {"ddp": {"all_reduce", "broadcast"}, "fsdp2": {"all_gather", "reduce_scatter"}}
-    assert set(first["collectives_per_step"][-1]) == kinds[layout]
+    assert set(first["collectives_per_step"][-1]) == KINDS[layout]
     for key, real_bytes in measured["state_bytes"].items():
         assert real_bytes > 0
         assert abs(first["state_bytes"][key] - real_bytes) <= 0.1 * real_bytes, key

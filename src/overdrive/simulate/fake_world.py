@@ -4,7 +4,7 @@ with them.
 
 - ``FakeTensorMode`` gives every tensor the script creates a shape, dtype and device but no
   storage; real tensors that reach it (made before it started) are taken as inputs.
-- A value the code reads (``tensor.item()``, ``bool(tensor)``) does not exist;
+- A value the code reads (``tensor.item()``, ``bool(tensor)``) of a fake tensor does not exist;
   ``SimulatedRank`` (entered by the caller, inside this context) answers 0 for integers, ``False`` for booleans and 1.0 for floating point (1.0, not 0.0:
   an optimizer's step counter is a float tensor, and a bias correction of ``1 - beta**0``
   would divide by zero).
@@ -16,7 +16,8 @@ with them.
 - Collectives of Python objects (``all_gather_object`` ...) pickle through tensor values:
   see ``_object_collectives``.
 - ``DeviceMesh`` builds its rank table with tensor operations that need values: it is built
-  outside the fake mode (it is small and holds no model data).
+  outside the fake mode (it is small and holds no model data), and so are the meshes made
+  from it (a dimension, flattened dimensions, FSDP2's data-parallel x tensor-parallel mesh).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 
 from overdrive.simulate.comms import CollectiveCounter
 
@@ -48,13 +50,14 @@ class SimulatedRank(CollectiveCounter):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         if func in READS:
-            return made_up_value(args[0])
+            if isinstance(args[0], FakeTensor):
+                return made_up_value(args[0])
+            with unset_fake_temporarily():  # a real tensor (a mesh's rank table): its value
+                return func(*args, **(kwargs or {}))
         return super().__torch_dispatch__(func, types, args, kwargs)
 
 
 def _outside_fake(function: Callable[..., Any]) -> Callable[..., Any]:
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         with unset_fake_temporarily():
@@ -187,9 +190,11 @@ def fake_world(rank: int, world_size: int) -> Iterator[None]:
             )
             init = device_mesh.init_device_mesh
             stack.enter_context(_patched(device_mesh, "init_device_mesh", _outside_fake(init)))
-            for name in ("__getitem__", "_flatten"):
+            for name in ("__init__", "__getitem__", "_flatten", "_unflatten"):
                 if hasattr(mesh, name):
                     stack.enter_context(_patched(mesh, name, _outside_fake(getattr(mesh, name))))
+            table = property(_outside_fake(mesh.mesh.fget))  # the rank table, made on each read
+            stack.enter_context(_patched(mesh, "mesh", table))
             stack.enter_context(_ddp_on_fake_tensors())
             stack.enter_context(_object_collectives())
             stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))

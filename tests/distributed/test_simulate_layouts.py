@@ -1,0 +1,53 @@
+"""Layouts beyond one data-parallel dimension under ``overdrive launch --simulate``, fast
+enough for make test: the simulated rank only (test_simulate_matches_real.py holds each
+against the real run in make extended)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.dist import assert_ok, run_launch
+
+pytest.importorskip("transformers")
+
+SCRIPT = "simulate_check.py"
+TINY_LLAMA_BYTES = 22_688 * 4  # simulate_check.py's fp32 parameters, head untied
+
+
+def _last_rank(flags: list[str], nprocs: int, report: Path) -> dict:
+    sim = ["--simulate", "--simulate_ranks", "-1", "--simulate_steps", "2"]
+    launch_args = [*sim, "--simulate_json", str(report), *flags]
+    result = run_launch(SCRIPT, nprocs=nprocs, launch_args=launch_args, timeout=300)
+    assert_ok(result)
+    (rank,) = json.loads(report.read_text())["ranks"]
+    assert (rank["rank"], rank["steps"]) == (nprocs - 1, 2), rank
+    return rank
+
+
+@pytest.mark.distributed
+def test_fsdp2_by_tensor_parallelism_on_4_processes(tmp_path: Path) -> None:
+    """dp_shard=2 x tp=2: each dimension's collectives on its own group, a quarter of the
+    model held (FSDP2 needs the 2-D mesh its parameters live on: built outside the fake
+    tensors, as the other meshes are)."""
+    flags = [
+        "--parallelism_config_tp_size",
+        "2",
+        "--use_fsdp",
+        "--fsdp_version",
+        "2",
+        "--fsdp_transformer_layer_cls_to_wrap",
+        "LlamaDecoderLayer",
+    ]
+    rank = _last_rank(flags, 4, tmp_path / "report.json")
+    step = rank["collectives_per_step"][-1]
+    groups = {kind: set(entry["groups"]) for kind, entry in step.items()}
+    assert groups == {
+        "all_gather": {"dp_shard", "tp"},
+        "all_reduce": {"tp"},
+        "reduce_scatter": {"dp_shard"},
+    }
+    held = rank["state_bytes"]["parameters"]
+    assert TINY_LLAMA_BYTES / 4 <= held <= TINY_LLAMA_BYTES / 4 * 1.02, held
