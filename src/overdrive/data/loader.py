@@ -21,6 +21,7 @@ from overdrive.data.batches import to_device
 from overdrive.data.lookahead import Share, mark_last, skipped_twice
 from overdrive.data.rounds import dispatched_shares, global_rounds, local_shares
 from overdrive.data.samplers import RecordedOrder, SeedableRandomSampler, ShardedBatchSampler
+from overdrive.data.shards_by_hand import IterableDatasetShard
 from overdrive.data.skip_sampler import SkipBatchSampler
 from overdrive.data.stateful import Pulls, stateful_loader_class
 from overdrive.errors import ConfigError
@@ -173,6 +174,7 @@ class PreparedDataLoader(_LoaderBase):
         if batch_sampler is not None and _needs_index_sync(batch_sampler):
             self._order = ordered = RecordedOrder(batch_sampler)
         self._inner: Any = None  # a DataLoader (a StatefulDataLoader with stateful)
+        self._item_shards: IterableDatasetShard | None = None  # an iterable dataset's
         if mode == "shard":
             self._sharded = ShardedBatchSampler(
                 ordered,
@@ -185,6 +187,21 @@ class PreparedDataLoader(_LoaderBase):
                 sync_indices=self._order is not None and state.num_processes > 1,
             )
             self._inner = make(base.dataset, batch_sampler=self._sharded, **kwargs)
+        elif mode == "iterable" and self._world > 1 and base.batch_size is not None:
+            # As Hugging Face Accelerate shards an iterable dataset without dispatch_batches:
+            # every process reads the stream, keeps its samples of each global batch (the
+            # last one completed from the first) and collates only those.
+            self._item_shards = IterableDatasetShard(
+                base.dataset,
+                batch_size=base.batch_size,
+                drop_last=base.drop_last,
+                num_processes=self._world,
+                process_index=self._rank,
+                split_batches=split,
+            )
+            self._inner = make(
+                self._item_shards, batch_size=per_rank, drop_last=base.drop_last, **kwargs
+            )
         elif mode == "iterable" or self._rank == 0:
             if batch_sampler is None:  # an iterable dataset
                 self._inner = make(
@@ -430,7 +447,7 @@ class PreparedDataLoader(_LoaderBase):
             self._seedable,
             batch_sampler,
             getattr(batch_sampler, "sampler", None),
-            self.dataset,
+            self.dataset if self._item_shards is None else self._item_shards,
         )
         for obj in candidates:
             if obj is not None and hasattr(obj, "set_epoch") and not any(obj is t for t in told):
@@ -472,6 +489,9 @@ class PreparedDataLoader(_LoaderBase):
                 # (the sampler leaves out a final share that is empty for this rank)
                 yield batch, sampler.final_real, False, last, snap
             return
+        if self._item_shards is not None:
+            yield from self._own_batches(skip if restored is None else 0)
+            return
         rounds = None
         pulls, memo = None, dict(self._restored_first)
         if restored is not None:
@@ -503,9 +523,12 @@ class PreparedDataLoader(_LoaderBase):
             shares = local_shares(rounds, self._rank, skip)
         # Rounds are read one batch ahead, so each knows if it is the epoch's last, as in
         # Hugging Face Accelerate's loaders; only an empty share (even_batches off) or a
-        # dropped last round needs the next round read before this one is handed out.
+        # dropped last round needs the next round read before this one is handed out (the
+        # dispatcher's read-ahead of a whole round already sees a dropped one).
         dispatching = self.mode == "dispatch"
-        known = (self.even_batches or self._world == 1 or dispatching) and not self._drop_last
+        known = (self.even_batches or self._world == 1 or dispatching) and (
+            dispatching or not self._drop_last
+        )
         for batch, lay in shares:
             start, stop = lay.slice_for(self._rank)
             # (rounds are read ahead: the state after this round is an earlier one)
@@ -514,6 +537,18 @@ class PreparedDataLoader(_LoaderBase):
                 state = pulls.after(memo.get("consumed", 0))
                 snap = {"state": copy.deepcopy(state), "first": memo.get("first")}
             yield batch, lay.real, stop == start, lay.last if known else None, snap
+
+    def _own_batches(self, skip: int) -> Iterator[Share]:
+        """An item-sharded iterable dataset's batches: each process collates its own. As
+        under Hugging Face Accelerate, gather_for_metrics keeps every gathered sample (the
+        last global batch is completed from the first, and the completion is not dropped)."""
+        for index, batch in enumerate(self._inner):
+            if index < skip:
+                continue  # read, as the stream cannot be skipped without reading
+            snap = None
+            if self.use_stateful_dataloader:
+                snap = {"state": copy.deepcopy(self._inner.state_dict())}
+            yield batch, -1, False, None, snap
 
     def _skipping_source(self, skip: int) -> DataLoader:
         """This process's reader without the first ``skip`` batches of its batch sampler."""

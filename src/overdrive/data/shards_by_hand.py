@@ -1,6 +1,7 @@
 """Hugging Face Accelerate's shard classes, for code that builds a shard by hand for a world it
-names (``BatchSamplerShard(sampler, num_processes, process_index)``). ``prepare`` does not
-use them: it shards for the processes that really run (``samplers.py``).
+names (``BatchSamplerShard(sampler, num_processes, process_index)``). ``prepare`` shards
+map-style datasets its own way, for the processes that really run (``samplers.py``), and
+iterable datasets without ``dispatch_batches`` with ``IterableDatasetShard``.
 
 Both deal the data Hugging Face Accelerate's way. Without ``split_batches``, process ``i`` gets
 batches ``i, i + n, i + 2n...``; with it, slice ``i`` of every batch. With
@@ -16,6 +17,7 @@ import math
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import torch
 from torch.utils.data import BatchSampler, IterableDataset
 
 
@@ -133,6 +135,22 @@ class IterableDatasetShard(IterableDataset[Any]):
         self.dataset, self.batch_size, self.drop_last = dataset, batch_size, drop_last
         self.num_processes, self.process_index = num_processes, process_index
         self.split_batches = split_batches
+        self._groups = 0  # global batches read in the running iteration
+        self._first: list[Any] | None = None  # its first one, the source of the completion
+        self._resume: dict[str, Any] | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the running iteration is: global batches read, the first of them, and the
+        dataset's own state where it keeps one (a StatefulDataLoader saves this)."""
+        state: dict[str, Any] = {"groups": self._groups, "first": self._first}
+        if hasattr(self.dataset, "state_dict"):
+            state["dataset"] = self.dataset.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state`` at the next iteration: a dataset with its own state
+        continues from it; any other is read again up to the saved position."""
+        self._resume = dict(state)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -140,25 +158,43 @@ class IterableDatasetShard(IterableDataset[Any]):
             self.dataset.set_epoch(epoch)
 
     def __len__(self) -> int:
+        # Hugging Face Accelerate's count, which groups batch_size x num_processes samples
+        # even with split_batches
         total = len(self.dataset)  # type: ignore[arg-type]
-        group = self.batch_size * (1 if self.split_batches else self.num_processes)
+        group = self.batch_size * self.num_processes
         rounds = total // group if self.drop_last else math.ceil(total / group)
-        return rounds * (group // self.num_processes)
+        return rounds * self.batch_size
 
     def __iter__(self) -> Iterator[Any]:
+        generator = getattr(self.dataset, "generator", None)
+        if not hasattr(self.dataset, "set_epoch") and isinstance(generator, torch.Generator):
+            # a dataset that shuffles with its own generator reshuffles per epoch, the same
+            # way on every process (Hugging Face Accelerate seeds it with the epoch)
+            generator.manual_seed(getattr(self, "epoch", 0))
         group = self.batch_size * (1 if self.split_batches else self.num_processes)
         part = group // self.num_processes
         mine = slice(self.process_index * part, (self.process_index + 1) * part)
+        resume, self._resume = self._resume, None
+        self._groups, self._first, skip = 0, None, 0
+        if resume is not None:
+            self._groups, self._first = int(resume["groups"]), resume["first"]
+            if "dataset" in resume and hasattr(self.dataset, "load_state_dict"):
+                self.dataset.load_state_dict(resume["dataset"])
+            else:
+                skip = self._groups
         buffer: list[Any] = []
-        first: list[Any] | None = None
         for sample in self.dataset:
             buffer.append(sample)
             if len(buffer) == group:
-                yield from buffer[mine]
-                first = first if first is not None else buffer
+                if skip:
+                    skip -= 1
+                else:
+                    self._groups += 1
+                    self._first = self._first if self._first is not None else buffer
+                    yield from buffer[mine]
                 buffer = []
         if buffer and not self.drop_last:
-            source = itertools.cycle(first if first is not None else list(buffer))
+            source = itertools.cycle(self._first if self._first is not None else list(buffer))
             while len(buffer) < group:
                 buffer.append(next(source))
             yield from buffer[mine]

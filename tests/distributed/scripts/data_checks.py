@@ -172,7 +172,10 @@ def check_metrics() -> None:
                     # one batch fewer, so per-batch collectives cannot run; gather at the end.
                     # (Hugging Face Accelerate's dispatcher pads its last round either way)
                     dispatching = mode in ("dispatch", "iterable-dispatch")
-                    uneven = not even and W > 1 and not dispatching
+                    # an iterable dataset is sharded by sample and always completed
+                    # (Hugging Face Accelerate's IterableDatasetShard ignores even_batches)
+                    by_sample = mode == "iterable" and W > 1
+                    uneven = not even and W > 1 and not dispatching and not by_sample
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")  # the one-batch-fewer warning
                         for batch in dl:
@@ -189,6 +192,18 @@ def check_metrics() -> None:
                         assert max(counts) - min(counts) <= 1, (label, counts)
                         everyone = ops.gather_object([i for b in local for i in b])
                         assert sorted(everyone) == list(range(n)), (label, everyone)
+                    elif by_sample:
+                        # gather_for_metrics keeps the completion from the first global
+                        # batch, as under Hugging Face Accelerate
+                        group = 2 * W
+                        short = n % group
+                        source = list(range(min(n, group)))
+                        tail = [source[k % len(source)] for k in range(group - short)]
+                        want = list(range(n)) + (tail if short else [])
+                        assert torch.cat(ids).tolist() == want, (label, ids)
+                        assert names == [f"s{i}" for i in want], (label, names)
+                        mine = [want[k : k + 2] for k in range(2 * RANK, len(want), group)]
+                        assert local == mine, (label, local)
                     else:
                         assert torch.cat(ids).tolist() == list(range(n)), (label, ids)
                         assert names == [f"s{i}" for i in range(n)], (label, names)
@@ -204,15 +219,17 @@ def check_metrics() -> None:
                         # ceil(samples / processes) each, padded from the first round
                         last_round = n - (len(local) - 1) * W * per_rank
                         assert len(local[-1]) == -(-last_round // W), (label, local)
-                    elif even and W > 1:
+                    elif (even or by_sample) and W > 1:
                         assert len(local[-1]) == per_rank, (label, local)
                     else:
                         seen = [i for b in ops.gather_object(local) for i in b]
                         assert sorted(seen) == list(range(n)), (label, seen)  # no duplicates
                     per_mode[mode] = local
-                # iterable sharding gives the very same batches; dispatch_batches too, but
-                # for its last round's padding (Hugging Face Accelerate's dispatcher's split)
-                assert per_mode["iterable"] == per_mode["shard"], (n, even, split, per_mode)
+                # iterable sharding gives the very same batches but for the last round's
+                # completion; dispatch_batches too, but for its last round's padding (Hugging
+                # Face Accelerate's dispatcher's split)
+                whole = n // (2 * W)
+                assert per_mode["iterable"][:whole] == per_mode["shard"][:whole], (n, even, split)
                 assert per_mode["iterable-dispatch"] == per_mode["dispatch"], (n, even, split)
                 full = len(per_mode["dispatch"]) - (1 if W > 1 and n % (W * per_rank) else 0)
                 assert per_mode["dispatch"][:full] == per_mode["shard"][:full], (n, even, split)
