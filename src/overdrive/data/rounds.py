@@ -66,6 +66,19 @@ def global_rounds(
         if per_rank is None:
             per_rank = max(1, sizes[0] // (world if split else 1))
         is_last = not queue
+        if dispatch and drop_last and ended and 0 < len(queue) <= group:
+            # the round read ahead is the short one drop_last drops: this one is the last
+            rest = [batch_length(b) for b in queue]
+            is_last = None is layout_round(
+                rest,
+                world=world,
+                per_rank=per_rank,
+                split=split,
+                is_last=True,
+                even=even,
+                drop_last=True,
+                dispatch=True,
+            )
         lay = layout_round(
             sizes,
             world=world,
