@@ -350,6 +350,8 @@ def main() -> None:
         except Exception as exc:  # the kind of failure is compared, not its words
             result = {"id": p["id"], "error": type(exc).__name__}
             result["detail"] = "".join(traceback.format_exception_only(type(exc), exc))[-500:]
+            if os.environ.get("DIFFERENTIAL_TRACEBACK"):
+                traceback.print_exc()
         result["rank"] = rank
         with open(os.path.join(args.root, f"results_rank{rank}.jsonl"), "a") as out:
             out.write(json.dumps(result) + "\n")

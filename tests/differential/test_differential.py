@@ -51,6 +51,37 @@ NAMED = {
     "the short last window, by hand": _named(9006, n=10, accum=3, use_accumulate=False),
 }
 
+# Cases where 2 processes trained differently (ids 9100+).
+NAMED_2 = {
+    # every process reads the stream and collates only its own samples of each global batch
+    "an iterable dataset without dispatch_batches": _named(
+        9101,
+        n=10,
+        batch_size=3,
+        epochs=2,
+        dataset="iterable",
+        noisy_data=True,
+        noisy_collate=True,
+        dropout=0.2,
+        accum=3,
+        dispatch_batches=False,
+        metrics=True,
+    ),  # fmt: skip
+    # the dispatcher's read-ahead already sees that drop_last drops the next round
+    "split_batches, drop_last and dispatch_batches": _named(
+        9102,
+        n=18,
+        batch_size=4,
+        epochs=2,
+        shuffle=True,
+        drop_last=True,
+        noisy_data=True,
+        dropout=0.2,
+        split_batches=True,
+        dispatch_batches=True,
+    ),  # fmt: skip
+}
+
 FIXED = {1: range(0, 40), 2: range(0, 16)}
 
 
@@ -64,7 +95,7 @@ def _regressions(nprocs: int) -> list[dict[str, Any]]:
 
 
 def _programs(nprocs: int) -> list[dict[str, Any]]:
-    named = list(NAMED.values()) if nprocs == 1 else []
+    named = list(NAMED.values()) if nprocs == 1 else list(NAMED_2.values())
     generated = [dict(grammar.generate(s, nprocs), id=s) for s in FIXED[nprocs]]
     return named + generated + _regressions(nprocs)
 
@@ -88,3 +119,18 @@ def test_generated_programs_give_accelerates_numbers(nprocs: int) -> None:
     ran = [r["ranks"]["0"] for r in reference.values() if "log" in r["ranks"]["0"]]
     assert len(ran) >= len(programs) - 2
     assert any(r["log"].get("weights_resumed") for r in ran)
+
+
+@pytest.mark.distributed
+def test_a_skip_over_a_whole_dispatched_epoch_fails_under_accelerate_and_runs_here() -> None:
+    # resumed at the end of epoch 0 with skip_first_batches: Hugging Face Accelerate's
+    # dispatcher broadcasts a batch it never read; overdrive hands out an empty epoch 0
+    program = _named(
+        9201, epochs=2, split_batches=True, dispatch_batches=True, resume_at=4,
+        steps_after_save=1, resume_skip="skip_first_batches",
+    )  # fmt: skip
+    results = runner.run_all([program], 2)
+    assert runner.accelerate_fault(results, 9201) == "empty dispatched epoch"
+    for engine in runner.ENGINES[1:]:
+        ranks = results[engine][9201]["ranks"]
+        assert all(r["log"]["weights_resumed"] for r in ranks.values()), engine
