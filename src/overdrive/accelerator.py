@@ -26,6 +26,7 @@ from overdrive.accelerator_setup import (
     sort_handlers,
     strategy_for,
     trackers_given,
+    warn_split_batches_argument_ignored,
 )
 from overdrive.compat.accelerator_compat import AcceleratorCompat
 from overdrive.compat.checkpoint_args import load_state_kwargs, save_state_kwargs
@@ -116,6 +117,8 @@ class Accelerator(AcceleratorCompat):
             deepspeed_plugin, deepspeed_plugins, torch_tp_plugin, parallelism_config,
             both_accumulations=both_accumulations,
         )  # fmt: skip
+        if split_batches:
+            warn_split_batches_argument_ignored()
         args = dict(locals())
         plugins: list[Any] = [dataloader_config, project_config, deepspeed_plugin, fsdp_plugin]
         plugins += [megatron_lm_plugin, gradient_accumulation_plugin, parallelism_config]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -37,13 +38,24 @@ _ARGUMENTS = {
     "mixed_precision": "mixed_precision",
     "gradient_accumulation_steps": "gradient_accumulation_steps",
     "cpu": "use_cpu",
-    "split_batches": "split_batches",
     "project_dir": "project_dir",
     "logging_dir": "logging_dir",
     "dynamo_backend": "dynamo_config.dynamo_backend",
     "num_processes": "num_processes",
     "debug": "debug",
 }
+
+
+def warn_split_batches_argument_ignored() -> None:
+    """``Accelerator(split_batches=True)`` does what it does in Hugging Face Accelerate 1.x:
+    nothing. Said once, with the argument that does split."""
+    warnings.warn(
+        "Accelerator(split_batches=True) is accepted and ignored, as in Hugging Face "
+        "Accelerate: batches are not split between processes. To split each batch, pass "
+        "dataloader_config=DataLoaderConfiguration(split_batches=True).",
+        UserWarning,
+        stacklevel=3,
+    )
 
 
 def _plugin_labels(argument: str, plugin: Any, keys: Iterable[str]) -> dict[str, str]:

@@ -114,7 +114,7 @@ def check_data_sharding(accelerator: Accelerator) -> None:
     everything = sorted(i for share in gather_object([mine]) for i in share)
     check_equal(everything, list(range(length)), "even_batches=False: each sample once")
 
-    split = Accelerator(split_batches=True)
+    split = Accelerator(dataloader_config=DataLoaderConfiguration(split_batches=True))
     loader = split.prepare(make_loader(list(range(4 * n * BATCH)), n * BATCH))
     check_equal({len(b) for b in loader}, {BATCH}, "split_batches: per-process batch size")
 
