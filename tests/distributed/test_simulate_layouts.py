@@ -51,3 +51,18 @@ def test_fsdp2_by_tensor_parallelism_on_4_processes(tmp_path: Path) -> None:
     }
     held = rank["state_bytes"]["parameters"]
     assert TINY_LLAMA_BYTES / 4 <= held <= TINY_LLAMA_BYTES / 4 * 1.02, held
+
+
+@pytest.mark.distributed
+def test_the_last_pipeline_stage(tmp_path: Path) -> None:
+    """pp=2, the last stage: it learns what the first stage sends it (the hidden states of
+    a micro-batch) without that stage, then sends and receives one micro-batch's
+    activations and gradients each way per step (GPipe over 2 micro-batches) and holds
+    its half of the model."""
+    rank = _last_rank(["--parallelism_config_pp_size", "2"], 2, tmp_path / "report.json")
+    step = rank["collectives_per_step"][-1]
+    hidden = 2 * 16 * 32 * 4  # a micro-batch of 2 x 16 tokens, hidden 32, fp32
+    assert step["recv"]["groups"]["world"] == {"count": 2, "bytes": 2 * hidden}
+    assert step["send"]["groups"]["world"] == {"count": 2, "bytes": 2 * hidden}
+    held = rank["state_bytes"]["parameters"]
+    assert TINY_LLAMA_BYTES / 2 <= held <= TINY_LLAMA_BYTES / 2 * 1.02, held

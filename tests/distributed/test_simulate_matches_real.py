@@ -19,14 +19,23 @@ SCRIPT = "simulate_check.py"
 FSDP2 = ["--use_fsdp", "--fsdp_version", "2"]
 LAYERS = ["--fsdp_transformer_layer_cls_to_wrap", "LlamaDecoderLayer"]
 TP = ["--parallelism_config_tp_size", "2"]
-FLAGS = {"ddp": [], "fsdp2": [*FSDP2, *LAYERS], "tp": TP, "fsdp2_tp": [*TP, *FSDP2, *LAYERS]}
-PROCESSES = {"ddp": 2, "fsdp2": 2, "tp": 2, "fsdp2_tp": 4}
+PP = ["--parallelism_config_pp_size", "2"]
+FLAGS = {
+    "ddp": [],
+    "fsdp2": [*FSDP2, *LAYERS],
+    "tp": TP,
+    "fsdp2_tp": [*TP, *FSDP2, *LAYERS],
+    "pp": PP,
+}
+PROCESSES = {"ddp": 2, "fsdp2": 2, "tp": 2, "fsdp2_tp": 4, "pp": 2}
 KINDS = {
     "ddp": {"all_reduce", "broadcast"},
     "fsdp2": {"all_gather", "reduce_scatter"},
     "tp": {"all_reduce", "all_gather"},  # the head's output gathered whole
     "fsdp2_tp": {"all_reduce", "all_gather", "reduce_scatter"},
+    "pp": {"send", "recv"},
 }
+BOTH_ENDS = {"fsdp2", "pp"}  # simulated at the default ranks, the first and the last
 
 
 def _simulate(
@@ -47,29 +56,35 @@ def _simulate(
         pytest.param("ddp", marks=pytest.mark.extended),
         pytest.param("tp", marks=pytest.mark.extended),
         pytest.param("fsdp2_tp", marks=[pytest.mark.extended, pytest.mark.four_processes]),
+        pytest.param("pp", marks=pytest.mark.extended),
     ],
-)  # make test keeps the FSDP2 case (the others take 25-40 s; test_simulate_layouts.py
-# simulates FSDP2 x TP alone in make test)
+)  # make test keeps the FSDP2 case (the others take 25-45 s; test_simulate_layouts.py
+# simulates FSDP2 x TP and PP alone in make test)
 def test_a_simulated_step_sends_and_holds_what_the_real_one_does(
     layout: str, tmp_path: Path
 ) -> None:
     nprocs = PROCESSES[layout]
     real = run_launch(SCRIPT, nprocs=nprocs, launch_args=FLAGS[layout], timeout=300)
     assert_ok(real)
-    (measured,) = result_rows(real.stdout)
-    # FSDP2: the default ranks, the first and the last; else rank 0 alone (the one that
-    # printed the real numbers)
-    ranks = [] if layout == "fsdp2" else ["--simulate_ranks", "0"]
+    measured = {row["rank"]: row for row in result_rows(real.stdout)}
+    assert sorted(measured) == list(range(nprocs))
+    ranks = [] if layout in BOTH_ENDS else ["--simulate_ranks", "0"]
     report = tmp_path / "report.json"
     simulated = _simulate(SCRIPT, FLAGS[layout], report, ranks, nprocs)
-    assert [r["rank"] for r in simulated["ranks"]] == ([0, 1] if layout == "fsdp2" else [0])
-    first = simulated["ranks"][0]
-    # The last step: DDP rebuilds its buckets in the second (two more broadcasts, for real).
-    assert first["collectives_per_step"][-1] == measured["collectives_per_step"][-1]
-    assert set(first["collectives_per_step"][-1]) == KINDS[layout]
-    for key, real_bytes in measured["state_bytes"].items():
-        assert real_bytes > 0
-        assert abs(first["state_bytes"][key] - real_bytes) <= 0.1 * real_bytes, key
+    expected = [0, nprocs - 1] if layout in BOTH_ENDS else [0]
+    assert [r["rank"] for r in simulated["ranks"]] == expected
+    for mine in simulated["ranks"]:
+        theirs = measured[mine["rank"]]
+        # The last step: DDP rebuilds its buckets in the second (two more broadcasts, for real).
+        assert mine["collectives_per_step"][-1] == theirs["collectives_per_step"][-1]
+        assert set(mine["collectives_per_step"][-1]) == KINDS[layout]
+        for key, real_bytes in theirs["state_bytes"].items():
+            assert real_bytes > 0
+            assert abs(mine["state_bytes"][key] - real_bytes) <= 0.1 * real_bytes, key
+    if layout == "pp":  # the first step's shape messages too (prepare's broadcasts aside)
+        for mine in simulated["ranks"]:
+            first = {k: v for k, v in mine["collectives_per_step"][0].items() if k != "broadcast"}
+            assert first == measured[mine["rank"]]["collectives_per_step"][0]
 
 
 LLAMA_8B_PARAMETERS = 8_030_261_248  # embedding, 32 layers, norm and untied head

@@ -59,3 +59,26 @@ def _flattened(mesh: DeviceMesh, dims: tuple[str, ...], name: str) -> DeviceMesh
         return mesh[name]
     except (KeyError, RuntimeError, ValueError):
         return mesh[dims]._flatten(name)
+
+
+def groups_along(mesh: DeviceMesh, name: str) -> list[list[int]]:
+    """The ranks of each group along dimension ``name`` (every other index fixed, in
+    row-major order), read from the mesh's rank table in plain Python: tensor operations on
+    the table would lose its values under a simulation's fake tensors (docs/simulate.md)."""
+    import itertools
+
+    table = mesh.mesh.tolist()
+    shape = list(mesh.mesh.shape)
+    axis = list(mesh.mesh_dim_names or ()).index(name)
+
+    def at(index: tuple[int, ...]) -> int:
+        value = table
+        for i in index:
+            value = value[i]
+        return int(value)
+
+    others = [range(n) for i, n in enumerate(shape) if i != axis]
+    return [
+        [at((*rest[:axis], k, *rest[axis:])) for k in range(shape[axis])]
+        for rest in itertools.product(*others)
+    ]

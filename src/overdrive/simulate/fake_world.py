@@ -15,6 +15,7 @@ with them.
   all-reduce reads a result the fake group does not produce: see ``_ddp_on_fake_tensors``.
 - Collectives of Python objects (``all_gather_object`` ...) pickle through tensor values:
   see ``_object_collectives``.
+- A pipeline stage learns its neighbours' shapes from them: see ``pipeline_meta``.
 - ``DeviceMesh`` builds its rank table with tensor operations that need values: it is built
   outside the fake mode (it is small and holds no model data), and so are the meshes made
   from it (a dimension, flattened dimensions, FSDP2's data-parallel x tensor-parallel mesh).
@@ -32,6 +33,7 @@ import torch.distributed as dist
 from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 
 from overdrive.simulate.comms import CollectiveCounter
+from overdrive.simulate.pipeline_meta import simulated_pipeline_stages
 
 READS = (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.item.default)
 """The operators that read a tensor's value into Python."""
@@ -81,7 +83,7 @@ def _apply_skipping_no_ops(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @contextlib.contextmanager
-def _patched(owner: Any, name: str, replacement: Any) -> Iterator[None]:
+def patched(owner: Any, name: str, replacement: Any) -> Iterator[None]:
     original = getattr(owner, name)
     setattr(owner, name, replacement)
     try:
@@ -137,8 +139,8 @@ def _ddp_on_fake_tensors() -> Iterator[None]:
         self.reducer = _NoRebuild(self.reducer)
 
     with (
-        _patched(ddp, "_verify_param_shape_across_processes", lambda *a, **k: None),
-        _patched(ddp.DistributedDataParallel, "__init__", init),
+        patched(ddp, "_verify_param_shape_across_processes", lambda *a, **k: None),
+        patched(ddp.DistributedDataParallel, "__init__", init),
     ):
         yield
 
@@ -168,7 +170,7 @@ def _object_collectives() -> Iterator[None]:
     }
     with contextlib.ExitStack() as stack:
         for name, function in replacements.items():
-            stack.enter_context(_patched(dist, name, function))
+            stack.enter_context(patched(dist, name, function))
         yield
 
 
@@ -186,17 +188,18 @@ def fake_world(rank: int, world_size: int) -> Iterator[None]:
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(
-                _patched(torch.nn.Module, "_apply", _apply_skipping_no_ops(torch.nn.Module._apply))
+                patched(torch.nn.Module, "_apply", _apply_skipping_no_ops(torch.nn.Module._apply))
             )
             init = device_mesh.init_device_mesh
-            stack.enter_context(_patched(device_mesh, "init_device_mesh", _outside_fake(init)))
+            stack.enter_context(patched(device_mesh, "init_device_mesh", _outside_fake(init)))
             for name in ("__init__", "__getitem__", "_flatten", "_unflatten"):
                 if hasattr(mesh, name):
-                    stack.enter_context(_patched(mesh, name, _outside_fake(getattr(mesh, name))))
+                    stack.enter_context(patched(mesh, name, _outside_fake(getattr(mesh, name))))
             table = property(_outside_fake(mesh.mesh.fget))  # the rank table, made on each read
-            stack.enter_context(_patched(mesh, "mesh", table))
+            stack.enter_context(patched(mesh, "mesh", table))
             stack.enter_context(_ddp_on_fake_tensors())
             stack.enter_context(_object_collectives())
+            stack.enter_context(simulated_pipeline_stages())
             stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
             yield
     finally:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from torch.distributed._tools import mod_tracker
 from torch.distributed._tools.mem_tracker import MemTracker
 from torch.nn.modules.module import register_module_forward_pre_hook
 
@@ -19,12 +20,49 @@ def _by_kind(snapshots: dict[Any, dict[Any, int]]) -> dict[str, int]:
     return out
 
 
+def _tolerate_backward_inside_forward(tracker: Any) -> None:
+    """A pipelined model runs its schedule, backward included, inside its forward: the
+    backward has already closed the model when its forward returns, which ``ModTracker``
+    takes for a broken hierarchy; that end of the forward is let through here."""
+    original = tracker._get_pop_fn
+
+    def get_pop_fn(w_mod: Any, name: str, is_bw: bool) -> Any:
+        pop = original(w_mod, name, is_bw)
+
+        def fn(*args: Any) -> None:
+            if is_bw or tracker.is_bw or name in tracker.parents:
+                pop(*args)
+
+        return fn
+
+    tracker._get_pop_fn = get_pop_fn
+
+
+def _leaf_safe_multi_grad_hook(original: Any) -> Any:
+    """``ModTracker`` waits for the gradients of all of a module's inputs; with a leaf among
+    them (a pipeline stage's received input) PyTorch refuses that wait inside
+    ``autograd.grad``, which a stage's shape inference runs. Such a module ends at its first
+    input gradient instead (the same moment for one input)."""
+
+    def register(tensors: Any, fn: Any, *, mode: str = "all") -> Any:
+        if mode == "all" and any(t.grad_fn is None for t in tensors):
+            mode = "any"
+        return original(tensors, fn, mode=mode)
+
+    return register
+
+
 class PeakTracker(MemTracker):
     """``MemTracker`` keeping only the process-wide peak: its per-module peaks walk every
     module on every operator, which for a 32-layer model costs more than the run itself."""
 
     def __init__(self) -> None:
         super().__init__()
+        _tolerate_backward_inside_forward(self._mod_tracker)
+        if not hasattr(mod_tracker.register_multi_grad_hook, "__wrapped_original__"):
+            register = _leaf_safe_multi_grad_hook(mod_tracker.register_multi_grad_hook)
+            register.__wrapped_original__ = mod_tracker.register_multi_grad_hook
+            mod_tracker.register_multi_grad_hook = register  # a simulated rank's own process
         self.setup_peak: dict[str, int] = {}
         self._first_forward = register_module_forward_pre_hook(self._on_first_forward)
 
@@ -33,6 +71,14 @@ class PeakTracker(MemTracker):
             if self._peak_mem.get(device, 0) < snapshot["Total"]:
                 self._peak_mem[device] = snapshot["Total"]
                 self._peak_mem_snap[device] = dict(snapshot)
+
+    def _pre_fw_hook(self, module: Any, inputs: Any) -> None:
+        # A module's later forward in the same step (a pipeline stage runs one per
+        # micro-batch, outside any parent the tracker still follows) keeps nothing per module
+        # here: the peak is process-wide. MemTracker would take it for a next iteration.
+        if module in self.memory_tracking and not self._mod_tracker.is_bw:
+            return
+        super()._pre_fw_hook(module, inputs)
 
     def _on_first_forward(self, module: Any, args: Any) -> None:
         self._first_forward.remove()

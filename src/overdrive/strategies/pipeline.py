@@ -34,6 +34,7 @@ from overdrive.parallel.chain import Chain, parallelize
 from overdrive.parallel.fill_from_main import broadcast_from_main
 from overdrive.parallel.grad_norm import total_norm
 from overdrive.parallel.layout import ParallelLayout
+from overdrive.parallel.mesh import groups_along
 from overdrive.parallel.pipeline import LossFn, Stage, split_model
 from overdrive.parallel.pipeline_loss import LossChannel
 from overdrive.parallel.rebind import named_params, rebind, replacement_map
@@ -293,9 +294,7 @@ class PipelineParallelStrategy(Strategy):
         import torch.distributed as dist
 
         if self._loss_channel is None:
-            names = list(self.mesh.mesh_dim_names or ())
-            ranks = self.mesh.mesh.movedim(names.index("pp"), -1).reshape(-1, self.pp.degree)
-            for pipeline in ranks.tolist():
+            for pipeline in groups_along(self.mesh, "pp"):
                 group = dist.new_group(pipeline)
                 if dist.get_rank() in pipeline:
                     self._loss_channel = LossChannel(group, pipeline, self.device)

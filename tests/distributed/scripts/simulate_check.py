@@ -1,5 +1,5 @@
 """A tiny transformers Llama trained for 3 steps, counting its collectives per step on the
-process group it runs on; rank 0 prints ``RESULT {json}`` with them and the bytes of its
+process group it runs on; every process prints ``RESULT {json}`` with them and the bytes of its
 parameters, gradients and optimizer state. Run for real by ``overdrive launch`` and, the same
 file, by ``overdrive launch --simulate`` (tests/distributed/test_simulate_matches_real.py)."""
 
@@ -46,9 +46,8 @@ def main() -> None:
             state = training_state_bytes([opt.optimizer])
             opt.zero_grad()
     windows = [difference(b, a) for a, b in zip(marks, marks[1:], strict=False)]
-    if acc.is_main_process:
-        result = {"rank": 0, "collectives_per_step": windows, "state_bytes": state}
-        print("RESULT " + json.dumps(result))
+    result = {"rank": acc.process_index, "collectives_per_step": windows, "state_bytes": state}
+    print("RESULT " + json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":
