@@ -160,6 +160,7 @@ class Accelerator(AcceleratorCompat):
             precision_owner=self.strategy.precision_owner,
             source=str(self.settings.source("mixed_precision")),
             sharded_grads=self.strategy.sharded_grads,
+            fp16_on_cpu=self.settings["fp16_on_cpu"],
         )
         plugin = checked_accumulation_plugin(gradient_accumulation_plugin)
         self._sync_with_dataloader = plugin.sync_with_dataloader

@@ -40,7 +40,8 @@ def _launch(out: Path, phase: str) -> subprocess.CompletedProcess[str]:
         result = run_launch(
             "ckpt_resume.py",
             args=["--out", str(out), "--phase", phase],
-            launch_args=["--main_process_port", str(free_port())],
+            # fp16 loss scaling on CPU processes, whose scaler state the checkpoint carries
+            launch_args=["--main_process_port", str(free_port()), "--fp16_on_cpu", "true"],
         )
         if not (_port_clash(result) and _files(out) == before):
             break

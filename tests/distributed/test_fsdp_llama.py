@@ -56,9 +56,10 @@ def test_bf16_with_activation_checkpointing_follows_ddp() -> None:
 
 @pytest.mark.distributed
 def test_fp16_uses_a_sharded_gradient_scaler() -> None:
-    flags = ["--use_fsdp", "--fsdp_version", "2", *LAYERS, "--mixed_precision", "fp16"]
+    fp16 = ["--mixed_precision", "fp16", "--fp16_on_cpu", "true"]  # scaled, on CPU too
+    flags = ["--use_fsdp", "--fsdp_version", "2", *LAYERS, *fp16]
     fsdp = _trace(*flags)
-    ddp = _trace("--mixed_precision", "fp16")
+    ddp = _trace(*fp16)
     assert fsdp["param_dtype"] == "torch.float16" and fsdp["master_dtype"] == "torch.float32"
     assert fsdp["scaler"] == "ShardedGradScaler" and ddp["scaler"] == "GradScaler"
     assert _close(ddp["losses"], fsdp["losses"], 5e-3), (ddp["losses"], fsdp["losses"])

@@ -20,13 +20,16 @@ pytestmark = pytest.mark.distributed
 # (loss rtol, params relative L2) against fp32: the rounding of a half-precision forward
 # (bf16 keeps 8 significant bits, 4e-3 per op; fp16 11 bits, 5e-4). The run uses SGD, so a
 # loss-scaling error (unscale by the wrong factor) moves the parameters in proportion.
+# fp16's autocast and loss scaling on CPU processes (without it a CPU trains in fp32, as
+# under Hugging Face Accelerate)
+FP16_ON_CPU = ["--fp16_on_cpu", "true"]
 TOLERANCE = {"bf16": (1e-2, 5e-3), "fp16": (2e-3, 1e-3)}
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, object]]:
     out = tmp_path_factory.mktemp("precision") / "results.json"
-    assert_ok(run_launch("precision_ddp.py", nprocs=2, args=[str(out)]))
+    assert_ok(run_launch("precision_ddp.py", nprocs=2, args=[str(out)], launch_args=FP16_ON_CPU))
     return json.loads(Path(out).read_text())  # type: ignore[no-any-return]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -207,19 +208,37 @@ def test_megatron_dummy_scheduler_and_fsdp_state_dict_configs() -> None:
         )
 
 
-def test_fp16_is_available_on_a_cpu_because_it_trains_there() -> None:
-    """``is_fp16_available()`` agrees with what ``mixed_precision="fp16"`` does on a CPU: it
-    trains with float16 autocast and loss scaling, so the answer is yes there too."""
+def _inner_dtypes_under_fp16_on_a_cpu() -> tuple[list[torch.dtype], torch.dtype, Any]:
     from overdrive import Accelerator
-    from overdrive.utils import is_fp16_available
 
-    assert is_fp16_available()
     accelerator = Accelerator(cpu=True, mixed_precision="fp16")
     model = torch.nn.Sequential(torch.nn.Linear(4, 4))
     inner: list[torch.dtype] = []
     model[0].register_forward_hook(lambda module, args, out: inner.append(out.dtype))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     model, optimizer = accelerator.prepare(model, optimizer)
-    out = model(torch.randn(2, 4))
+    return inner, model(torch.randn(2, 4)).dtype, accelerator
+
+
+def test_fp16_on_a_cpu_trains_in_fp32_as_accelerate_does_and_says_so() -> None:
+    import overdrive.precision as precision
+
+    precision._WARNED.discard(("fp16_on_cpu", "fp16"))
+    with pytest.warns(UserWarning, match="OVERDRIVE_FP16_ON_CPU=1"):
+        inner, out, accelerator = _inner_dtypes_under_fp16_on_a_cpu()
+    assert inner == [torch.float32] and out == torch.float32
+    assert accelerator.mixed_precision == "fp16" and accelerator.scaler is None
+
+
+def test_fp16_is_available_on_a_cpu_and_trains_there_when_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``is_fp16_available()`` says yes on a CPU, as in Hugging Face Accelerate; with the
+    fp16_on_cpu setting a CPU trains with float16 autocast and loss scaling."""
+    from overdrive.utils import is_fp16_available
+
+    assert is_fp16_available()
+    monkeypatch.setenv("OVERDRIVE_FP16_ON_CPU", "1")
+    inner, out, accelerator = _inner_dtypes_under_fp16_on_a_cpu()
     assert inner == [torch.float16]  # computed in fp16, handed back in fp32
-    assert out.dtype == torch.float32
+    assert out == torch.float32 and accelerator.scaler is not None

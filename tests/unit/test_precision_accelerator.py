@@ -19,6 +19,8 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: os.PathLike[str]) -> No
         if name.startswith(("ACCELERATE_", "OVERDRIVE_", "TORCHELASTIC_")):
             monkeypatch.delenv(name)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    # these cases test fp16's autocast and loss scaling, which a CPU runs when asked
+    monkeypatch.setenv("OVERDRIVE_FP16_ON_CPU", "1")
 
 
 def _parts(

@@ -37,7 +37,7 @@ def test_forward_runs_in_half_and_returns_fp32(mode: str, dtype: torch.dtype) ->
     torch.manual_seed(0)
     model = Net()
     seen = _record_dtypes(model)
-    policy = make_precision(mode, CPU)
+    policy = make_precision(mode, CPU, fp16_on_cpu=True)
     model = policy.convert_module(model)
     out = model(torch.randn(4, 8))
     loss = torch.nn.functional.mse_loss(out, torch.zeros(4, 1))

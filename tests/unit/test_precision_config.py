@@ -53,12 +53,12 @@ def test_resolved_value_builds_the_policy(
     tmp_path: Path, mode: str, kind: type, dtype: torch.dtype
 ) -> None:
     value, source = _resolve(tmp_path, file="no", env=mode, code=None)
-    policy = make_precision(value, CPU, source=source)
+    policy = make_precision(value, CPU, fp16_on_cpu=True, source=source)
     assert type(policy) is kind and policy.name == mode and policy.autocast_dtype == dtype
 
 
 def test_deepspeed_runs_its_own_mixed_precision() -> None:
-    policy = make_precision("fp16", CPU, precision_owner="DeepSpeed")
+    policy = make_precision("fp16", CPU, fp16_on_cpu=True, precision_owner="DeepSpeed")
     assert isinstance(policy, DelegatedPrecision) and policy.name == "fp16"
     assert policy.scaler is None
 
@@ -66,7 +66,7 @@ def test_deepspeed_runs_its_own_mixed_precision() -> None:
 def test_fsdp_fp16_uses_the_sharded_scaler() -> None:
     from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
-    policy = make_precision("fp16", CPU, sharded_grads=True)
+    policy = make_precision("fp16", CPU, fp16_on_cpu=True, sharded_grads=True)
     assert isinstance(policy.scaler, ShardedGradScaler)
 
 

@@ -24,7 +24,7 @@ def _setup(
 ) -> tuple[torch.nn.Module, torch.optim.Optimizer, ScaledPrecision]:
     model = _model(seed)
     kwargs = GradScalerKwargs(**scaler) if scaler else None  # type: ignore[arg-type]
-    policy = make_precision("fp16", CPU, scaler_kwargs=kwargs)
+    policy = make_precision("fp16", CPU, fp16_on_cpu=True, scaler_kwargs=kwargs)
     assert isinstance(policy, ScaledPrecision)
     model = policy.convert_module(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -133,7 +133,7 @@ def test_update_waits_for_every_registered_optimizer() -> None:
     a, b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)
     opt_a = torch.optim.SGD(a.parameters(), lr=0.1)
     opt_b = torch.optim.SGD(b.parameters(), lr=0.1)
-    policy = make_precision("fp16", CPU)
+    policy = make_precision("fp16", CPU, fp16_on_cpu=True)
     policy.register_optimizer(opt_a)
     policy.register_optimizer(opt_b)
     policy.scale_loss(b(a(torch.randn(2, 4))).sum()).backward()
@@ -154,7 +154,7 @@ def test_state_dict_round_trip() -> None:
     policy.optimizer_step(optimizer)
     state = policy.state_dict()
     assert state["scale"] == 256.0 and state["growth_interval"] == 3
-    fresh = make_precision("fp16", CPU)
+    fresh = make_precision("fp16", CPU, fp16_on_cpu=True)
     fresh.load_state_dict(state)
     assert fresh.scaler.get_scale() == 256.0
     assert fresh.scaler.get_growth_interval() == 3
@@ -174,23 +174,29 @@ def test_only_fp16_has_a_scaler(mode: str, fresh_warnings: None) -> None:
         UserWarning,
         match=rf"GradScalerKwargs has no effect with mixed_precision='{mode}' \(from env X\): only fp16",
     ):
-        policy = make_precision(mode, CPU, scaler_kwargs=handler, source="env X")
+        policy = make_precision(mode, CPU, fp16_on_cpu=True, scaler_kwargs=handler, source="env X")
     assert policy.scaler is None
     loss = torch.tensor(1.0)
     assert policy.scale_loss(loss) is loss
     assert policy.state_dict() == {}
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # once per process, not on every Accelerator
-        make_precision(mode, CPU, scaler_kwargs=handler)
+        make_precision(mode, CPU, fp16_on_cpu=True, scaler_kwargs=handler)
 
 
 def test_handlers_the_mode_uses_do_not_warn(fresh_warnings: None) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        make_precision("fp16", CPU, scaler_kwargs=GradScalerKwargs())
+        make_precision("fp16", CPU, fp16_on_cpu=True, scaler_kwargs=GradScalerKwargs())
         make_precision("bf16", CPU)
     with pytest.warns(UserWarning, match="DeepSpeed runs its own loss scaling"):
-        make_precision("fp16", CPU, scaler_kwargs=GradScalerKwargs(), precision_owner="DeepSpeed")
+        make_precision(
+            "fp16",
+            CPU,
+            fp16_on_cpu=True,
+            scaler_kwargs=GradScalerKwargs(),
+            precision_owner="DeepSpeed",
+        )
     with pytest.warns(UserWarning, match="FP8RecipeKwargs has no effect.*'bf16'"):
         make_precision("bf16", CPU, fp8_recipe=FP8RecipeKwargs(recipe="rowwise"))
 

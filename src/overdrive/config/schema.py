@@ -314,6 +314,16 @@ SETTINGS: tuple[Setting, ...] = (
         env=("OVERDRIVE_EXACT_ACCUMULATION",),
         flag=True,
     ),
+    setting(
+        "fp16_on_cpu",
+        ON_OFF,
+        False,
+        "mixed_precision fp16 on a CPU runs float16 autocast with a GradScaler, as on a GPU, "
+        "so a CPU rehearsal meets fp16's overflows (off: as Hugging Face Accelerate, a CPU "
+        "trains in fp32, with a warning)",
+        env=("OVERDRIVE_FP16_ON_CPU",),
+        flag=True,
+    ),
     # --- Project and tracking (HF Accelerate docs, Reference > Utilities, ProjectConfiguration)
     setting(
         "project_dir",

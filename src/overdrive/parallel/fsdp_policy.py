@@ -143,9 +143,21 @@ def policy_from_settings(
         sync_module_states=bool(settings[_key("sync_module_states")]),
         activation_checkpointing=bool(settings[_key("activation_checkpointing")]),
         use_orig_params=bool(settings[_key("use_orig_params")]),
-        mixed_precision=settings["mixed_precision"],
+        mixed_precision=_trained_precision(settings),
         layer_source=str(settings.source(_key("transformer_layer_cls_to_wrap"))),
     )
+
+
+def _trained_precision(settings: Settings) -> str:
+    """The precision FSDP keeps parameters in: fp16 on a CPU is fp32 unless fp16_on_cpu asks
+    for it (as the Accelerator's precision policy decides, ``overdrive.precision``)."""
+    import torch
+
+    mode = str(settings["mixed_precision"])
+    on_cpu = bool(settings["use_cpu"]) or not torch.cuda.is_available()
+    if mode == "fp16" and on_cpu and not settings["fp16_on_cpu"]:
+        return "no"
+    return mode
 
 
 def param_dtypes(mixed_precision: str) -> tuple[torch.dtype, torch.dtype] | None:

@@ -58,6 +58,20 @@ def _check_handlers(
         _warn_unused("FP8RecipeKwargs", mode, source, "only fp8 converts linear layers")
 
 
+def _warn_fp16_on_cpu(source: str) -> None:
+    if ("fp16_on_cpu", "fp16") in _WARNED:
+        return
+    _WARNED.add(("fp16_on_cpu", "fp16"))
+    warnings.warn(
+        f"mixed_precision='fp16' (from {source}) on a CPU trains in fp32, as Hugging Face "
+        "Accelerate does there. To rehearse fp16 (autocast and loss scaling) on CPU "
+        "processes, set fp16_on_cpu (OVERDRIVE_FP16_ON_CPU=1 or --fp16_on_cpu); to train "
+        "in a lower precision on this CPU, use bf16.",
+        UserWarning,
+        stacklevel=4,
+    )
+
+
 def _check_bf16(device: torch.device, source: str) -> None:
     if device.type == "cuda" and not torch.cuda.is_bf16_supported(including_emulation=False):
         raise ConfigError(
@@ -78,6 +92,7 @@ def make_precision(
     precision_owner: str | None = None,
     source: str = "code",
     sharded_grads: bool = False,
+    fp16_on_cpu: bool = False,
 ) -> Precision:
     """The precision policy for the ``mixed_precision`` setting on ``device``.
 
@@ -87,7 +102,9 @@ def make_precision(
     one-time warning saying so. ``precision_owner``: the engine that runs mixed precision
     itself (the strategy's ``precision_owner``; fp8 with one is refused when the settings
     resolve). ``sharded_grads``: gradients are DTensors spread over processes (FSDP, tensor
-    parallelism), so fp16's inf check is agreed over all of them.
+    parallelism), so fp16's inf check is agreed over all of them. ``fp16_on_cpu``: fp16 on
+    a CPU autocasts and scales as on a GPU; without it a CPU trains in fp32, as Hugging Face
+    Accelerate's does, with a warning.
     """
     if mixed_precision not in ("no", "bf16", "fp16", "fp8"):
         raise ConfigError(
@@ -103,6 +120,9 @@ def make_precision(
     if mixed_precision == "bf16":
         _check_bf16(device, source)
         return AutocastPrecision("bf16", device, torch.bfloat16, autocast_kwargs)
+    if mixed_precision == "fp16" and device.type == "cpu" and not fp16_on_cpu:
+        _warn_fp16_on_cpu(source)
+        return Precision()
     if mixed_precision == "fp16":
         return ScaledPrecision(
             device,

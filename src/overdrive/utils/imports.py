@@ -94,8 +94,8 @@ def is_bf16_available(ignore_tpu: bool = False) -> bool:
 
 
 def is_fp16_available() -> bool:
-    """fp16 mixed precision (autocast with loss scaling) works here: on CUDA and, as
-    overdrive trains it, on the CPU too."""
+    """fp16 mixed precision can be asked for here (True, as in Hugging Face Accelerate: on a
+    CPU it trains in fp32 unless the ``fp16_on_cpu`` setting asks for float16 autocast)."""
     return True
 
 
