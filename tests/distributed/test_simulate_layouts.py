@@ -17,10 +17,12 @@ SCRIPT = "simulate_check.py"
 TINY_LLAMA_BYTES = 22_688 * 4  # simulate_check.py's fp32 parameters, head untied
 
 
-def _last_rank(flags: list[str], nprocs: int, report: Path) -> dict:
+def _last_rank(
+    flags: list[str], nprocs: int, report: Path, env: dict[str, str] | None = None
+) -> dict:
     sim = ["--simulate", "--simulate_ranks", "-1", "--simulate_steps", "2"]
     launch_args = [*sim, "--simulate_json", str(report), *flags]
-    result = run_launch(SCRIPT, nprocs=nprocs, launch_args=launch_args, timeout=300)
+    result = run_launch(SCRIPT, nprocs=nprocs, launch_args=launch_args, env=env, timeout=300)
     assert_ok(result)
     (rank,) = json.loads(report.read_text())["ranks"]
     assert (rank["rank"], rank["steps"]) == (nprocs - 1, 2), rank
@@ -66,3 +68,21 @@ def test_the_last_pipeline_stage(tmp_path: Path) -> None:
     assert step["send"]["groups"]["world"] == {"count": 2, "bytes": 2 * hidden}
     held = rank["state_bytes"]["parameters"]
     assert TINY_LLAMA_BYTES / 2 <= held <= TINY_LLAMA_BYTES / 2 * 1.02, held
+
+
+@pytest.mark.distributed
+@pytest.mark.deepspeed
+@pytest.mark.extended  # 30 s: DeepSpeed's import and ZeRO-3's setup
+def test_deepspeed_zero3(tmp_path: Path) -> None:
+    """ZeRO-3 checks that every rank traced the same modules by comparing integers across
+    ranks: under simulation it broadcasts them and compares nothing. The second step
+    gathers the parameters and reduce-scatters the gradients over the world, and AdamW's
+    two states cover half of the model each."""
+    from tests.helpers.deepspeed import DS_ENV
+
+    flags = ["--use_deepspeed", "--zero_stage", "3"]
+    rank = _last_rank(flags, 2, tmp_path / "report.json", env=DS_ENV)
+    step = rank["collectives_per_step"][-1]
+    assert {"all_gather", "reduce_scatter"} <= set(step)
+    assert step["reduce_scatter"]["bytes"] == TINY_LLAMA_BYTES  # every gradient, once
+    assert rank["state_bytes"]["optimizer_state"] == TINY_LLAMA_BYTES

@@ -16,6 +16,7 @@ with them.
 - Collectives of Python objects (``all_gather_object`` ...) pickle through tensor values:
   see ``_object_collectives``.
 - A pipeline stage learns its neighbours' shapes from them: see ``pipeline_meta``.
+- DeepSpeed compares integers across ranks: see ``deepspeed_checks``.
 - ``DeviceMesh`` builds its rank table with tensor operations that need values: it is built
   outside the fake mode (it is small and holds no model data), and so are the meshes made
   from it (a dimension, flattened dimensions, FSDP2's data-parallel x tensor-parallel mesh).
@@ -175,6 +176,23 @@ def _object_collectives() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _deepspeed_on_fake_tensors(stack: contextlib.ExitStack) -> Iterator[None]:
+    """Once the DeepSpeed strategy is made (DeepSpeed is in use), its cross-rank checks of
+    values keep their broadcasts and skip the comparison (``deepspeed_checks``)."""
+    from overdrive.simulate.deepspeed_checks import patch_deepspeed
+    from overdrive.strategies.deepspeed import DeepSpeedStrategy
+
+    original = DeepSpeedStrategy.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        patch_deepspeed(stack)
+
+    with patched(DeepSpeedStrategy, "__init__", init):
+        yield
+
+
+@contextlib.contextmanager
 def fake_world(rank: int, world_size: int) -> Iterator[None]:
     """Inside: a fake process group of ``world_size`` with this process as ``rank``, and
     every new tensor a fake one (enter a ``SimulatedRank`` inside, for reads of values).
@@ -200,6 +218,7 @@ def fake_world(rank: int, world_size: int) -> Iterator[None]:
             stack.enter_context(_ddp_on_fake_tensors())
             stack.enter_context(_object_collectives())
             stack.enter_context(simulated_pipeline_stages())
+            stack.enter_context(_deepspeed_on_fake_tensors(stack))
             stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
             yield
     finally:
