@@ -151,3 +151,48 @@ def test_overdrive_test_simulates_its_check_with_object_collectives(tmp_path: Pa
     assert done.returncode == 0, done.stderr
     assert "rank 1 of 2: stopped after 2 optimizer step(s)" in done.stdout
     assert "passed" not in done.stderr  # a simulation checks no values: no verdict
+
+
+GPU_CONFIG = (
+    "distributed_type: MULTI_GPU\nnum_machines: 2\nnum_processes: 16\n"
+    "main_process_ip: 10.0.0.1\nmachine_rank: 0\nmixed_precision: bf16\n"
+)
+
+
+def test_config_validate_simulates_a_gpu_file_on_this_cpu(tmp_path: Path) -> None:
+    """The file's checks for the machine it describes, then the script as the last of its
+    16 processes, on this machine's CPU (it has no GPU)."""
+    script, config, report = tmp_path / "train.py", tmp_path / "gpu.yaml", tmp_path / "r.json"
+    script.write_text(SCRIPT)
+    config.write_text(GPU_CONFIG)
+    argv = ["config", "validate", "--simulate", "--simulate_ranks", "-1"]
+    argv += ["--simulate_json", str(report), str(config), str(script)]
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run(
+        [sys.executable, "-m", "overdrive", *argv], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"{config}: valid (6 settings set")
+    assert "runs on GPUs, which this machine lacks: simulated on its CPU" in done.stdout
+    assert "simulated 16 processes (2 machine(s) x 8), layout dp_replicate=16" in done.stdout
+    assert "rank 15 of 16: stopped after 2 optimizer step(s)" in done.stdout
+    (rank,) = json.loads(report.read_text())["ranks"]
+    weights = (64 * 256 + 256 + 256 * 8 + 8) * 4
+    once = {"count": 1, "bytes": weights}
+    assert rank["collectives_per_step"][1] == {"all_reduce": {**once, "groups": {"world": once}}}
+
+
+def test_config_validate_reads_a_script_only_with_simulate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "gpu.yaml"
+    config.write_text(GPU_CONFIG)
+    assert main(["config", "validate", str(config), "train.py"]) == 2
+    assert (
+        "config validate reads a script (train.py) only with --simulate" in capsys.readouterr().err
+    )
+    assert main(["config", "validate", "--simulate", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "config validate --simulate needs the script to simulate" in err
+    assert f"fix: overdrive config validate --simulate {config} train.py" in err

@@ -24,6 +24,11 @@ from overdrive.errors import ConfigError
 from overdrive.launch import cluster
 from overdrive.launch.plan import process_limit
 from overdrive.preflight import plan_launch, warn_inert
+from overdrive.simulate.validate_cli import (
+    add_validate_simulation,
+    check_simulation_arguments,
+    simulate_validated,
+)
 
 
 def register(commands: Any) -> None:
@@ -70,6 +75,7 @@ def register(commands: Any) -> None:
         validate, "this_machine", action="store_true",
         help="also require this machine to run it: its GPUs and CPU cores",
     )  # fmt: skip
+    add_validate_simulation(validate)
     validate.set_defaults(handler=_validate)
 
 
@@ -195,16 +201,17 @@ def _gpus_described(settings: Settings) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    check_simulation_arguments(args)
     settings = load_settings(config_file=args.file, flags={})
     here = cluster.gpu_count(settings)
     notes: list[str] = []
+    gpus, oversubscribe = here, False
     if args.this_machine:
         plan_launch(settings, VALIDATE_TARGET, gpu_count=here)
     else:
         described = _gpus_described(settings)
-        plan = plan_launch(
-            settings, VALIDATE_TARGET, gpu_count=max(here, described), oversubscribe=True
-        )
+        gpus, oversubscribe = max(here, described), True
+        plan = plan_launch(settings, VALIDATE_TARGET, gpu_count=gpus, oversubscribe=True)
         if described > here:
             notes.append(
                 f"it is written for {described} GPU(s) per machine; this machine has {here} visible"
@@ -226,4 +233,6 @@ def _validate(args: argparse.Namespace) -> int:
             f"note: {note}. `overdrive config validate --this_machine {args.file}` checks it "
             "against this machine"
         )
+    if args.simulate:
+        return simulate_validated(args, settings, gpu_count=gpus, oversubscribe=oversubscribe)
     return 0
