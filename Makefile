@@ -84,7 +84,9 @@ differential: $(STAMP) $(COMPAT_SITE)/.installed-$(COMPAT_VERSION)
 # Hugging Face Accelerate's own unit tests (its PyPI source distribution's tests/, the pinned
 # version), run against it and, after the mechanical rename, against overdrive; the per-file
 # table goes into docs/migrating.md. The test dependencies it needs that overdrive does not
-# go to a folder of their own, on the path of both runs.
+# go to a folder of their own, on the path of both runs. The sdist leaves out the tests' data
+# folders (tests/test_configs, tests/test_samples): CONFORMANCE_DATA_REPO=<a git directory of
+# its repository> adds them, so the tests that read them run too.
 CONFORMANCE_DEPS := parameterized
 .conformance/deps/.installed: | $(BIN)/python
 	$(PIP) install --quiet --no-deps --target .conformance/deps $(CONFORMANCE_DEPS)

@@ -20,7 +20,7 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from tests.conformance.fetch import fetch
+from tests.conformance.fetch import add_data_files, fetch
 from tests.conformance.rename import port_tree
 from tests.conformance.table import write_table
 
@@ -137,7 +137,9 @@ def main(argv: list[str] | None = None) -> int:
             f"error: Hugging Face Accelerate is not installed in {SITE}\n"
             "  fix: run `make conformance` (it installs it there)"
         )
-    original = fetch(CACHE) / "tests"
+    source = fetch(CACHE)
+    add_data_files(source)
+    original = source / "tests"
     ported = CACHE / "ported" / "tests"
     port_tree(original, ported)
     for root in (original.parent, ported.parent):  # not this repository's pytest settings
