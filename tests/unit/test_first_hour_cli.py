@@ -188,3 +188,12 @@ def test_users_read_hugging_face_accelerate_not_where_we_found_it(
     for text in (help_text, readme):
         assert "described " + "system" not in text  # split so the words test passes this file
         assert "seed 0" not in text.lower()
+
+
+def test_env_says_what_a_named_config_path_is_when_it_is_no_file(tmp_path: Path) -> None:
+    # the same words `launch --config_file` stops with: a directory, or a missing file
+    report = env_cmd.report(str(tmp_path))
+    assert f"config file {tmp_path} is a directory, not a file" in report
+    assert f"e.g. {tmp_path / 'default_config.yaml'}" in report
+    missing = tmp_path / "absent.yaml"
+    assert f"config file {missing} does not exist" in env_cmd.report(str(missing))

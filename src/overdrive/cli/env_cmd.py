@@ -14,7 +14,7 @@ from typing import Any
 from overdrive.alias import engine_line
 from overdrive.cli.flags import add_flag
 from overdrive.config import load_settings
-from overdrive.config.sources import config_in_use
+from overdrive.config.sources import config_in_use, not_a_file
 from overdrive.errors import ConfigError
 from overdrive.version import __version__
 
@@ -74,8 +74,8 @@ def _config_lines(config_file: str | None) -> list[str]:
     path = Path(config_file) if config_file else config_in_use(os.environ)
     how = "given" if config_file else "default"
     if not path.is_file():
-        if config_file:  # `launch --config_file` with this path would stop with an error
-            return [f"config file ({how}): {path} (does not exist)"]
+        if config_file:  # `launch --config_file` with this path stops with this error
+            return [f"config file ({how}): {path}", *str(not_a_file(path)).splitlines()]
         return [f"config file ({how}): {path} (not present; defaults apply)"]
     lines = [f"config file ({how}): {path}", "--- contents ---"]
     try:

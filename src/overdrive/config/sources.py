@@ -279,7 +279,7 @@ def _too_large(label: str) -> ConfigError:
     )
 
 
-def _not_a_file(file_path: Path) -> ConfigError:
+def not_a_file(file_path: Path) -> ConfigError:
     """The error for a named config path that is not a readable regular file: what it is."""
     fix = "name the config file itself (a named config file is never skipped)"
     try:
@@ -322,7 +322,7 @@ def read_file(path: str | Path, *, explicit: bool) -> list[RawValue]:
     file_path = Path(path).expanduser()
     if not file_path.is_file():
         if explicit:
-            raise _not_a_file(file_path)
+            raise not_a_file(file_path)
         return []
     try:
         with file_path.open("rb") as handle:
