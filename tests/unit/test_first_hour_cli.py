@@ -3,6 +3,7 @@ flag, flags written after the script, the engine line's source, `overdrive env`'
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -197,3 +198,20 @@ def test_env_says_what_a_named_config_path_is_when_it_is_no_file(tmp_path: Path)
     assert f"e.g. {tmp_path / 'default_config.yaml'}" in report
     missing = tmp_path / "absent.yaml"
     assert f"config file {missing} does not exist" in env_cmd.report(str(missing))
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
+    # `overdrive config show | head -1`: the reader closes the pipe after one line, while the
+    # rest (10 kB) still waits to be written into a pipe that holds 4 kB
+    fcntl = pytest.importorskip("fcntl")
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, getattr(fcntl, "F_SETPIPE_SZ", 1031), 4096)
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path))
+    cli = [sys.executable, "-m", "overdrive", "config", "show"]
+    proc = subprocess.Popen(cli, stdout=write_end, stderr=subprocess.PIPE, env=env, text=True)
+    os.close(write_end)
+    with os.fdopen(read_end) as out:
+        assert out.readline().startswith("config file")
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 0 and "BrokenPipeError" not in err, err

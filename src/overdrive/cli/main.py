@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -70,6 +71,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("overdrive: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader of the output stopped reading (`overdrive config show | head`): what it
+        # read is all it wanted; the rest goes nowhere, without a traceback at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":
