@@ -72,11 +72,17 @@ def train(
 
 
 def resumed(
-    tmp: Path, spec: dict[str, Any], nprocs: int, config: str | None = None, **kw: Any
+    tmp: Path,
+    spec: dict[str, Any],
+    nprocs: int,
+    config: str | None = None,
+    whole: dict[str, Any] | None = None,
+    **kw: Any,
 ) -> tuple[dict[str, Any], dict[str, Any], Path]:
     """(uninterrupted run, run resumed from step 4 of an interrupted one, its checkpoint).
-    The interrupted run's result is in ``tmp/cut.json``."""
-    whole = train(tmp, "whole", spec, nprocs, config, **kw)
+    The interrupted run's result is in ``tmp/cut.json``. ``whole``: the uninterrupted run
+    of ``spec``, when one was launched already."""
+    whole = whole or train(tmp, "whole", spec, nprocs, config, **kw)
     ckpt = {"output_dir": str(tmp / "ckpt"), "save_steps": 4, **spec}
     train(tmp, "cut", {**ckpt, "stop_after": 4}, nprocs, config, **kw)
     folder = tmp / "ckpt" / "checkpoint-4"
@@ -91,10 +97,12 @@ def relative(a: dict[str, float], b: dict[str, float]) -> float:
 
 
 @pytest.mark.distributed
-def test_mid_epoch_resume_under_ddp_is_the_uninterrupted_run(tmp_path: Path) -> None:
+def test_mid_epoch_resume_under_ddp_is_the_uninterrupted_run(
+    tmp_path: Path, ddp_run: dict[str, Any]
+) -> None:
     # 24 samples, 2 processes x 2: six steps an epoch, so the resume lands mid-epoch and
     # the run crosses into the next epoch's shuffle after it.
-    whole, again, folder = resumed(tmp_path, {"batch": 2}, nprocs=2)
+    whole, again, folder = resumed(tmp_path, {"batch": 2}, nprocs=2, whole=ddp_run)
     assert whole["world"] == 2 and whole["steps"] == list(range(1, 11))
     assert again["global_step"] == 10
     assert again["losses"] == whole["losses"]
@@ -139,10 +147,12 @@ def test_documented_fsdp2_config_resumes_mid_epoch_from_its_sharded_checkpoint(
 
 @pytest.mark.distributed
 @pytest.mark.extended
-def test_fsdp2_trains_like_ddp_and_the_config_files_bf16_reaches_trainer(tmp_path: Path) -> None:
+def test_fsdp2_trains_like_ddp_and_the_config_files_bf16_reaches_trainer(
+    tmp_path: Path, ddp_run: dict[str, Any]
+) -> None:
     fp32 = FSDP2_CONFIG.replace("mixed_precision: bf16\n", "")
     fsdp = train(tmp_path, "fsdp", {"batch": 2}, nprocs=2, config=fp32)
-    ddp = train(tmp_path, "ddp", {"batch": 2}, nprocs=2)
+    ddp = ddp_run
     assert relative(fsdp["weights"], ddp["weights"]) < 1e-6
     assert max(abs(a - b) for a, b in zip(fsdp["losses"], ddp["losses"], strict=True)) < 1e-5
     # The file's bf16 (exported as ACCELERATE_MIXED_PRECISION, which TrainingArguments reads)
@@ -182,7 +192,9 @@ def test_bf16_training_argument_and_one_process_resume(tmp_path: Path) -> None:
 @pytest.mark.distributed
 @pytest.mark.extended
 @pytest.mark.parametrize("source", ["fsdp1-config-file", "training-arguments-fsdp2"])
-def test_other_fsdp_sources_resume_mid_epoch(tmp_path: Path, source: str) -> None:
+def test_other_fsdp_sources_resume_mid_epoch(
+    tmp_path: Path, source: str, ddp_run: dict[str, Any]
+) -> None:
     """FSDP1 from a config file, and FSDP2 from TrainingArguments(fsdp=..., fsdp_config=...)
     with no config file (Trainer passes the plugin in code)."""
     if source == "fsdp1-config-file":
@@ -201,17 +213,19 @@ def test_other_fsdp_sources_resume_mid_epoch(tmp_path: Path, source: str) -> Non
     assert (folder / "pytorch_model_fsdp_0").is_dir() and (folder / "optimizer_0").is_dir()
     assert again["losses"] == whole["losses"]
     assert again["weights"] == whole["weights"]
-    ddp = train(tmp_path, "ddp", {"batch": 2}, nprocs=2)
-    assert relative(whole["weights"], ddp["weights"]) < 1e-6
+    assert relative(whole["weights"], ddp_run["weights"]) < 1e-6
 
 
 @pytest.mark.distributed
-def test_evaluate_before_train_leaves_training_its_ddp_wrapper(tmp_path: Path) -> None:
+def test_evaluate_before_train_leaves_training_its_ddp_wrapper(
+    tmp_path: Path, ddp_run: dict[str, Any]
+) -> None:
     """Trainer prepares the model with ``evaluation_mode=True`` for an evaluate() before any
     train(); the later train() must still get DDP (before, it failed on the argument; a
-    model counted as prepared there would train without gradient sync)."""
-    first = train(tmp_path, "eval-first", {"batch": 2, "max_steps": 6, "evaluate_first": True}, 2)
-    plain = train(tmp_path, "plain", {"batch": 2, "max_steps": 6}, nprocs=2)
+    model counted as prepared there would train without gradient sync): it trains as the
+    same run without the evaluate() does."""
+    first = train(tmp_path, "eval-first", {"batch": 2, "evaluate_first": True}, nprocs=2)
+    plain = ddp_run
     alone = train(tmp_path, "alone", {"batch": 2, "max_steps": 1, "evaluate_first": True})
     assert first["wrapped"] == "DistributedDataParallel"
     assert first["losses"] == plain["losses"]
