@@ -27,21 +27,23 @@ FLAGS = {
     "tp": TP,
     "fsdp2_tp": [*TP, *FSDP2, *LAYERS],
     "pp": PP,
+    "zero1": ["--use_deepspeed", "--zero_stage", "1"],
     "zero2": ["--use_deepspeed", "--zero_stage", "2"],
     "zero3": ["--use_deepspeed", "--zero_stage", "3"],
 }
-PROCESSES = {"ddp": 2, "fsdp2": 2, "tp": 2, "fsdp2_tp": 4, "pp": 2, "zero2": 2, "zero3": 2}
+PROCESSES = {"fsdp2_tp": 4}  # else 2
 KINDS = {
     "ddp": {"all_reduce", "broadcast"},
     "fsdp2": {"all_gather", "reduce_scatter"},
     "tp": {"all_reduce", "all_gather"},  # the head's output gathered whole
     "fsdp2_tp": {"all_reduce", "all_gather", "reduce_scatter"},
     "pp": {"send", "recv"},
+    "zero1": {"all_reduce", "all_gather"},
     "zero2": {"all_reduce", "all_gather"},
     "zero3": {"all_reduce", "all_gather", "reduce_scatter"},
 }
 BOTH_ENDS = {"fsdp2", "pp"}  # simulated at the default ranks, the first and the last
-DEEPSPEED = {"zero2", "zero3"}
+DEEPSPEED = {"zero1", "zero2", "zero3"}
 
 
 def _simulate(
@@ -69,6 +71,7 @@ def _simulate(
         pytest.param("tp", marks=pytest.mark.extended),
         pytest.param("fsdp2_tp", marks=[pytest.mark.extended, pytest.mark.four_processes]),
         pytest.param("pp", marks=pytest.mark.extended),
+        pytest.param("zero1", marks=[pytest.mark.extended, pytest.mark.deepspeed]),
         pytest.param("zero2", marks=[pytest.mark.extended, pytest.mark.deepspeed]),
         pytest.param("zero3", marks=[pytest.mark.extended, pytest.mark.deepspeed]),
     ],
@@ -77,7 +80,7 @@ def _simulate(
 def test_a_simulated_step_sends_and_holds_what_the_real_one_does(
     layout: str, tmp_path: Path
 ) -> None:
-    nprocs = PROCESSES[layout]
+    nprocs = PROCESSES.get(layout, 2)
     env = DS_ENV if layout in DEEPSPEED else None
     real = run_launch(SCRIPT, nprocs=nprocs, launch_args=FLAGS[layout], env=env, timeout=300)
     assert_ok(real)

@@ -123,9 +123,11 @@ def simulated_pipeline_stages() -> Iterator[None]:
     from overdrive.strategies.pipeline import PipelineParallelStrategy
 
     run = _remember_batch(PipelineParallelStrategy.run)
-    with (
-        patched(PipelineStage, "_recv_meta", _receive_meta),
-        patched(PipelineParallelStrategy, "run", run),
-    ):
-        yield
-    _BATCH.clear()
+    try:
+        with (
+            patched(PipelineStage, "_recv_meta", _receive_meta),
+            patched(PipelineParallelStrategy, "run", run),
+        ):
+            yield
+    finally:
+        _BATCH.clear()
