@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 
@@ -67,18 +68,21 @@ def groups_along(mesh: DeviceMesh, name: str) -> list[list[int]]:
     the table would lose its values under a simulation's fake tensors (docs/simulate.md)."""
     import itertools
 
-    table = mesh.mesh.tolist()
     shape = list(mesh.mesh.shape)
+    ranks = _flat(mesh.mesh.tolist())
     axis = list(mesh.mesh_dim_names or ()).index(name)
-
-    def at(index: tuple[int, ...]) -> int:
-        value = table
-        for i in index:
-            value = value[i]
-        return int(value)
-
+    strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
     others = [range(n) for i, n in enumerate(shape) if i != axis]
-    return [
-        [at((*rest[:axis], k, *rest[axis:])) for k in range(shape[axis])]
-        for rest in itertools.product(*others)
-    ]
+    groups = []
+    for rest in itertools.product(*others):
+        index = [*rest[:axis], 0, *rest[axis:]]
+        base = sum(i * s for i, s in zip(index, strides))
+        groups.append([ranks[base + k * strides[axis]] for k in range(shape[axis])])
+    return groups
+
+
+def _flat(table: object) -> list[int]:
+    """A nested list of ranks, row-major."""
+    if isinstance(table, list):
+        return [rank for row in table for rank in _flat(row)]
+    return [int(table)]  # type: ignore[call-overload]
