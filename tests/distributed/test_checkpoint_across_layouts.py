@@ -108,16 +108,14 @@ def test_pp2_checkpoint_resumes_in_one_plain_process_and_under_ddp(tmp_path: Pat
     _assert_from_pretrained(merged, like=_merge(tmp_path / "at5", tmp_path / "one_file"))
 
 
-@pytest.mark.distributed
-def test_tp2_checkpoint_resumes_under_ddp_and_a_ddp_one_in_one_plain_process(
-    tmp_path: Path,
-) -> None:
-    """TP=2 -> DDP (2) -> one plain process: each continues to the uninterrupted losses; the
-    last one's weights are the uninterrupted TP run's."""
-    whole = _ckpt(tmp_path, 2, "--tp", "2", "--tag", "tp_final", "--save", "tp4", "--save_at", "4")
-    assert whole["strategy"] == "tensor_parallel"
+@pytest.fixture(scope="module")
+def tp2_then_ddp(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, dict]:
+    """(folder, uninterrupted TP=2 run saving ``tp4``, DDP run resumed from it saving
+    ``ddp7``): the DDP checkpoint the pipeline refusal below reads too."""
+    folder = tmp_path_factory.mktemp("tp2-then-ddp")
+    whole = _ckpt(folder, 2, "--tp", "2", "--tag", "tp_final", "--save", "tp4", "--save_at", "4")
     ddp = _ddp(
-        tmp_path,
+        folder,
         "--tag",
         "ddp",
         "--resume",
@@ -126,13 +124,24 @@ def test_tp2_checkpoint_resumes_under_ddp_and_a_ddp_one_in_one_plain_process(
         "4",
         *("--save", "ddp7", "--save_at", "7"),
     )
+    return folder, whole, ddp
+
+
+@pytest.mark.distributed
+def test_tp2_checkpoint_resumes_under_ddp_and_a_ddp_one_in_one_plain_process(
+    tp2_then_ddp: tuple[Path, dict, dict],
+) -> None:
+    """TP=2 -> DDP (2) -> one plain process: each continues to the uninterrupted losses; the
+    last one's weights are the uninterrupted TP run's."""
+    folder, whole, ddp = tp2_then_ddp
+    assert whole["strategy"] == "tensor_parallel"
     _assert_continues(ddp, whole, 4)
-    plain, _ = _plain(tmp_path, "--tag", "plain", "--resume", "ddp7", "--start", "7")
+    plain, _ = _plain(folder, "--tag", "plain", "--resume", "ddp7", "--start", "7")
     _assert_continues(plain, whole, 7)
-    _assert_same_weights(tmp_path, "ddp", "plain", final="tp_final")
-    _assert_from_pretrained(tmp_path / "tp_final", like=tmp_path / "tp_final")
+    _assert_same_weights(folder, "ddp", "plain", final="tp_final")
+    _assert_from_pretrained(folder / "tp_final", like=folder / "tp_final")
     _assert_from_pretrained(
-        _merge(tmp_path / "tp4", tmp_path / "tp4_merged"), like=tmp_path / "tp4_merged"
+        _merge(folder / "tp4", folder / "tp4_merged"), like=folder / "tp4_merged"
     )
 
 
@@ -292,14 +301,17 @@ def test_zero2_resumes_under_ddp_and_tp_then_pp_and_fsdp2_under_tp(tmp_path: Pat
 
 
 @pytest.mark.distributed
-def test_a_ddp_checkpoint_is_refused_by_a_pipeline_naming_the_cause(tmp_path: Path) -> None:
+def test_a_ddp_checkpoint_is_refused_by_a_pipeline_naming_the_cause(
+    tp2_then_ddp: tuple[Path, dict, dict],
+) -> None:
     """R2: a pipeline stage's optimizer cannot tell which entries of a state keyed by
     position are its own; the message says so and how to move the state over."""
-    _ddp(tmp_path, "--tag", "ddp", *_steps(0, 2))
+    folder, _, _ = tp2_then_ddp  # ddp7: saved under DDP after 7 steps
+    resume = ("--resume", "ddp7", "--start", "7")
     result = run_launch(
         CKPT_SCRIPT,
         nprocs=2,
-        args=["--dir", str(tmp_path), "--tag", "pp", *_steps(2)],
+        args=["--dir", str(folder), "--tag", "pp_refused", *resume],
         launch_args=list(PP2),
         timeout=420,
     )
