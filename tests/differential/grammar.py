@@ -93,6 +93,9 @@ def generate(seed: int, nprocs: int) -> dict[str, Any]:
         p["resume_at"] = r.randint(1, 6)
         p["steps_after_save"] = r.choice([0, 0, 1, 2])
         p["resume_skip"] = r.choice(["skip_first_batches", "manual", "none"])
+    # fp16 last, so the draws above (and the programs they made before it) stay as they were
+    if p["mixed_precision"] == "no" and r.random() < 0.2:
+        p["mixed_precision"] = "fp16"
     return p
 
 

@@ -49,6 +49,8 @@ NAMED = {
     # 5 batches, 3 per window: the last window is short
     "the short last accumulation window": _named(9005, n=10, accum=3, clip="norm"),
     "the short last window, by hand": _named(9006, n=10, accum=3, use_accumulate=False),
+    # fp16 asked for on a CPU: Hugging Face Accelerate trains in fp32 there
+    "fp16 on a CPU": _named(9007, n=10, accum=2, clip="norm", mixed_precision="fp16"),
 }
 
 # Cases where 2 processes trained differently (ids 9100+).
