@@ -1,8 +1,9 @@
 """`overdrive launch --simulate` against the real run it stands for: the same tiny Llama
-script, for real on 2 gloo processes and simulated as ranks of the same world, sends the same
-collectives in a step (counted on the real group by the script itself) and holds the same
-parameter, gradient and optimizer bytes; a Llama-3-8B shape simulated as one of 512 processes
-holds 1/512 of the model."""
+script, for real on gloo processes and simulated as ranks of the same world, sends the same
+collectives in a step (counted on the real group by the script itself, in every process) and
+holds the same parameter, gradient and optimizer bytes, under DDP, FSDP2, TP, FSDP2 x TP, PP,
+PP x FSDP2, PP x TP and DeepSpeed ZeRO-1/2/3; a Llama-3-8B shape simulated as one of 512
+processes holds 1/512 of the model."""
 
 from __future__ import annotations
 
@@ -27,22 +28,31 @@ FLAGS = {
     "tp": TP,
     "fsdp2_tp": [*TP, *FSDP2, *LAYERS],
     "pp": PP,
+    "pp_fsdp2": [*PP, *FSDP2, *LAYERS],
+    "pp_tp": [*PP, *TP],
     "zero1": ["--use_deepspeed", "--zero_stage", "1"],
     "zero2": ["--use_deepspeed", "--zero_stage", "2"],
     "zero3": ["--use_deepspeed", "--zero_stage", "3"],
 }
-PROCESSES = {"fsdp2_tp": 4}  # else 2
+PROCESSES = {"fsdp2_tp": 4, "pp_fsdp2": 4, "pp_tp": 4}  # else 2
 KINDS = {
     "ddp": {"all_reduce", "broadcast"},
     "fsdp2": {"all_gather", "reduce_scatter"},
     "tp": {"all_reduce", "all_gather"},  # the head's output gathered whole
     "fsdp2_tp": {"all_reduce", "all_gather", "reduce_scatter"},
     "pp": {"send", "recv"},
+    "pp_fsdp2": {"send", "recv", "all_gather", "reduce_scatter"},
+    "pp_tp": {"send", "recv", "all_reduce"},  # the last stage also gathers the head's output
     "zero1": {"all_reduce", "all_gather"},
     "zero2": {"all_reduce", "all_gather"},
     "zero3": {"all_reduce", "all_gather", "reduce_scatter"},
 }
-BOTH_ENDS = {"fsdp2", "pp"}  # simulated at the default ranks, the first and the last
+BOTH_ENDS = {
+    "fsdp2",
+    "pp",
+    "pp_fsdp2",
+    "pp_tp",
+}  # simulated at the default ranks, the first and the last
 DEEPSPEED = {"zero1", "zero2", "zero3"}
 
 
@@ -71,6 +81,8 @@ def _simulate(
         pytest.param("tp", marks=pytest.mark.extended),
         pytest.param("fsdp2_tp", marks=[pytest.mark.extended, pytest.mark.four_processes]),
         pytest.param("pp", marks=pytest.mark.extended),
+        pytest.param("pp_fsdp2", marks=[pytest.mark.extended, pytest.mark.four_processes]),
+        pytest.param("pp_tp", marks=[pytest.mark.extended, pytest.mark.four_processes]),
         pytest.param("zero1", marks=[pytest.mark.extended, pytest.mark.deepspeed]),
         pytest.param("zero2", marks=[pytest.mark.extended, pytest.mark.deepspeed]),
         pytest.param("zero3", marks=[pytest.mark.extended, pytest.mark.deepspeed]),
@@ -95,7 +107,7 @@ def test_a_simulated_step_sends_and_holds_what_the_real_one_does(
         theirs = measured[mine["rank"]]
         # The last step: DDP rebuilds its buckets in the second (two more broadcasts, for real).
         assert mine["collectives_per_step"][-1] == theirs["collectives_per_step"][-1]
-        assert set(mine["collectives_per_step"][-1]) == KINDS[layout]
+        assert KINDS[layout] <= set(mine["collectives_per_step"][-1])
         for key, real_bytes in theirs["state_bytes"].items():
             if layout in DEEPSPEED and key != "optimizer_state":
                 # counted inside ZeRO's step, on the fp32 partitions its optimizer steps;
