@@ -144,3 +144,36 @@ def test_a_llama_8b_shape_as_one_of_512_processes_holds_one_512th(tmp_path: Path
     assert share <= rank["state_bytes"]["parameters"] <= share * 1.005
     assert rank["state_bytes"]["optimizer_state"] == 2 * rank["state_bytes"]["parameters"]
     assert set(rank["collectives_per_step"][0]) >= {"all_gather", "reduce_scatter"}
+
+
+LLAMA_8B_EMBEDDING = 128256 * 4096  # the head is as large
+LLAMA_8B_LAYER = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096
+
+
+@pytest.mark.distributed
+@pytest.mark.extended
+def test_a_llama_8b_shape_in_3d_as_the_first_and_last_of_512_processes(tmp_path: Path) -> None:
+    """pp 4 x dp_shard 16 x tp 8 on 64 x 8 processes: the first and the last stage each hold
+    their 8 layers and the embedding or the head, over 16 x 8, and send on every dimension."""
+    report = tmp_path / "report.json"
+    flags = ["--num_machines", "64", "--main_process_ip", "10.0.0.1", *FSDP2, *LAYERS]
+    flags += ["--parallelism_config_tp_size", "8", "--parallelism_config_pp_size", "4"]
+    sim = ["--simulate", "--simulate_steps", "1", "--simulate_json", str(report)]
+    result = run_launch(
+        "simulate_llama8b.py",
+        nprocs=512,
+        args=["--batch", "4"],
+        launch_args=[*sim, *flags],
+        timeout=600,
+    )
+    assert_ok(result)
+    assert "layout pp=4 x dp_shard=16 x tp=8" in result.stdout, result.stdout
+    first, last = json.loads(report.read_text())["ranks"]
+    assert (first["rank"], last["rank"]) == (0, 511)
+    for rank, ends in ((first, LLAMA_8B_EMBEDDING), (last, LLAMA_8B_EMBEDDING + 4096)):
+        share = (ends + 8 * LLAMA_8B_LAYER) * 4 / (16 * 8)  # fp32
+        assert share <= rank["state_bytes"]["parameters"] <= share * 1.005, rank["state_bytes"]
+        groups = {
+            group for entry in rank["collectives_per_step"][0].values() for group in entry["groups"]
+        }
+        assert {"pp", "dp_shard", "tp"} <= groups

@@ -1,9 +1,11 @@
 """A Llama-3-8B-shaped model (hidden 4096, 32 layers, vocabulary 128256; built from a config,
 no weights) trained for a step on short sequences: only ever run by ``overdrive launch
 --simulate`` (for real it would need about 128 GB for its fp32 weights, gradients and AdamW
-state)."""
+state). ``--batch N``: samples per batch (default 1; a pipeline needs one per micro-batch)."""
 
 from __future__ import annotations
+
+import sys
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -11,10 +13,11 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from overdrive.accelerator import Accelerator
 
-BATCH, SEQ = 1, 128
+SEQ = 128
 
 
 def main() -> None:
+    batch_size = int(sys.argv[sys.argv.index("--batch") + 1]) if "--batch" in sys.argv else 1
     acc = Accelerator()
     config = LlamaConfig(
         vocab_size=128256,
@@ -26,8 +29,8 @@ def main() -> None:
         max_position_embeddings=8192,
     )
     model = LlamaForCausalLM(config)
-    ids = torch.randint(0, config.vocab_size, (4 * BATCH * acc.num_processes, SEQ))
-    loader = DataLoader(TensorDataset(ids), batch_size=BATCH)
+    ids = torch.randint(0, config.vocab_size, (4 * batch_size * acc.num_processes, SEQ))
+    loader = DataLoader(TensorDataset(ids), batch_size=batch_size)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     model, opt, loader = acc.prepare(model, opt, loader)
     for (batch,) in loader:
