@@ -196,3 +196,5 @@ def test_config_validate_reads_a_script_only_with_simulate(
     err = capsys.readouterr().err
     assert "config validate --simulate needs the script to simulate" in err
     assert f"fix: overdrive config validate --simulate {config} train.py" in err
+    assert main(["config", "validate", "--simulate_ranks", "0", str(config)]) == 2
+    assert "config validate: --simulate_ranks without --simulate" in capsys.readouterr().err

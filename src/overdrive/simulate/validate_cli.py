@@ -23,8 +23,9 @@ def add_validate_simulation(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     add_flag(parser, "simulate_ranks", metavar="R,R", help="with --simulate: the ranks to run "
              "(default 0,-1: the first and the last)")  # fmt: skip
-    add_flag(parser, "simulate_steps", type=int, default=2, metavar="N",
-             help="with --simulate: optimizer steps before the script is stopped")  # fmt: skip
+    add_flag(parser, "simulate_steps", type=int, metavar="N",
+             help="with --simulate: optimizer steps before the script is stopped "
+             "(default 2)")  # fmt: skip
     add_flag(parser, "simulate_json", metavar="FILE",
              help="with --simulate: also write the report as JSON to FILE")  # fmt: skip
     parser.add_argument("script", nargs="?", help="with --simulate: the training script")
@@ -32,12 +33,22 @@ def add_validate_simulation(parser: argparse.ArgumentParser) -> None:
 
 
 def check_simulation_arguments(args: argparse.Namespace) -> None:
-    """A script without ``--simulate``, or ``--simulate`` without a script, is refused before
-    the file is read."""
+    """A script or a simulate option without ``--simulate``, or ``--simulate`` without a
+    script, is refused before the file is read."""
     if args.simulate and not args.script:
         raise LaunchError(
             "config validate --simulate needs the script to simulate\n"
             f"  fix: overdrive config validate --simulate {args.file} train.py [its arguments]"
+        )
+    given = [
+        f"--{name}"
+        for name in ("simulate_ranks", "simulate_steps", "simulate_json")
+        if getattr(args, name) is not None
+    ]
+    if given and not args.simulate:
+        raise LaunchError(
+            f"config validate: {', '.join(given)} without --simulate\n"
+            "  fix: add --simulate (and the script after the file)"
         )
     if args.script and not args.simulate:
         raise LaunchError(
@@ -56,7 +67,7 @@ def simulate_validated(
     from overdrive.config import load_settings
     from overdrive.launch import cluster
     from overdrive.preflight import plan_launch
-    from overdrive.simulate.launch import run_simulation  # deferred: loads torch
+    from overdrive.simulate.launch import DEFAULT_STEPS, run_simulation
 
     def plan_for(chosen: Any, gpus: int) -> Any:
         script_args = list(args.script_args)
@@ -72,4 +83,5 @@ def simulate_validated(
         )
         on_cpu = load_settings(config_file=args.file, flags={"use_cpu": True})
         plan = plan_for(on_cpu, 0)
-    return run_simulation(plan, args.simulate_ranks, args.simulate_json, args.simulate_steps)
+    steps = DEFAULT_STEPS if args.simulate_steps is None else args.simulate_steps
+    return run_simulation(plan, args.simulate_ranks, args.simulate_json, steps)
