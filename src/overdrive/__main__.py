@@ -1,7 +1,5 @@
 """`python -m overdrive` runs the CLI."""
 
-import sys
+from overdrive.cli.main import run
 
-from overdrive.cli.main import main
-
-sys.exit(main())
+run()

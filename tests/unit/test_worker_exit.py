@@ -1,5 +1,6 @@
 """A launched worker ends through ``worker_exit.finish``: the steps of a normal Python exit
-still happen (threads joined, atexit, open files flushed) and the exit code stands."""
+still happen (threads joined, atexit, garbage collected, open files flushed, those in garbage
+too) and the exit code stands."""
 
 from __future__ import annotations
 
@@ -17,6 +18,24 @@ out = Path(sys.argv[1])
 log = open(out / "unclosed.txt", "w")  # never closed: only finalization-like flushing saves it
 log.write("kept\\n" * 1000)
 atexit.register(lambda: (out / "atexit.txt").write_text("ran"))
+
+
+class Cycle:  # garbage in a reference cycle, holding a file it never flushed
+    def __init__(self):
+        self.me, self.file = self, open(out / "cycle.txt", "w")
+        self.file.write("cycle\\n" * 1000)
+
+
+class WritesWhenCollected:  # garbage whose finalizer writes to the open log
+    def __init__(self):
+        self.me = self
+
+    def __del__(self):
+        log.write("collected\\n")
+
+
+Cycle()
+WritesWhenCollected()
 go = threading.Event()
 
 def late_writer():
@@ -41,6 +60,7 @@ def test_worker_exit_keeps_what_a_normal_exit_does(tmp_path: Path) -> None:
         timeout=60,
     )
     assert done.returncode == 3, done.stderr
-    assert (tmp_path / "unclosed.txt").read_text() == "kept\n" * 1000
+    assert (tmp_path / "unclosed.txt").read_text() == "kept\n" * 1000 + "collected\n"
+    assert (tmp_path / "cycle.txt").read_text() == "cycle\n" * 1000
     assert (tmp_path / "atexit.txt").read_text() == "ran"
     assert (tmp_path / "thread.txt").read_text() == "finished"

@@ -7,9 +7,11 @@ import difflib
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from overdrive.cli import config_cmd, env_cmd, estimate_memory_cmd, launch_cmd, merge_cmd, test_cmd
 from overdrive.errors import OverdriveError
+from overdrive.launch.worker_exit import finish
 from overdrive.version import __version__
 
 
@@ -78,5 +80,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+def run() -> NoReturn:
+    """``overdrive`` as a program: ``main()``, then the steps of a normal exit (threads
+    joined, atexit, files flushed) without tearing down every module it imported: after a
+    launch, torch's teardown alone took a third of a second, on every launch."""
+    finish(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -1,5 +1,5 @@
-"""How a launched worker ends: Python's own shutdown steps, run while the interpreter is
-whole, then ``os._exit``.
+"""How a launched worker (and the ``overdrive`` command itself) ends: Python's own shutdown
+steps, run while the interpreter is whole, then ``os._exit``.
 
 Why not a normal exit: a gloo worker thread may still hold the last reference to a tensor
 that has a Python object when the script returns (it drops finished collectives a moment
@@ -39,11 +39,16 @@ def _join_threads() -> None:
             thread.join()
 
 
-def _flush_open_files() -> None:
-    """Flush every open file object: finalization would have flushed them as it freed them."""
+def _open_files() -> list[io.IOBase]:
+    """Every file object alive now (one walk over the heap: with a large library imported it
+    holds hundreds of thousands of objects, a quarter of a second each time)."""
     # type(), not isinstance(): isinstance reads __class__, and some objects warn when any
     # attribute is read (torch.distributed.reduce_op).
-    files = [o for o in gc.get_objects() if issubclass(type(o), io.IOBase)]
+    return [o for o in gc.get_objects() if issubclass(type(o), io.IOBase)]
+
+
+def _flush(files: list[io.IOBase]) -> None:
+    """Flush these files, then the standard streams: finalization would have flushed them."""
     for stream in [*files, sys.stdout, sys.stderr]:  # the standard streams last
         # A broken pipe or a detached buffer: nothing more Python would do either.
         with contextlib.suppress(OSError, ValueError):
@@ -52,12 +57,13 @@ def _flush_open_files() -> None:
 
 
 def finish(code: int) -> NoReturn:
-    """End this worker with ``code`` after the shutdown steps a normal exit would take."""
+    """End this process with ``code`` after the shutdown steps a normal exit would take."""
     _join_threads()
     atexit._run_exitfuncs()  # prints a failing callback's traceback itself, like a normal exit
-    # Flush before collecting: a collected cycle may close a file's binary layer before its
-    # text layer, losing what the text layer still buffered.
-    _flush_open_files()
+    # Held here, no file is collected below: a collected cycle may close a file's binary
+    # layer before its text layer, losing what the text layer still buffered. Collecting
+    # runs the finalizers of the garbage left, which may still write to them.
+    files = _open_files()
     gc.collect()
-    _flush_open_files()
+    _flush(files)
     os._exit(code)
