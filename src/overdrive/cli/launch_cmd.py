@@ -190,7 +190,9 @@ def handle(args: argparse.Namespace) -> int:
         # deferred: keeps overdrive.cli.launch_cmd torch-free (the simulation loads torch)
         from overdrive.simulate.launch import run_simulation
 
-        return run_simulation(plan, args.simulate_ranks, args.simulate_json, args.simulate_steps)
+        return run_simulation(
+            plan, args.simulate_ranks, args.simulate_json, args.simulate_steps, args.simulate_cost
+        )
     plan = ports.settle_port(plan)
     if args.dry_run:
         print(dry_run_text(plan, show_all=verbose))

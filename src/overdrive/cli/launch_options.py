@@ -143,6 +143,9 @@ LAUNCHER_OPTIONS = (
                  "stopped", type=int, default=2, metavar="N"),
     LaunchOption("simulate_json", "with --simulate: also write the report as JSON to FILE",
                  metavar="FILE"),
+    LaunchOption("simulate_cost", "with --simulate: a YAML or JSON file of FLOP/s and "
+                 "bandwidths; the report adds an estimated step time (docs/simulate.md)",
+                 metavar="FILE"),
 )  # fmt: skip
 """The launcher's own options (how to launch, not what the workers run with)."""
 

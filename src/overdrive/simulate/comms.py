@@ -68,9 +68,10 @@ def _is_tensor(value: Any) -> bool:
     return isinstance(value, torch.Tensor)
 
 
-def _group(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+def _group(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, Any]:
     """The group a collective runs on, by the mesh dimension it belongs to (``dp_shard``,
-    ``tp`` ...), ``world`` for the default group, else the group's own description."""
+    ``tp`` ...), ``world`` for the default group, else the group's own description; and the
+    group itself (None where the operator names none)."""
     import torch.distributed as dist
 
     for value, argument in zip(args, func._schema.arguments, strict=False):
@@ -81,11 +82,21 @@ def _group(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
             group = dist.distributed_c10d._resolve_process_group(value)
             break
     else:
-        return "?"
+        return "?", None
     description = str(group.group_desc)
     if description == "default_pg":
-        return "world"
-    return description.removeprefix("mesh_")
+        return "world", group
+    return description.removeprefix("mesh_"), group
+
+
+def _members(group: Any) -> list[int]:
+    """The global ranks of ``group`` (empty where PyTorch does not know them)."""
+    import torch.distributed as dist
+
+    try:
+        return list(dist.get_process_group_ranks(group))
+    except (ValueError, RuntimeError):
+        return []
 
 
 Snapshot = dict[str, dict[str, Any]]
@@ -100,6 +111,8 @@ class CollectiveCounter(TorchDispatchMode):
         super().__init__()
         self.counts: Counter[tuple[str, str]] = Counter()
         self.sizes: Counter[tuple[str, str]] = Counter()
+        self.members: dict[str, list[int]] = {}
+        """Group -> its global ranks, for each group a collective ran on."""
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         namespace = getattr(func, "namespace", "")
@@ -107,7 +120,10 @@ class CollectiveCounter(TorchDispatchMode):
             name = func._schema.name.split("::", 1)[-1]
             kind = KINDS.get(name)
             if kind is not None:
-                key = (kind, _group(func, args, kwargs or {}))
+                name_of_group, group = _group(func, args, kwargs or {})
+                if name_of_group not in self.members and group is not None:
+                    self.members[name_of_group] = _members(group)
+                key = (kind, name_of_group)
                 self.counts[key] += 1
                 self.sizes[key] += _input_bytes(name, args)
         return func(*args, **(kwargs or {}))

@@ -34,6 +34,7 @@ import torch.distributed as dist
 from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 
 from overdrive.simulate.comms import CollectiveCounter
+from overdrive.simulate.flops import operator_flops
 from overdrive.simulate.pipeline_meta import simulated_pipeline_stages
 
 READS = (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.item.default)
@@ -49,7 +50,12 @@ def made_up_value(tensor: torch.Tensor) -> bool | int | float:
 
 class SimulatedRank(CollectiveCounter):
     """The one dispatch mode of a simulated rank (each mode costs a Python call per operator):
-    counts the collectives and answers reads of values, which fake tensors lack."""
+    counts the collectives and the FLOPs (``flops``: ``flops.operator_flops``), and answers
+    reads of values, which fake tensors lack."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flops = 0
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         if func in READS:
@@ -57,7 +63,9 @@ class SimulatedRank(CollectiveCounter):
                 return made_up_value(args[0])
             with unset_fake_temporarily():  # a real tensor (a mesh's rank table): its value
                 return func(*args, **(kwargs or {}))
-        return super().__torch_dispatch__(func, types, args, kwargs)
+        out = super().__torch_dispatch__(func, types, args, kwargs)
+        self.flops += operator_flops(func, args, kwargs or {}, out)
+        return out
 
 
 def _outside_fake(function: Callable[..., Any]) -> Callable[..., Any]:

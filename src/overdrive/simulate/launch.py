@@ -12,6 +12,7 @@ from typing import Any
 
 from overdrive.errors import LaunchError
 from overdrive.launch.plan import LaunchPlan
+from overdrive.simulate.cost import estimate, load_cost
 from overdrive.simulate.ranks import choose_ranks
 from overdrive.simulate.report import text
 
@@ -55,10 +56,20 @@ def simulate_plan(
 
 
 def run_simulation(
-    plan: LaunchPlan, ranks: str | None, json_path: str | None, steps: int = DEFAULT_STEPS
+    plan: LaunchPlan,
+    ranks: str | None,
+    json_path: str | None,
+    steps: int = DEFAULT_STEPS,
+    cost_path: str | None = None,
 ) -> int:
-    """Simulate, print the report, write it as JSON when asked; the exit code."""
+    """Simulate, print the report (with each rank's estimated step time when ``cost_path``
+    names a cost file, read before anything runs), write it as JSON when asked; the exit
+    code."""
+    cost = load_cost(cost_path) if cost_path else None
     reports = simulate_plan(plan, ranks, steps)
+    if cost is not None:
+        for report in reports:
+            report["step_time"] = estimate(cost, report)
     layout = (
         f"{plan.world_size} processes ({plan.num_machines} machine(s) x {plan.nproc_per_node}), "
         f"layout {plan.layout.describe()}"

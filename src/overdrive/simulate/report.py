@@ -50,7 +50,21 @@ def rank_text(report: dict[str, Any]) -> str:
     for n, window in enumerate(report["collectives_per_step"], start=1):
         label = f"step {n}" + (" (with prepare)" if n == 1 else "")
         lines.append(f"  collectives sent by this rank, {label}: {_collectives(window)}")
+    if "step_time" in report:
+        lines.append(step_time_text(report["step_time"]))
     return "\n".join(lines)
+
+
+def step_time_text(estimate: dict[str, Any]) -> str:
+    """The estimated step time (``cost.estimate``) as one line."""
+    parts = [f"compute {estimate['compute_s']:.4g} s ({estimate['flops']:.4g} FLOP)"]
+    parts += [f"{group} {seconds:.4g} s" for group, seconds in estimate["communication_s"].items()]
+    return (
+        f"  estimated time of step {estimate['step']}: {estimate['step_s']:.4g} s, "
+        f"{estimate['overlapped_step_s']:.4g} s with communication fully overlapped ("
+        + ", ".join(parts)
+        + ")"
+    )
 
 
 def text(layout: str, reports: list[dict[str, Any]]) -> str:

@@ -1,5 +1,5 @@
 """``python -m overdrive.run --simulate [--simulate_ranks R,R] [--simulate_steps N]
-[--simulate_json FILE] script.py``: the simulation of ``overdrive launch --simulate`` for the
+[--simulate_json FILE] [--simulate_cost FILE] script.py``: the simulation of ``overdrive launch --simulate`` for the
 world the settings (config file, environment) describe, planned by the same preflight."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from overdrive.errors import LaunchError
 
-VALUED = ("--simulate_ranks", "--simulate_steps", "--simulate_json")
+VALUED = ("--simulate_ranks", "--simulate_steps", "--simulate_json", "--simulate_cost")
 
 
 @dataclass
@@ -19,6 +19,7 @@ class SimulateOptions:
     ranks: str | None = None
     steps: int = 2
     json_path: str | None = None
+    cost_path: str | None = None
 
 
 def split_simulate_options(argv: Sequence[str]) -> tuple[SimulateOptions | None, list[str]]:
@@ -54,7 +55,10 @@ def split_simulate_options(argv: Sequence[str]) -> tuple[SimulateOptions | None,
             f"--simulate_steps {steps!r} is not a count\n  fix: --simulate_steps 2 (or more)"
         )
     options = SimulateOptions(
-        found.get("--simulate_ranks"), int(steps), found.get("--simulate_json")
+        found.get("--simulate_ranks"),
+        int(steps),
+        found.get("--simulate_json"),
+        found.get("--simulate_cost"),
     )
     return options, [*rest, *args]
 
@@ -73,4 +77,4 @@ def simulate_script(
     plan = plan_launch(
         settings, target, list(args), is_module=is_module, gpu_count=cluster.gpu_count(settings)
     )
-    return run_simulation(plan, options.ranks, options.json_path, options.steps)
+    return run_simulation(plan, options.ranks, options.json_path, options.steps, options.cost_path)

@@ -28,6 +28,9 @@ def add_validate_simulation(parser: argparse.ArgumentParser) -> None:
              "(default 2)")  # fmt: skip
     add_flag(parser, "simulate_json", metavar="FILE",
              help="with --simulate: also write the report as JSON to FILE")  # fmt: skip
+    add_flag(parser, "simulate_cost", metavar="FILE",
+             help="with --simulate: a YAML or JSON file of FLOP/s and bandwidths; the report "
+             "adds an estimated step time")  # fmt: skip
     parser.add_argument("script", nargs="?", help="with --simulate: the training script")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, help="the script's arguments")
 
@@ -42,7 +45,7 @@ def check_simulation_arguments(args: argparse.Namespace) -> None:
         )
     given = [
         f"--{name}"
-        for name in ("simulate_ranks", "simulate_steps", "simulate_json")
+        for name in ("simulate_ranks", "simulate_steps", "simulate_json", "simulate_cost")
         if getattr(args, name) is not None
     ]
     if given and not args.simulate:
@@ -84,4 +87,4 @@ def simulate_validated(
         on_cpu = load_settings(config_file=args.file, flags={"use_cpu": True})
         plan = plan_for(on_cpu, 0)
     steps = DEFAULT_STEPS if args.simulate_steps is None else args.simulate_steps
-    return run_simulation(plan, args.simulate_ranks, args.simulate_json, steps)
+    return run_simulation(plan, args.simulate_ranks, args.simulate_json, steps, args.simulate_cost)

@@ -33,6 +33,16 @@ def _run_script(target: str, args: list[str], is_module: bool) -> None:
         runpy.run_path(target, run_name="__main__")
 
 
+def _groups(members: dict[str, list[int]]) -> dict[str, dict[str, int]]:
+    """Each group a collective ran on: its size, and the machines its ranks sit on (with
+    ``LOCAL_WORLD_SIZE`` processes per machine)."""
+    per_machine = int(os.environ.get("LOCAL_WORLD_SIZE") or os.environ["WORLD_SIZE"])
+    return {
+        name: {"size": len(ranks), "machines": len({r // per_machine for r in ranks})}
+        for name, ranks in members.items()
+    }
+
+
 def simulate_rank(
     rank: int, world: int, steps: int, target: str, args: list[str], is_module: bool
 ) -> dict[str, Any]:
@@ -43,10 +53,12 @@ def simulate_rank(
     counter = SimulatedRank()
     tracker = PeakTracker()
     marks: list[Snapshot] = []
+    flops: list[int] = []
     state: dict[str, int] = {}
 
     def on_step(optimizer: Any, n: int) -> None:
         marks.append(counter.snapshot())
+        flops.append(counter.flops)
         state.update(training_state_bytes(stepper.optimizers))
         tracker.reset_mod_stats()  # the tracker follows one iteration's modules at a time
         _say(f"rank {rank} of {world}: step {n} of {steps} done")
@@ -74,6 +86,8 @@ def simulate_rank(
         "setup_peak_bytes": tracker.setup_peak,
         "peak_bytes": tracker.step_peak(),
         "collectives_per_step": windows,
+        "flops_per_step": [b - a for a, b in zip([0, *flops], flops, strict=False)],
+        "groups": _groups(counter.members),
     }
 
 
