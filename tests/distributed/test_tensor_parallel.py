@@ -81,10 +81,30 @@ def _assert_same_weights(directory: Path, other: str = "resumed") -> None:
         torch.testing.assert_close(again[name], tensor, rtol=RTOL, atol=1e-6, msg=name)
 
 
+TP2 = ("--tp", "2", "--batch", "4", "--global_batch", "4")
+
+
+@pytest.fixture(scope="module")
+def tp2_saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """(folder, row) of the uninterrupted TP=2 run that saves its halfway state and its
+    final weights there: launched once for both resumes below."""
+    folder = tmp_path_factory.mktemp("tp2")
+    return folder, _run(2, *TP2, "--save", str(folder))
+
+
+def _resume_from(saved: Path, tmp_path: Path) -> Path:
+    """``tmp_path`` holding the saved halfway state and final weights (links), for a resume
+    that writes its own results there."""
+    for name in ("half", "final"):
+        (tmp_path / name).symlink_to(saved / name)
+    return tmp_path
+
+
 @pytest.mark.distributed
-def test_tp2_llama_with_its_own_plan_trains_as_one_process_and_resumes(tmp_path: Path) -> None:
-    common = ("--tp", "2", "--batch", "4", "--global_batch", "4")
-    row = _run(2, *common, "--save", str(tmp_path))
+def test_tp2_llama_with_its_own_plan_trains_as_one_process_and_resumes(
+    tmp_path: Path, tp2_saved: tuple[Path, dict]
+) -> None:
+    saved, row = tp2_saved
     assert row["strategy"] == "tensor_parallel" and row["param_types"] == ["DTensor"]
     # One data-parallel process: FSDP has nothing to do and is not applied; the norms are
     # replicated DTensors, read as plain values only while their module runs.
@@ -94,15 +114,18 @@ def test_tp2_llama_with_its_own_plan_trains_as_one_process_and_resumes(tmp_path:
     assert row["coordinates"] == [[0, 0], [1, 0]]  # (tensor_parallel_rank, data_parallel_rank)
     _assert_matches_one_process(row)
 
-    _assert_resumes(tmp_path, row, common)
+    _assert_resumes(_resume_from(saved, tmp_path), row, TP2)
 
 
 @pytest.mark.distributed
-def test_tp2_checkpoint_resumes_under_fsdp_dp2(tmp_path: Path) -> None:
+def test_tp2_checkpoint_resumes_under_fsdp_dp2(
+    tmp_path: Path, tp2_saved: tuple[Path, dict]
+) -> None:
     """TP=2 alone saves replicated norms on the tp mesh; FSDP2 FULL_SHARD on the same two
     processes (each now a data-parallel rank) loads that state and continues identically."""
-    whole = _run(2, "--tp", "2", "--batch", "4", "--global_batch", "4", "--save", str(tmp_path))
-    resumed = _run(2, "--fsdp", "--batch", "2", "--global_batch", "4", "--resume", str(tmp_path))
+    saved, whole = tp2_saved
+    folder = str(_resume_from(saved, tmp_path))
+    resumed = _run(2, "--fsdp", "--batch", "2", "--global_batch", "4", "--resume", folder)
     assert resumed["strategy"] == "fsdp" and resumed["fsdp_applied"]
     for mine, ref in zip(resumed["losses"], whole["losses"][5:], strict=True):
         assert math.isclose(mine, ref, rel_tol=RTOL), (resumed["losses"], whole["losses"])
