@@ -1,0 +1,52 @@
+"""A Llama-3-shaped causal LM built from a config (no weights) and stepped once on short
+sequences: the script ``run.py`` simulates. ``--shape 8b|70b|405b|tiny``, ``--batch N``."""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from overdrive.accelerator import Accelerator
+
+SHAPES = {
+    # hidden, layers, heads, kv heads, intermediate, vocabulary (Llama 3 / 3.1 model cards)
+    "tiny": (32, 2, 4, 2, 64, 64),
+    "8b": (4096, 32, 32, 8, 14336, 128256),
+    "70b": (8192, 80, 64, 8, 28672, 128256),
+    "405b": (16384, 126, 128, 8, 53248, 128256),
+}
+SEQ = 128
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="8b")
+    parser.add_argument("--batch", type=int, default=1)
+    args = parser.parse_args()
+    hidden, layers, heads, kv_heads, intermediate, vocab = SHAPES[args.shape]
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=8192,
+    )
+    acc = Accelerator()
+    model = LlamaForCausalLM(config)
+    ids = torch.randint(0, vocab, (4 * args.batch, SEQ))
+    loader = DataLoader(TensorDataset(ids), batch_size=args.batch)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    model, opt, loader = acc.prepare(model, opt, loader)
+    for (batch,) in loader:
+        acc.backward(model(input_ids=batch, labels=batch).loss)
+        opt.step()
+        opt.zero_grad()
+
+
+if __name__ == "__main__":
+    main()
