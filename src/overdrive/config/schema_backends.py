@@ -215,6 +215,15 @@ BACKEND_SETTINGS: tuple[Setting, ...] = (
         flag=True,
     ),
     setting(
+        "fsdp_config.fsdp_ignored_modules",
+        Str(),
+        None,
+        "modules FSDP leaves unsharded (a regex of their names); accepted only empty: "
+        "overdrive's FSDP shards every module",
+        env=("FSDP_IGNORED_MODULES",),
+        aliases=("fsdp_config.ignored_modules",),
+    ),
+    setting(
         "fsdp_config.fsdp_use_orig_params",
         ON_OFF,
         True,

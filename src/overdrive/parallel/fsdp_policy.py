@@ -105,6 +105,15 @@ def policy_from_settings(
     settings: Settings, plugin_wrap: Callable[..., object] | None = None
 ) -> FSDPPolicy:
     """The policy for these settings; ``plugin_wrap`` is a callable wrap policy given in code."""
+    ignored = _key("ignored_modules")
+    if settings[ignored]:
+        raise ConfigError(
+            f"{ignored} = {settings[ignored]!r} ({settings.source(ignored)}) cannot take effect: "
+            "overdrive's FSDP shards every module",
+            key=ignored,
+            fix=f"remove {ignored} (or leave it empty, as Hugging Face Accelerate's config "
+            "files write it)",
+        )
     version = settings[_key("version")]
     if version == 2:
         _check_v2(settings)
