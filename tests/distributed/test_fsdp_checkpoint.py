@@ -4,6 +4,7 @@ saves resume bitwise, and merge-weights turns shards into a plain safetensors mo
 from __future__ import annotations
 
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +40,30 @@ def _run(
     assert f"PHASE DONE {phase} world={nprocs}" in result.stdout
 
 
+@pytest.fixture(scope="module")
+def sharded_fsdp2(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder of ``fsdp_ckpt.py``'s full FSDP2 run saving sharded state dicts on 2
+    processes, launched once: each test below works on its own copy (``_copy``)."""
+    out = tmp_path_factory.mktemp("fsdp2-sharded")
+    _run(out, "full", 2, 2, "SHARDED_STATE_DICT")
+    return out
+
+
+@pytest.fixture(scope="module")
+def ddp_full(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder of the same full run under DDP (a whole-model save), launched once."""
+    out = tmp_path_factory.mktemp("ddp-full")
+    _run(out, "full", 2, ddp=True)
+    return out
+
+
+def _copy(saved: Path, tmp_path: Path) -> Path:
+    """``tmp_path`` holding a copy of everything the full run wrote (its checkpoint, its
+    save_fsdp_model folder, its weights at the save and at the end)."""
+    shutil.copytree(saved, tmp_path, dirs_exist_ok=True)
+    return tmp_path
+
+
 def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     assert sorted(a) == sorted(b)
     return max((a[k] - b[k]).abs().max().item() for k in a)
@@ -46,8 +71,13 @@ def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
 
 @pytest.mark.distributed
 @pytest.mark.parametrize("version", [2, pytest.param(1, marks=pytest.mark.extended)])
-def test_sharded_checkpoint_of_two_resumes_on_three(tmp_path: Path, version: int) -> None:
-    _run(tmp_path, "full", 2, version, "SHARDED_STATE_DICT")
+def test_sharded_checkpoint_of_two_resumes_on_three(
+    tmp_path: Path, version: int, request: pytest.FixtureRequest
+) -> None:
+    if version == 2:
+        _copy(request.getfixturevalue("sharded_fsdp2"), tmp_path)
+    else:
+        _run(tmp_path, "full", 2, version, "SHARDED_STATE_DICT")
     files = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
     # each process wrote only its own shards; nothing holds the whole model
     for stem in ("model_0", "optimizer_0"):
@@ -61,8 +91,8 @@ def test_sharded_checkpoint_of_two_resumes_on_three(tmp_path: Path, version: int
 
 
 @pytest.mark.distributed
-def test_merge_weights_writes_the_full_model(tmp_path: Path) -> None:
-    _run(tmp_path, "full", 2, 2, "SHARDED_STATE_DICT")
+def test_merge_weights_writes_the_full_model(tmp_path: Path, sharded_fsdp2: Path) -> None:
+    _copy(sharded_fsdp2, tmp_path)
     out = tmp_path / "merged"
     result = subprocess.run(
         [sys.executable, "-m", "overdrive", "merge-weights", str(tmp_path / "ckpt"), str(out)],
@@ -104,8 +134,8 @@ def test_full_state_dict_checkpoint_resumes_bitwise(tmp_path: Path) -> None:
 
 
 @pytest.mark.distributed
-def test_a_damaged_shard_file_is_refused_naming_it(tmp_path: Path) -> None:
-    _run(tmp_path, "full", 2, 2, "SHARDED_STATE_DICT")
+def test_a_damaged_shard_file_is_refused_naming_it(tmp_path: Path, sharded_fsdp2: Path) -> None:
+    _copy(sharded_fsdp2, tmp_path)
     shard = tmp_path / "ckpt" / "optimizer_0.rank1.safetensors"
     data = bytearray(shard.read_bytes())
     data[-3] ^= 0xFF  # a flipped byte inside the tensor data
@@ -121,11 +151,11 @@ def test_a_damaged_shard_file_is_refused_naming_it(tmp_path: Path) -> None:
 
 @pytest.mark.distributed
 def test_a_damaged_file_that_another_process_checks_restores_nothing_anywhere(
-    tmp_path: Path,
+    tmp_path: Path, ddp_full: Path
 ) -> None:
     """Each file is checked by one process: the one that does not check the damaged model
     file (the optimizer's, larger, is its share) still restores nothing, and both fail."""
-    _run(tmp_path, "full", 2, ddp=True)
+    _copy(ddp_full, tmp_path)
     weights = tmp_path / "ckpt" / "model_0.safetensors"
     data = bytearray(weights.read_bytes())
     data[-3] ^= 0xFF  # inside the last tensor's last rows: process 1's shard under FSDP2
@@ -151,9 +181,9 @@ def test_a_damaged_file_that_another_process_checks_restores_nothing_anywhere(
 
 @pytest.mark.distributed
 def test_fsdp2_sharded_checkpoint_resumes_under_ddp_and_in_one_plain_process(
-    tmp_path: Path,
+    tmp_path: Path, sharded_fsdp2: Path
 ) -> None:
-    _run(tmp_path, "full", 2, 2, "SHARDED_STATE_DICT")
+    _copy(sharded_fsdp2, tmp_path)
     full = torch.load(tmp_path / "full.pt")
     _run(tmp_path, "resume", 2, ddp=True)
     assert _max_diff(full, torch.load(tmp_path / "resume.pt")) < 1e-6
@@ -184,8 +214,10 @@ _ITEM_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "I64": 8, "I32": 4, "U8"
 
 
 @pytest.mark.distributed
-def test_ddp_checkpoint_resumes_under_fsdp2_sharded_on_three(tmp_path: Path) -> None:
-    _run(tmp_path, "full", 2, ddp=True)
+def test_ddp_checkpoint_resumes_under_fsdp2_sharded_on_three(
+    tmp_path: Path, ddp_full: Path
+) -> None:
+    _copy(ddp_full, tmp_path)
     ckpt = tmp_path / "ckpt"
     assert (ckpt / "model_0.safetensors").is_file()  # a full, unsharded save
     _run(tmp_path, "resume", 3, 2, "SHARDED_STATE_DICT")
@@ -206,13 +238,13 @@ def test_ddp_checkpoint_resumes_under_fsdp2_sharded_on_three(tmp_path: Path) -> 
 
 @pytest.mark.distributed
 @pytest.mark.deepspeed
-def test_fsdp2_sharded_checkpoint_resumes_under_zero3(tmp_path: Path) -> None:
+def test_fsdp2_sharded_checkpoint_resumes_under_zero3(tmp_path: Path, sharded_fsdp2: Path) -> None:
     """The optimizer's state by name becomes DeepSpeed's (fp32 masters from the saved model,
     one step per group); DeepSpeed clips by its own setting, the loop's limit."""
     pytest.importorskip("deepspeed")
     from tests.helpers.deepspeed import DS_ENV
 
-    _run(tmp_path, "full", 2, 2, "SHARDED_STATE_DICT")
+    _copy(sharded_fsdp2, tmp_path)
     zero3 = ["--use_deepspeed", "--zero_stage", "3", "--gradient_clipping", "1.0"]
     result = run_launch(
         SCRIPT,
