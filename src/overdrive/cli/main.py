@@ -12,6 +12,7 @@ from typing import NoReturn
 from overdrive.cli import config_cmd, env_cmd, estimate_memory_cmd, launch_cmd, merge_cmd, test_cmd
 from overdrive.errors import OverdriveError
 from overdrive.launch.worker_exit import finish
+from overdrive.simulate import plan_cli
 from overdrive.version import __version__
 
 
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in (config_cmd, launch_cmd, env_cmd, test_cmd, merge_cmd, estimate_memory_cmd):
         module.register(commands)
+    plan_cli.register(commands)
     for sub in _subparsers(parser):
         sub.allow_abbrev = False  # --config-fil must not quietly mean --config-file
         sub.set_defaults(cli_parser=sub)  # the deepest subcommand's default wins

@@ -1,0 +1,37 @@
+"""The training step ``overdrive plan`` simulates: a transformers causal LM built from its
+config (no weights), AdamW, ``--batch`` samples of ``--seq_len`` tokens per step, through the
+real ``Accelerator``. ``python plan_script.py --model CONFIG --seq_len L --batch B``."""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main() -> None:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from overdrive.accelerator import Accelerator
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--seq_len", type=int, required=True)
+    parser.add_argument("--batch", type=int, required=True)
+    args = parser.parse_args()
+    config = AutoConfig.from_pretrained(args.model)
+    acc = Accelerator()
+    model = AutoModelForCausalLM.from_config(config)
+    ids = torch.randint(0, config.vocab_size, (4 * args.batch, args.seq_len))
+    loader = DataLoader(TensorDataset(ids), batch_size=args.batch)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    model, opt, loader = acc.prepare(model, opt, loader)
+    for (batch,) in loader:
+        acc.backward(model(input_ids=batch, labels=batch).loss)
+        opt.step()
+        opt.zero_grad()
+
+
+if __name__ == "__main__":
+    main()
