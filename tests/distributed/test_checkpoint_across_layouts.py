@@ -143,6 +143,11 @@ def test_tp2_checkpoint_resumes_under_ddp_and_a_ddp_one_in_one_plain_process(
     _assert_from_pretrained(
         _merge(folder / "tp4", folder / "tp4_merged"), like=folder / "tp4_merged"
     )
+    # DDP's save_state writes each file whole, from the main process (as ZeRO-3's does)
+    assert (folder / "ddp7" / "model_0.safetensors").is_file()
+    _assert_from_pretrained(
+        _merge(folder / "ddp7", folder / "ddp7_merged"), like=folder / "ddp7_merged"
+    )
 
 
 @pytest.mark.distributed
@@ -161,8 +166,15 @@ def test_fsdp2_sharded_save_model_and_merged_checkpoint_load_with_from_pretraine
     _assert_from_pretrained(merged, like=tmp_path / "fsdp")
 
 
+# ZeRO-3's form of the FSDP2 test above, in make extended. make test keeps each of its checks:
+# from_pretrained of save_model's weights (the tests above), merge-weights of a checkpoint
+# whose files are written whole, as ZeRO-3's are (the TP -> DDP test above, its ddp7),
+# save_model gathering ZeRO-3's partitions (test_deepspeed.py::
+# test_zero_stage_trains_like_one_process[3]) and a ZeRO-3 save_state read back whole
+# (test_deepspeed_resume.py::test_a_zero3_checkpoint_resumes_in_one_plain_process).
 @pytest.mark.distributed
 @pytest.mark.deepspeed
+@pytest.mark.extended
 def test_zero3_save_model_and_merged_checkpoint_load_with_from_pretrained(
     tmp_path: Path,
 ) -> None:
