@@ -12,6 +12,11 @@ from typing import Any
 import yaml
 
 from overdrive.cli.flags import add_flag
+from overdrive.cli.simulate_validate import (
+    add_validate_simulation,
+    check_simulation_arguments,
+    simulate_validated,
+)
 from overdrive.config import load_settings, resolve
 from overdrive.config.prompts import MenuPrompter, StreamPrompter
 from overdrive.config.schema import MIXED_PRECISIONS
@@ -24,11 +29,6 @@ from overdrive.errors import ConfigError
 from overdrive.launch import cluster
 from overdrive.launch.plan import process_limit
 from overdrive.preflight import plan_launch, warn_inert
-from overdrive.simulate.validate_cli import (
-    add_validate_simulation,
-    check_simulation_arguments,
-    simulate_validated,
-)
 
 
 def register(commands: Any) -> None:

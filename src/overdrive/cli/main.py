@@ -9,10 +9,17 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from overdrive.cli import config_cmd, env_cmd, estimate_memory_cmd, launch_cmd, merge_cmd, test_cmd
+from overdrive.cli import (
+    config_cmd,
+    env_cmd,
+    estimate_memory_cmd,
+    launch_cmd,
+    merge_cmd,
+    plan_cmd,
+    test_cmd,
+)
 from overdrive.errors import OverdriveError
 from overdrive.launch.worker_exit import finish
-from overdrive.simulate import plan_cli
 from overdrive.version import __version__
 
 
@@ -36,9 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"overdrive {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in (config_cmd, launch_cmd, env_cmd, test_cmd, merge_cmd, estimate_memory_cmd):
+    modules = (config_cmd, launch_cmd, env_cmd, test_cmd, merge_cmd, estimate_memory_cmd, plan_cmd)
+    for module in modules:
         module.register(commands)
-    plan_cli.register(commands)
     for sub in _subparsers(parser):
         sub.allow_abbrev = False  # --config-fil must not quietly mean --config-file
         sub.set_defaults(cli_parser=sub)  # the deepest subcommand's default wins

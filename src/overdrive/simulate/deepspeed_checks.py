@@ -12,6 +12,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from overdrive.simulate.patching import patched
+
 CHECKING_MODULES = (
     "deepspeed.runtime.zero.utils",
     "deepspeed.runtime.zero.partition_parameters",
@@ -32,7 +34,6 @@ def same_ints_unchecked(ints: list[int]) -> None:
 
 def patch_deepspeed(stack: contextlib.ExitStack) -> None:
     """Replace the checks in every module that holds them, until ``stack`` closes."""
-    from overdrive.simulate.fake_world import patched
 
     for name in CHECKING_MODULES:
         module: Any = importlib.import_module(name)

@@ -35,6 +35,7 @@ from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 
 from overdrive.simulate.comms import CollectiveCounter
 from overdrive.simulate.flops import operator_flops
+from overdrive.simulate.patching import patched
 from overdrive.simulate.pipeline_meta import simulated_pipeline_stages
 
 READS = (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.item.default)
@@ -89,16 +90,6 @@ def _apply_skipping_no_ops(original: Callable[..., Any]) -> Callable[..., Any]:
         return original(self, fn, recurse=False)
 
     return _apply
-
-
-@contextlib.contextmanager
-def patched(owner: Any, name: str, replacement: Any) -> Iterator[None]:
-    original = getattr(owner, name)
-    setattr(owner, name, replacement)
-    try:
-        yield
-    finally:
-        setattr(owner, name, original)
 
 
 def _all_reduce_hook(state: Any, bucket: Any) -> torch.futures.Future[torch.Tensor]:
@@ -187,8 +178,9 @@ def _object_collectives() -> Iterator[None]:
 def _deepspeed_on_fake_tensors(stack: contextlib.ExitStack) -> Iterator[None]:
     """Once the DeepSpeed strategy is made (DeepSpeed is in use), its cross-rank checks of
     values keep their broadcasts and skip the comparison (``deepspeed_checks``)."""
-    from overdrive.simulate.deepspeed_checks import patch_deepspeed
-    from overdrive.strategies.deepspeed import DeepSpeedStrategy
+    # deferred: DeepSpeed's strategy (and DeepSpeed) loads only where a script uses it
+    from overdrive.simulate.deepspeed_checks import patch_deepspeed  # deferred: as above
+    from overdrive.strategies.deepspeed import DeepSpeedStrategy  # deferred: as above
 
     original = DeepSpeedStrategy.__init__
 

@@ -26,6 +26,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from overdrive.simulate.patching import patched
+
 _BATCH: dict[str, Any] = {}
 """The batch the pipelined model was last called with: its shape and the micro-batch count."""
 
@@ -119,7 +121,7 @@ def simulated_pipeline_stages() -> Iterator[None]:
     """Inside: pipeline stages receive their neighbours' metadata from ``_receive_meta``."""
     from torch.distributed.pipelining.stage import PipelineStage
 
-    from overdrive.simulate.fake_world import patched
+    # deferred: the pipeline strategy loads only where a simulated script pipelines
     from overdrive.strategies.pipeline import PipelineParallelStrategy
 
     run = _remember_batch(PipelineParallelStrategy.run)

@@ -24,7 +24,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from overdrive.config import load_settings
 from overdrive.errors import ConfigError, LaunchError
+from overdrive.memory_estimate import STRATEGIES, Layout, estimate
+from overdrive.memory_estimate.arithmetic import check_layout
+from overdrive.memory_estimate.build import load_spec
+from overdrive.preflight import plan_launch
+from overdrive.simulate.cost import estimate as estimate_time
+from overdrive.simulate.cost import load_cost, wire_bytes
+from overdrive.simulate.launch import simulate_plan
 
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([KMGT]?)(i?)B?\s*$", re.IGNORECASE)
 TP_DEGREES = (1, 2, 4, 8)
@@ -68,8 +76,6 @@ class Candidate:
 
 def candidates(spec: Any, gpus: int, per_machine: int) -> list[Candidate]:
     """Every layout of ``gpus`` the checks accept, with its arithmetic state bytes."""
-    from overdrive.memory_estimate import STRATEGIES, Layout, estimate
-    from overdrive.memory_estimate.arithmetic import check_layout
 
     full_shard = next(s for s in STRATEGIES if s.name == "FSDP FULL_SHARD")
     found = []
@@ -139,7 +145,6 @@ def layer_class(model_path: str) -> str:
 
 def sent_bytes(report: dict[str, Any]) -> float:
     """The bytes rank 0 sends in its last step, over every group (``cost.wire_bytes``)."""
-    from overdrive.simulate.cost import wire_bytes
 
     window = report["collectives_per_step"][-1] if report["collectives_per_step"] else {}
     total = 0.0
@@ -154,9 +159,6 @@ def simulate_candidate(
     candidate: Candidate, config: str, script_args: list[str], multi_machine: bool
 ) -> dict[str, Any]:
     """Rank 0 of the candidate's world for one step, on this machine's CPU."""
-    from overdrive.config import load_settings
-    from overdrive.preflight import plan_launch
-    from overdrive.simulate.launch import simulate_plan
 
     flags: dict[str, Any] = {"use_cpu": True}
     if multi_machine:
@@ -181,8 +183,6 @@ def plan_layout(
 ) -> tuple[list[Candidate], str]:
     """Every candidate with its verdict, best first among those that fit, and the model's
     layer class."""
-    from overdrive.memory_estimate.build import load_spec
-    from overdrive.simulate.cost import estimate, load_cost
 
     cost = load_cost(cost_path) if cost_path else None
     spec = load_spec(model, library_name="transformers")
@@ -216,7 +216,7 @@ def plan_layout(
             candidate.peak_bytes = int(report["peak_bytes"].get("Total", 0))
             candidate.sent_bytes = sent_bytes(report)
             if cost is not None:
-                candidate.step_s = estimate(cost, report)["step_s"]
+                candidate.step_s = estimate_time(cost, report)["step_s"]
             fits = candidate.peak_bytes <= memory
             candidate.verdict = "fits" if fits else "does not fit: simulated peak"
 

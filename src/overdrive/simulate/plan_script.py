@@ -9,11 +9,11 @@ import argparse
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from overdrive.accelerator import Accelerator
+
 
 def main() -> None:
     from transformers import AutoConfig, AutoModelForCausalLM
-
-    from overdrive.accelerator import Accelerator
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", required=True)

@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from overdrive.cli.flags import add_flag
 from overdrive.errors import ConfigError
 
 
@@ -23,8 +24,6 @@ def _positive(text: str) -> int:
 
 def register(commands: Any) -> None:
     """Add the ``plan`` subcommand."""
-    from overdrive.cli.flags import add_flag
-
     parser: argparse.ArgumentParser = commands.add_parser(
         "plan",
         help="choose an FSDP2 x TP x PP layout for a model on N GPUs by simulation, and "
@@ -73,8 +72,9 @@ def _seq_len(model: str, asked: int | None) -> tuple[int, str]:
 
 def handle(args: argparse.Namespace) -> int:
     """Plan, print each candidate, write the chosen one; exit 0, or 2 when none fits."""
+    # deferred: the planner loads torch and transformers
     from overdrive.simulate.plan import config_text, parse_memory, plan_layout
-    from overdrive.simulate.report import size
+    from overdrive.simulate.report import size  # deferred: as above
 
     memory = parse_memory(args.gpu_memory)
     seq_len, source = _seq_len(args.model, args.seq_len)

@@ -9,13 +9,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from overdrive.cli.flags import add_flag
 from overdrive.errors import LaunchError
 
 
 def add_validate_simulation(parser: argparse.ArgumentParser) -> None:
     """``--simulate`` and its options, and the script with its arguments, on ``validate``."""
-    from overdrive.cli.flags import add_flag
-
     add_flag(
         parser, "simulate", action="store_true",
         help="then run SCRIPT as chosen ranks of the world the file describes, on a fake "
@@ -67,10 +66,11 @@ def simulate_validated(
     """Plan the launch of ``args.script`` with the validated settings, for the machine the
     checks assumed (``gpu_count`` GPUs, ``oversubscribe``), then simulate it; a file
     written for GPUs this machine lacks is simulated on its CPU (as with ``--cpu``)."""
-    from overdrive.config import load_settings
-    from overdrive.launch import cluster
-    from overdrive.preflight import plan_launch
-    from overdrive.simulate.launch import DEFAULT_STEPS, run_simulation
+    # deferred: only a simulation plans a launch (and loads torch)
+    from overdrive.config import load_settings  # deferred: as above
+    from overdrive.launch import cluster  # deferred: as above
+    from overdrive.preflight import plan_launch  # deferred: as above
+    from overdrive.simulate.launch import DEFAULT_STEPS, run_simulation  # deferred: as above
 
     def plan_for(chosen: Any, gpus: int) -> Any:
         script_args = list(args.script_args)
