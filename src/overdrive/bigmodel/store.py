@@ -2,10 +2,11 @@
 them, with an ``index.json`` of their dtypes, shapes and file format.
 
 Each weight goes to ``<folder>/<name>.dat`` (the file name Hugging Face Accelerate's index
-expects) as a safetensors file: a self-describing header and the raw bytes, never a pickle;
-its index entry records ``"format": "safetensors"``. Folders Hugging Face Accelerate wrote (a
-bare array per ``.dat`` file, no format in the index) are read too: an entry without a format
-is a safetensors file when the file begins as one, else a bare array of exactly its size.
+expects) as a safetensors file: a self-describing header and the raw bytes, never a pickle.
+Its index entry is Hugging Face Accelerate's (dtype and shape). Folders Accelerate wrote (a
+bare array per ``.dat`` file) are read too: a ``.dat`` file is a safetensors file when it
+begins as one, else a bare array of exactly its size; an entry that records a format (older
+overdrive folders) is read as recorded.
 Entries naming a ``safetensors_file`` (what transformers writes) are read from that file.
 Every read is a checked plain read (``checked_files.py``), never a memory map.
 """
@@ -26,7 +27,7 @@ from overdrive.bigmodel.checked_files import SafetensorsFile, is_safetensors, re
 
 PathLike = str | os.PathLike[str]
 INDEX = "index.json"
-SAFETENSORS = "safetensors"  # the index's "format" of a file offload_weight wrote
+SAFETENSORS = "safetensors"  # the "format" older overdrive folders record in their index
 _OPEN_FILES = 64  # safetensors files an OffloadedWeightsLoader keeps open
 
 
@@ -47,11 +48,7 @@ def offload_weight(
     tensor = weight.detach().to("cpu").contiguous()
     save_file({weight_name: tensor}, str(Path(offload_folder) / f"{weight_name}.dat"))
     if index is not None:
-        index[weight_name] = {
-            "dtype": _dtype_name(tensor.dtype),
-            "shape": list(tensor.shape),
-            "format": SAFETENSORS,
-        }
+        index[weight_name] = {"dtype": _dtype_name(tensor.dtype), "shape": list(tensor.shape)}
     return index
 
 
@@ -62,9 +59,8 @@ def _raw_dtype(name: str) -> torch.dtype:
 
 
 def _is_safetensors(path: Path, info: dict[str, Any]) -> bool:
-    """Whether the ``.dat`` file of index entry ``info`` is a safetensors file: as recorded
-    when written, else (folders written before the format was recorded, or by Hugging Face
-    Accelerate) by how the file begins, never by its size."""
+    """Whether the ``.dat`` file of index entry ``info`` is a safetensors file: as an older
+    folder's index records it, else by how the file begins, never by its size."""
     recorded = info.get("format")
     if recorded is not None:
         return recorded == SAFETENSORS
