@@ -6,18 +6,18 @@ import copy
 import warnings
 import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch.utils.data import (
     BatchSampler,
     DataLoader,
+    IterableDataset,
     SequentialSampler,
 )
 
-from overdrive import ops
 from overdrive.data.batches import to_device
+from overdrive.data.loader_parts import EpochPosition, loader_kwargs, rounds_per_epoch
 from overdrive.data.lookahead import Share, mark_last, skipped_twice
 from overdrive.data.rounds import dispatched_shares, global_rounds, local_shares
 from overdrive.data.samplers import RecordedOrder, SeedableRandomSampler, ShardedBatchSampler
@@ -30,69 +30,6 @@ from overdrive.random_state import synchronize_rng_states
 
 if TYPE_CHECKING:
     from overdrive.process_state import PartialState
-
-
-@dataclass
-class _Epoch:
-    """Position shared by a prepared loader and its ``skip_first_batches`` views."""
-
-    epoch: int = 0
-    yielded: int = 0  # batches handed out in the current epoch
-    in_epoch: bool = False
-    resume_skip: int = 0  # batches the next iteration skips (set by load_state_dict)
-    # load_state resumed it with exact_resume: a script's own skip would skip twice
-    exact: bool = False
-    explicit_epoch: bool = False
-    worker_seed: int | None = None  # what this epoch's reader was seeded with
-    resume_seed: int | None = None  # the saved epoch's worker_seed, for the resumed iteration
-    # use_stateful_dataloader: the StatefulDataLoader's position after the last batch handed
-    # out ({"state", "sampler_skip"}), and the one a loaded checkpoint resumes from.
-    inner_state: dict[str, Any] | None = None
-    resume_inner: dict[str, Any] | None = None
-
-
-def _rounds_per_epoch(batches: int, world: int, split: bool, drop_last: bool) -> int:
-    if split:
-        return batches
-    return batches // world if drop_last else -(-batches // world)
-
-
-def _loader_kwargs(
-    base: DataLoader, pin_memory: bool, generator: torch.Generator | None = None
-) -> dict[str, Any]:
-    """``base``'s settings for a new DataLoader; ``generator`` replaces its generator."""
-    kwargs: dict[str, Any] = {
-        "num_workers": base.num_workers,
-        "collate_fn": base.collate_fn,
-        "pin_memory": pin_memory,
-        "timeout": base.timeout,
-        "worker_init_fn": base.worker_init_fn,
-        "multiprocessing_context": base.multiprocessing_context,
-        "generator": base.generator if generator is None else generator,
-        "persistent_workers": base.persistent_workers,
-    }
-    if base.num_workers > 0:
-        kwargs["prefetch_factor"] = base.prefetch_factor
-    if getattr(base, "in_order", True) is not True:
-        kwargs["in_order"] = base.in_order
-    return kwargs
-
-
-def _draw_seed(state: PartialState, generator: torch.Generator | None, seedable: bool) -> int:
-    """One shuffle seed for all ranks, rank 0's (so set_seed there decides it).
-
-    Every rank makes the draw, as Hugging Face Accelerate does at prepare: the stream it comes
-    from (torch's global RNG when the sampler has no generator) then moves the same way on
-    every rank, and what the script draws next (dropout) matches a run under it.
-    """
-    if seedable:
-        drawn = generator.initial_seed() if generator is not None else torch.initial_seed()
-    else:
-        drawn = int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
-    box: list[Any] = [drawn]
-    if state.use_distributed and state.num_processes > 1:
-        ops.broadcast_object_list(box, from_process=0)
-    return int(box[0])
 
 
 if TYPE_CHECKING:
@@ -150,7 +87,7 @@ class PreparedDataLoader(_LoaderBase):
         self.rng_types = rng_types or []
         self._rank, self._world = data_parallel or (state.process_index, state.num_processes)
         self._drop_last = bool(getattr(batch_sampler, "drop_last", base.drop_last))
-        self._progress = _Epoch()
+        self._progress = EpochPosition()
         self._skip_once: int | None = None
         self._view: weakref.ref[PreparedDataLoader] | None = None  # skip_first_batches's
         self._view_of_shards = False  # this is such a view of a sharded loader
@@ -167,7 +104,7 @@ class PreparedDataLoader(_LoaderBase):
         # with one draw from the user's stream (as a plain DataLoader draws), so a resumed
         # iteration can reuse the saved epoch's seed without drawing from the user's RNG.
         self._seed_gen = torch.Generator()
-        kwargs = _loader_kwargs(base, pin_memory, generator=self._seed_gen)
+        kwargs = loader_kwargs(base, pin_memory, generator=self._seed_gen)
         # An order drawn from random streams is recorded, so a resume can draw it again.
         self._order: RecordedOrder | None = None
         ordered = batch_sampler
@@ -192,7 +129,7 @@ class PreparedDataLoader(_LoaderBase):
             # every process reads the stream, keeps its samples of each global batch (the
             # last one completed from the first) and collates only those.
             self._item_shards = IterableDatasetShard(
-                base.dataset,
+                cast("IterableDataset[Any]", base.dataset),
                 batch_size=base.batch_size,
                 drop_last=base.drop_last,
                 num_processes=self._world,
@@ -248,7 +185,7 @@ class PreparedDataLoader(_LoaderBase):
     def _full_len(self) -> int:
         if self.mode == "iterable" or self._batch_sampler is None:
             raise TypeError("this prepared dataloader reads an iterable dataset: no len()")
-        return _rounds_per_epoch(
+        return rounds_per_epoch(
             len(self._batch_sampler), self._world, self.split_batches, self._drop_last
         )
 
@@ -552,7 +489,7 @@ class PreparedDataLoader(_LoaderBase):
 
     def _skipping_source(self, skip: int) -> DataLoader:
         """This process's reader without the first ``skip`` batches of its batch sampler."""
-        kwargs = _loader_kwargs(self.base_dataloader, self._pin_memory, generator=self._seed_gen)
+        kwargs = loader_kwargs(self.base_dataloader, self._pin_memory, generator=self._seed_gen)
         batches = SkipBatchSampler(self._inner.batch_sampler, skip)
         return DataLoader(self.base_dataloader.dataset, batch_sampler=batches, **kwargs)
 

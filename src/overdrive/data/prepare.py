@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
 
-from overdrive.data.loader import PreparedDataLoader, _draw_seed, _loader_kwargs
+from overdrive.data.loader import PreparedDataLoader
+from overdrive.data.loader_parts import draw_seed, loader_kwargs
 from overdrive.data.loaders_by_hand import DataLoaderShard
 from overdrive.data.samplers import SeedableRandomSampler
 from overdrive.data.stateful import stateful_variant
@@ -105,7 +106,7 @@ def prepare_data_loader(
         user_sampler = batch_sampler.sampler
         if user_sampler.generator is None and world > 1 and not dispatch:
             user_sampler.generator = torch.Generator()
-            user_sampler.generator.manual_seed(_draw_seed(state, None, False))
+            user_sampler.generator.manual_seed(draw_seed(state, None, False))
         synced = user_sampler.generator is not None and not dispatch
         if synced and "generator" not in rng_types:
             rng_types.append("generator")
@@ -113,7 +114,7 @@ def prepare_data_loader(
         user_sampler = batch_sampler.sampler
         seed = data_seed
         if seed is None:
-            seed = _draw_seed(state, user_sampler.generator, use_seedable_sampler)
+            seed = draw_seed(state, user_sampler.generator, use_seedable_sampler)
         sampler = SeedableRandomSampler(
             user_sampler.data_source,
             seed=seed,
@@ -211,6 +212,6 @@ def skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
         return DataLoader(
             dataloader.dataset,
             batch_sampler=_SkipBatchSampler(dataloader.batch_sampler, num_batches),
-            **_loader_kwargs(dataloader, bool(dataloader.pin_memory)),
+            **loader_kwargs(dataloader, bool(dataloader.pin_memory)),
         )
     return _SkipIterable(dataloader, num_batches)

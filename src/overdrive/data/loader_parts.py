@@ -1,0 +1,78 @@
+"""The pieces of a prepared loader that hold no loader: its epoch position, the DataLoader
+arguments it copies, the shuffle seed every rank shares, the rounds an epoch holds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from overdrive import ops
+
+if TYPE_CHECKING:
+    from overdrive.process_state import PartialState
+
+
+@dataclass
+class EpochPosition:
+    """Position shared by a prepared loader and its ``skip_first_batches`` views."""
+
+    epoch: int = 0
+    yielded: int = 0  # batches handed out in the current epoch
+    in_epoch: bool = False
+    resume_skip: int = 0  # batches the next iteration skips (set by load_state_dict)
+    # load_state resumed it with exact_resume: a script's own skip would skip twice
+    exact: bool = False
+    explicit_epoch: bool = False
+    worker_seed: int | None = None  # what this epoch's reader was seeded with
+    resume_seed: int | None = None  # the saved epoch's worker_seed, for the resumed iteration
+    # use_stateful_dataloader: the StatefulDataLoader's position after the last batch handed
+    # out ({"state", "sampler_skip"}), and the one a loaded checkpoint resumes from.
+    inner_state: dict[str, Any] | None = None
+    resume_inner: dict[str, Any] | None = None
+
+
+def rounds_per_epoch(batches: int, world: int, split: bool, drop_last: bool) -> int:
+    if split:
+        return batches
+    return batches // world if drop_last else -(-batches // world)
+
+
+def loader_kwargs(
+    base: DataLoader, pin_memory: bool, generator: torch.Generator | None = None
+) -> dict[str, Any]:
+    """``base``'s settings for a new DataLoader; ``generator`` replaces its generator."""
+    kwargs: dict[str, Any] = {
+        "num_workers": base.num_workers,
+        "collate_fn": base.collate_fn,
+        "pin_memory": pin_memory,
+        "timeout": base.timeout,
+        "worker_init_fn": base.worker_init_fn,
+        "multiprocessing_context": base.multiprocessing_context,
+        "generator": base.generator if generator is None else generator,
+        "persistent_workers": base.persistent_workers,
+    }
+    if base.num_workers > 0:
+        kwargs["prefetch_factor"] = base.prefetch_factor
+    if getattr(base, "in_order", True) is not True:
+        kwargs["in_order"] = base.in_order
+    return kwargs
+
+
+def draw_seed(state: PartialState, generator: torch.Generator | None, seedable: bool) -> int:
+    """One shuffle seed for all ranks, rank 0's (so set_seed there decides it).
+
+    Every rank makes the draw, as Hugging Face Accelerate does at prepare: the stream it comes
+    from (torch's global RNG when the sampler has no generator) then moves the same way on
+    every rank, and what the script draws next (dropout) matches a run under it.
+    """
+    if seedable:
+        drawn = generator.initial_seed() if generator is not None else torch.initial_seed()
+    else:
+        drawn = int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
+    box: list[Any] = [drawn]
+    if state.use_distributed and state.num_processes > 1:
+        ops.broadcast_object_list(box, from_process=0)
+    return int(box[0])
