@@ -7,15 +7,6 @@ entry shows the runs' own error lines instead, so an unexplained difference stay
 from __future__ import annotations
 
 FSDP = "fsdp_with_peak_mem_tracking --model_name_or_path bert-base-cased --output_dir OUT"
-RESUME = (
-    "Hugging Face Accelerate's resumed run replays epoch 0's batch order in epoch 1: on more than "
-    "one process its prepared loader shuffles with a torch.Generator seeded at prepare, and "
-    "its checkpoint does not hold that generator, so after load_state the generator starts "
-    "over (shown with a 16-sample loader: resumed epoch 1 = uninterrupted epoch 0); "
-    "overdrive's checkpoint holds the loader's state, so its resumed run ends where its "
-    "uninterrupted one does, bitwise"
-)
-
 DEEPSPEED = (
     "deepspeed_with_config_support --dataset_name wikitext --dataset_config_name "
     "wikitext-2-raw-v1 --model_name_or_path gpt2 --block_size 16 --num_train_epochs 1 "
@@ -31,14 +22,6 @@ REASONS: dict[tuple[str, int | None], str] = {
         "DeepSpeed's world of 2 needs 8: AssertionError in deepspeed.initialize; overdrive "
         "trains it under ZeRO-2 (on 1 process both use DeepSpeed and agree bitwise)"
     ),
-    ("nlp_example --mixed_precision fp16", None): (
-        "on purpose: on a CPU Hugging Face Accelerate turns fp16 off without a word (native AMP "
-        "for fp16 only off the CPU) and trains in fp32; overdrive does what was asked, "
-        "float16 autocast with a GradScaler on the CPU (the example pads batches to a multiple "
-        "of 8 under any mixed precision, so neither run is the fp32 row's)"
-    ),
-    ("complete_nlp_example resume from epoch_0", 2): RESUME,
-    ("checkpointing resume from epoch_0", 2): RESUME,
     (FSDP, None): (
         "not runnable on a CPU host: Hugging Face Accelerate's FSDP needs an accelerator "
         "(RuntimeError: no available devices found); overdrive trains its first epoch under "

@@ -31,7 +31,13 @@ def test_example_trains_to_the_same_weights_under_both(name: str) -> None:
     assert row["bitwise"], f"final weights differ by up to {row['max_abs_diff']}"
 
 
-def test_resumed_checkpointing_example_equals_the_uninterrupted_run_under_overdrive() -> None:
+def test_resumed_checkpointing_example_resumes_as_under_accelerate() -> None:
+    # Both replay epoch 0's batch order after load_state on 2 processes (the shuffling
+    # generator seeded at prepare is not in the checkpoint), so each resumed run differs from
+    # its own uninterrupted one by the same amount and the two resumed runs are bitwise equal.
     row = run_case(select("checkpointing resume")[0], 2, timeout=600)
-    assert row["overdrive"]["ok"], row["overdrive"].get("error")
-    assert row["overdrive"]["resumed_vs_uninterrupted"] == 0.0
+    for engine in ("accelerate", "overdrive"):
+        assert row[engine]["ok"], f"{engine}: {row[engine].get('error')}"
+    assert row["bitwise"], f"resumed weights differ by up to {row['max_abs_diff']}"
+    resumed = [row[e]["resumed_vs_uninterrupted"] for e in ("accelerate", "overdrive")]
+    assert resumed[0] == resumed[1], resumed
