@@ -15,6 +15,7 @@ pytest.importorskip("transformers")
 
 SCRIPT = "simulate_check.py"
 TINY_LLAMA_BYTES = 22_688 * 4  # simulate_check.py's fp32 parameters, head untied
+MATMUL_WEIGHTS = 2 * (32 * 32 * 2 + 32 * 16 * 2 + 3 * 32 * 64) + 64 * 32  # layers and head
 
 
 def _last_rank(
@@ -53,6 +54,10 @@ def test_fsdp2_by_tensor_parallelism_on_4_processes(tmp_path: Path) -> None:
     }
     held = rank["state_bytes"]["parameters"]
     assert TINY_LLAMA_BYTES / 4 <= held <= TINY_LLAMA_BYTES / 4 * 1.02, held
+    # FLOPs counted on the DTensors' local shards: half of every matrix product of a
+    # 4 x 16-token batch (2 FLOPs per weight and token forward, 4 backward; the attention's
+    # CPU kernel is not in PyTorch's FLOP counter)
+    assert rank["flops_per_step"][-1] == 6 * 4 * 16 * MATMUL_WEIGHTS // 2
 
 
 @pytest.mark.distributed
