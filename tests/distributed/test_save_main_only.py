@@ -26,7 +26,11 @@ def test_ddp_save_state_from_the_main_process_alone_or_from_every_process(
     if mode == "main":
         assert rows[0]["rank_dirs"] == ["rank_0"]
         assert rows[1]["alone_warning"] and not rows[0]["alone_warning"]
+        # process 1's RNG streams are not in the checkpoint: it keeps its own, as under
+        # Hugging Face Accelerate; process 0's are restored
+        assert rows[1]["rng_kept"] and not rows[0]["rng_kept"]
     else:
+        assert not any(r["rng_kept"] for r in rows)  # each process's streams restored
         assert rows[0]["rank_dirs"] == ["rank_0", "rank_1"]
         assert not any(r["alone_warning"] for r in rows)
 

@@ -114,7 +114,7 @@ def _state_dict(state: object) -> StateDict:
     return cast(StateDict, state)
 
 
-def _restore_rank(accelerator: CheckpointHost, state: RankState) -> None:
+def _restore_rank(accelerator: CheckpointHost, state: RankState, rng: bool = True) -> None:
     # Hugging Face Accelerate's load_state leaves a prepared loader where it is: its next
     # iteration starts a new epoch, drawn from the restored random streams, and the script
     # skips what it already trained on (skip_first_batches, or counting steps). A loader that
@@ -135,7 +135,8 @@ def _restore_rank(accelerator: CheckpointHost, state: RankState) -> None:
             for name, p in accelerator.unwrap_model(model).named_parameters():
                 if name in grads:
                     p.grad = _like_param(grads[name], p)
-    restore_rng_state(state["rng"])
+    if rng:
+        restore_rng_state(state["rng"])
 
 
 def _like_param(grad: torch.Tensor, param: nn.Parameter) -> torch.Tensor:
@@ -229,9 +230,9 @@ def _rank_dir(accelerator: CheckpointHost, path: Path, manifest: Manifest) -> Pa
     if saved == world:  # saved by the main process alone: this process's state is not there
         warnings.warn(
             f"load_state: {path} was written by the main process alone (save_state called "
-            f"only there), so it holds no state of process {rank}: this process continues "
-            "from process 0's data position and RNG state, so its dropout and random "
-            "augmentation draw differently from an uninterrupted run (call save_state on "
+            f"only there), so it holds no state of process {rank}: this process keeps its "
+            "own RNG streams, as under Hugging Face Accelerate (its dropout and random "
+            "augmentation draw differently from an uninterrupted run; call save_state on "
             "every process to save each one's state)",
             UserWarning,
             stacklevel=4,
@@ -427,7 +428,12 @@ def _load_all(
             _restore_part(accelerator, part, states[part.stem])
     if precision_state:
         accelerator.precision.load_state_dict(_state_dict(precision_state))
-    _restore_rank(accelerator, rank_state)
+    # A checkpoint the main process wrote alone holds no other process's RNG streams: those
+    # keep theirs, as Hugging Face Accelerate's load_state leaves a process whose
+    # random_states file is absent.
+    world = accelerator.state.num_processes
+    alone = rank_dir.name != f"rank_{rank}" and manifest.get("world_size") == world
+    _restore_rank(accelerator, rank_state, rng=not alone)
 
 
 def load_state(

@@ -53,9 +53,11 @@ if mode == "every" or accelerator.is_main_process:
     accelerator.save_state(str(out / "ckpt"))
 for _ in range(3):  # the other processes went on at once: no wait for the save
     step()
+before = torch.get_rng_state()
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     accelerator.load_state(str(out / "ckpt"))
+rng_kept = torch.equal(before, torch.get_rng_state())
 now = accelerator.get_state_dict(model)
 same = all(torch.equal(saved[k], now[k]) for k in saved) if accelerator.is_main_process else True
 rank = accelerator.process_index
@@ -65,6 +67,7 @@ print(
         {
             "rank": rank,
             "same": same,
+            "rng_kept": rng_kept,
             "rank_dirs": sorted(p.name for p in (out / "ckpt").glob("rank_*")),
             "alone_warning": any("main process alone" in str(w.message) for w in caught),
             "logged": sum(len(f.read_text().splitlines()) for f in (out / "logs").rglob("*.jsonl")),
