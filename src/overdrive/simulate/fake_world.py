@@ -35,6 +35,7 @@ from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 
 from overdrive.simulate.comms import CollectiveCounter
 from overdrive.simulate.flops import operator_flops
+from overdrive.simulate.fsdp_chunks import lazy_chunk_with_empty
 from overdrive.simulate.patching import patched
 from overdrive.simulate.pipeline_meta import simulated_pipeline_stages
 
@@ -193,6 +194,19 @@ def _deepspeed_on_fake_tensors(stack: contextlib.ExitStack) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _fsdp2_pieces_when_read() -> Iterator[None]:
+    """FSDP2 makes the one or two pieces of each parameter it reads, not one per rank
+    (``fsdp_chunks``)."""
+    from torch.distributed.fsdp._fully_shard import _fsdp_param
+
+    if not hasattr(_fsdp_param, "_chunk_with_empty"):
+        yield
+        return
+    with patched(_fsdp_param, "_chunk_with_empty", lazy_chunk_with_empty):
+        yield
+
+
+@contextlib.contextmanager
 def fake_world(rank: int, world_size: int) -> Iterator[None]:
     """Inside: a fake process group of ``world_size`` with this process as ``rank``, and
     every new tensor a fake one (enter a ``SimulatedRank`` inside, for reads of values).
@@ -216,6 +230,7 @@ def fake_world(rank: int, world_size: int) -> Iterator[None]:
             table = property(_outside_fake(vars(mesh)["mesh"].fget))  # made on each read
             stack.enter_context(patched(mesh, "mesh", table))
             stack.enter_context(_ddp_on_fake_tensors())
+            stack.enter_context(_fsdp2_pieces_when_read())
             stack.enter_context(_object_collectives())
             stack.enter_context(simulated_pipeline_stages())
             stack.enter_context(_deepspeed_on_fake_tensors(stack))
