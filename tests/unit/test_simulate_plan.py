@@ -96,9 +96,10 @@ def test_a_model_too_large_for_the_gpus_is_ruled_out_by_arithmetic(
 def test_a_plan_simulates_ranks_and_writes_a_file_that_validates(
     tiny: Path, tmp_path: Path
 ) -> None:
-    out = tmp_path / "plan.yaml"
+    out, cost = tmp_path / "plan.yaml", tmp_path / "cost.yaml"
+    cost.write_text("flops_per_second: 1.0e+12\nbandwidth: {intra_node: 1.0e+9}\n")
     argv = ["plan", "--model", str(tiny), "--gpus", "8", "--gpu_memory", "80GiB"]
-    argv += ["--batch", "2", "--max_simulated", "2", "--output", str(out)]
+    argv += ["--batch", "2", "--max_simulated", "2", "--output", str(out), "--cost", str(cost)]
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     done = subprocess.run(
         [sys.executable, "-m", "overdrive", *argv], env=env, capture_output=True, text=True
@@ -108,6 +109,12 @@ def test_a_plan_simulates_ranks_and_writes_a_file_that_validates(
     assert "fits (state" in lines["dp_shard=8"] and "simulated peak" in lines["dp_shard=8"]
     assert "fits (state" in lines["dp_shard=4 x tp=2"]
     assert "not simulated (over the cap)" in lines["dp_shard=4 x pp=2"]
+    steps = [
+        float(lines[n].split("step ")[1].split(" s")[0])
+        for n in ("dp_shard=8", "dp_shard=4 x tp=2")
+    ]
+    chosen = "dp_shard=8" if steps[0] <= steps[1] else "dp_shard=4 x tp=2"
+    assert f"chosen: {chosen};" in done.stdout  # the faster estimated step
     assert f"written to {out}" in done.stdout
     validated = subprocess.run(
         [sys.executable, "-m", "overdrive", "config", "validate", str(out)],
