@@ -245,12 +245,11 @@ def test_config_rows_are_compared_with_the_same_engines_ddp_run(tmp_path: Path) 
 
 
 def test_reasons_are_per_case_or_per_process_count() -> None:
-    from tests.ecosystem.reasons import KNOWN_DIFFERENT, REASONS, RESUME_NOT_EXACT, reason_for
+    from tests.ecosystem.reasons import KNOWN_DIFFERENT, REASONS, reason_for
 
     names = {c.name for c in CASES}
     assert set(REASONS) <= names
     assert KNOWN_DIFFERENT.issubset(names)
-    assert {name for name, _ in RESUME_NOT_EXACT} <= names
     assert "FSDP1" in reason_for("sft --config_file fsdp1.yaml", 2)
     assert reason_for("train_text_to_image", 1) == "" != reason_for("train_text_to_image", 2)
     assert reason_for("sft", 1) == ""
