@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import argparse
 
-import torch
-from torch.utils.data import DataLoader, TensorDataset
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from overdrive.accelerator import Accelerator
+from overdrive.simulate.plan_script import train_steps
 
 SHAPES = {
     # hidden, layers, heads, kv heads, intermediate, vocabulary (Llama 3 / 3.1 model cards)
@@ -37,15 +36,7 @@ def main() -> None:
         max_position_embeddings=8192,
     )
     acc = Accelerator()
-    model = LlamaForCausalLM(config)
-    ids = torch.randint(0, vocab, (4 * args.batch, SEQ))
-    loader = DataLoader(TensorDataset(ids), batch_size=args.batch)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    model, opt, loader = acc.prepare(model, opt, loader)
-    for (batch,) in loader:
-        acc.backward(model(input_ids=batch, labels=batch).loss)
-        opt.step()
-        opt.zero_grad()
+    train_steps(acc, LlamaForCausalLM(config), vocab, SEQ, args.batch)
 
 
 if __name__ == "__main__":

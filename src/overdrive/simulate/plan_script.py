@@ -23,12 +23,20 @@ def main() -> None:
     config = AutoConfig.from_pretrained(args.model)
     acc = Accelerator()
     model = AutoModelForCausalLM.from_config(config)
-    ids = torch.randint(0, config.vocab_size, (4 * args.batch, args.seq_len))
-    loader = DataLoader(TensorDataset(ids), batch_size=args.batch)
+    train_steps(acc, model, config.vocab_size, args.seq_len, args.batch)
+
+
+def train_steps(
+    acc: Accelerator, model: torch.nn.Module, vocab: int, seq_len: int, batch: int
+) -> None:
+    """AdamW steps of ``model`` (a causal LM) on random tokens, ``batch`` sequences of
+    ``seq_len`` a step, through ``acc``: what a simulation of a layout runs."""
+    ids = torch.randint(0, vocab, (4 * batch, seq_len))
+    loader = DataLoader(TensorDataset(ids), batch_size=batch)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     model, opt, loader = acc.prepare(model, opt, loader)
-    for (batch,) in loader:
-        acc.backward(model(input_ids=batch, labels=batch).loss)
+    for (tokens,) in loader:
+        acc.backward(model(input_ids=tokens, labels=tokens).loss)
         opt.step()
         opt.zero_grad()
 
