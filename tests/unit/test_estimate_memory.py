@@ -222,3 +222,17 @@ def test_a_degree_that_does_not_divide_exits_2_without_traceback(tmp_path: Path)
     assert result.returncode == 2, result.stderr
     assert "--num_processes 6 is not a multiple of tp x pp = 4 x 1 = 4" in result.stderr
     assert "fix:" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_the_sequence_length_is_the_models_own_by_default_and_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tiny_llama_config(tmp_path)  # max_position_embeddings 64
+    report = run_json(capsys, str(config), "--strategies", "DDP")
+    assert report["seq_len"] == 64
+    assert "max_position_embeddings" in report["seq_len_source"]
+    given = run_json(capsys, str(config), "--strategies", "DDP", "--seq_len", "8")
+    assert (given["seq_len"], given["seq_len_source"]) == (8, "--seq_len")
+    assert row(given, "DDP")["activations"] < row(report, "DDP")["activations"]
+    assert main(["estimate-memory", str(config), "--strategies", "DDP"]) == 0
+    assert "sequence length 64: the model's max_position_embeddings" in capsys.readouterr().out

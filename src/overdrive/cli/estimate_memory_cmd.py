@@ -12,6 +12,9 @@ from overdrive.memory_estimate import STRATEGIES, Layout, estimate, normalize_dt
 from overdrive.memory_estimate.arithmetic import check_layout
 from overdrive.memory_estimate.build import load_spec
 from overdrive.memory_estimate.render import as_json, table
+from overdrive.memory_estimate.spec import ModelSpec
+
+DEFAULT_SEQ_LEN = 2048  # the activation figure's sequence length where the model names none
 
 
 def _positive(text: str) -> int:
@@ -73,8 +76,9 @@ def register(commands: Any) -> None:
         parser,
         "seq_len",
         type=_positive,
-        default=2048,
-        help="sequence length, for the activation figure (default 2048)",
+        default=None,
+        help="sequence length, for the activation figure (default: the model's "
+        f"max_position_embeddings; {DEFAULT_SEQ_LEN} where the model names none)",
     )
     add_flag(
         parser,
@@ -114,13 +118,25 @@ def handle(args: argparse.Namespace) -> int:
         args.model, library_name=args.library_name, trust_remote_code=args.trust_remote_code
     )
     check_layout(spec, layout)
+    seq_len, seq_source = sequence_length(args.seq_len, spec)
     rows = [
-        estimate(spec, layout, dtype, s, batch_size=args.batch_size, seq_len=args.seq_len)
+        estimate(spec, layout, dtype, s, batch_size=args.batch_size, seq_len=seq_len)
         for dtype in dtypes
         for s in strategies
     ]
     if args.json:
-        print(json.dumps(as_json(spec, layout, rows, args.batch_size, args.seq_len), indent=2))
+        report = as_json(spec, layout, rows, args.batch_size, seq_len)
+        print(json.dumps(dict(report, seq_len_source=seq_source), indent=2))
     else:
-        print(table(spec, layout, rows, args.batch_size, args.seq_len))
+        print(table(spec, layout, rows, args.batch_size, seq_len))
+        print(f"sequence length {seq_len}: {seq_source}")
     return 0
+
+
+def sequence_length(given: int | None, spec: ModelSpec) -> tuple[int, str]:
+    """The sequence length the activation figure uses, and where it came from."""
+    if given is not None:
+        return given, "--seq_len"
+    if spec.max_positions:
+        return spec.max_positions, "the model's max_position_embeddings (--seq_len to change)"
+    return DEFAULT_SEQ_LEN, "a default: the model names no maximum length (--seq_len to change)"

@@ -295,5 +295,6 @@ def spec_from_module(module: Any, *, source: str, config: Any = None) -> ModelSp
         num_heads=_dim(config, "num_attention_heads", "n_head"),
         num_kv_heads=_dim(config, "num_key_value_heads"),
         vocab_size=_dim(config, "vocab_size"),
+        max_positions=_dim(config, "max_position_embeddings", "n_positions", "max_seq_len"),
         tp_plan=tp_words,
     )

@@ -41,6 +41,8 @@ class ModelSpec:
     num_heads: int | None = None
     num_kv_heads: int | None = None
     vocab_size: int | None = None
+    max_positions: int | None = None
+    """The longest sequence the model's config allows (max_position_embeddings), if it says."""
     tp_plan: str = "none"
     """Where the tp split came from, in words (the model's own plan, or the default)."""
     notes: tuple[str, ...] = field(default=())
