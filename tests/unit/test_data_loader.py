@@ -56,8 +56,20 @@ def test_len_batch_size_and_dataset() -> None:
     dl = _prep(base)
     assert (len(dl), dl.batch_size, dl.total_batch_size) == (3, 4, 4)
     assert dl.dataset is base.dataset
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="without a length"):
         len(_prep(DataLoader(Stream(3), batch_size=2)))
+
+
+class SizedStream(Stream):
+    def __len__(self) -> int:
+        return self.n
+
+
+def test_an_iterable_dataset_with_a_length_gives_the_loader_one() -> None:
+    # as a DataLoader over it (and Hugging Face Accelerate's prepared loader) says
+    assert len(_prep(DataLoader(SizedStream(5), batch_size=2))) == 3
+    assert len(_prep(DataLoader(SizedStream(5), batch_size=2, drop_last=True))) == 2
+    assert len(list(_prep(DataLoader(SizedStream(5), batch_size=2)))) == 3
 
 
 def test_state_dict_resumes_mid_epoch_and_later_epochs_match() -> None:

@@ -184,7 +184,17 @@ class PreparedDataLoader(_LoaderBase):
 
     def _full_len(self) -> int:
         if self.mode == "iterable" or self._batch_sampler is None:
-            raise TypeError("this prepared dataloader reads an iterable dataset: no len()")
+            # Hugging Face Accelerate's: the length of the DataLoader over the process's shard
+            # (by sample), or of the whole one divided by processes (one process, dispatched)
+            try:
+                if self._item_shards is not None:
+                    return len(self._inner)
+                whole = len(self.base_dataloader)
+            except TypeError:
+                raise TypeError(
+                    "this prepared dataloader reads an iterable dataset without a length: no len()"
+                ) from None
+            return rounds_per_epoch(whole, self._world, self.split_batches, self._drop_last)
         return rounds_per_epoch(
             len(self._batch_sampler), self._world, self.split_batches, self._drop_last
         )
