@@ -15,6 +15,8 @@ Notes for a loop ported from Hugging Face Accelerate:
   already divides the loss by ``gradient_accumulation_steps``, so a manual ``loss / steps``
   and ``batch_idx % steps`` bookkeeping would divide twice.
 * the scheduler is prepared too, so it advances once per optimizer step that really ran.
+* batches are split with ``DataLoaderConfiguration(split_batches=True)``: the ``Accelerator``
+  argument of the same name is accepted and ignored, as in Hugging Face Accelerate.
 * ``mixed_precision`` defaults to ``no`` here so the script runs on any CPU; pass
   ``--mixed_precision bf16`` to train in bf16.
 """
@@ -29,7 +31,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from overdrive.accelerator import Accelerator
+from overdrive import Accelerator, DataLoaderConfiguration
 
 VOCAB, SEQ_LEN, CLASSES = 1000, 16, 2
 
@@ -67,7 +69,8 @@ def main() -> None:
     accelerator_config = {
         "mixed_precision": args.mixed_precision,
         "gradient_accumulation_steps": 2,
-        "split_batches": True,  # each global batch of 8 is split across the processes
+        # each global batch of 8 is split across the processes
+        "dataloader_config": DataLoaderConfiguration(split_batches=True),
         "logging_dir": os.path.join(args.output_dir, "logs"),
     }
     accelerator = Accelerator(**accelerator_config)
