@@ -5,8 +5,9 @@ engine. Two composition roots may import both: the package's ``__init__`` (its l
 of Accelerate's top-level names) and ``accelerator`` (the engine's loop with Accelerate's
 adaptation mixed into its ``Accelerator``); no engine module imports either, by
 ``import overdrive`` or ``from overdrive import X`` any more than by the module's own path.
-``sanity_check``, the script ``overdrive test`` launches, is a training script of the
-house's own: like a user's, it imports the ``Accelerator``, and nothing imports it."""
+``sanity_check``, the script ``overdrive test`` launches, and ``simulate.plan_script``, the
+step ``overdrive plan`` simulates, are training scripts of the house's own: like a user's,
+they import the ``Accelerator``, and no module of the package imports them."""
 
 from __future__ import annotations
 
@@ -25,8 +26,9 @@ FACE_MODULES = (
     "state",
     "data_loader",
 )
-# the package's __init__, the Accelerator, and the script `overdrive test` launches
-COMPOSITION_ROOTS = ("", "accelerator", "sanity_check")
+# the package's __init__, the Accelerator, and the scripts `overdrive test` launches and
+# `overdrive plan` simulates
+COMPOSITION_ROOTS = ("", "accelerator", "sanity_check", "simulate.plan_script")
 
 
 def is_face(dotted: str) -> bool:
