@@ -15,6 +15,7 @@ import pytest
 from overdrive.cli.main import main
 from overdrive.errors import LaunchError
 from overdrive.simulate.ranks import choose_ranks
+from tests.helpers.simulate_script import TRAIN_SCRIPT
 
 
 @pytest.fixture(autouse=True)
@@ -63,20 +64,7 @@ def test_a_simulated_rank_is_checked_before_anything_runs(
     assert "must not run" not in err
 
 
-SCRIPT = """\
-import torch
-from overdrive import Accelerator
-
-acc = Accelerator()
-model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-model, opt = acc.prepare(model, opt)
-for _ in range(10):
-    acc.backward(model(torch.randn(16, 64)).sum())
-    opt.step()
-    opt.zero_grad()
-print("the script finished")
-"""
+SCRIPT = TRAIN_SCRIPT + 'print("the script finished")\n'
 CONFIG = "distributed_type: MULTI_CPU\nnum_processes: 4\nuse_cpu: true\n"
 
 

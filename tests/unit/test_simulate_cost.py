@@ -15,6 +15,7 @@ import pytest
 from overdrive.cli.main import main
 from overdrive.errors import ConfigError
 from overdrive.simulate.cost import estimate, load_cost, wire_bytes
+from tests.helpers.simulate_script import TRAIN_SCRIPT
 
 GOOD = "flops_per_second: 1.0e+9\nbandwidth:\n  intra_node: 4.0e+6\n  inter_node: 1.0e+6\n"
 
@@ -95,19 +96,7 @@ def test_a_group_without_a_bandwidth_is_named(tmp_path: Path) -> None:
     assert "fix: add bandwidth.dp_shard or bandwidth.inter_node" in str(raised.value)
 
 
-SCRIPT = """\
-import torch
-from overdrive import Accelerator
-
-acc = Accelerator()
-model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-model, opt = acc.prepare(model, opt)
-for _ in range(10):
-    acc.backward(model(torch.randn(16, 64)).sum())
-    opt.step()
-    opt.zero_grad()
-"""
+SCRIPT = TRAIN_SCRIPT
 GPU_CONFIG = (
     "distributed_type: MULTI_GPU\nnum_machines: 2\nnum_processes: 16\n"
     "main_process_ip: 10.0.0.1\nmachine_rank: 0\n"
