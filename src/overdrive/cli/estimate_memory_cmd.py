@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from overdrive.cli.flags import add_flag
+from overdrive.cli.flags import add_flag, positive_int
 from overdrive.errors import ConfigError
 from overdrive.memory_estimate import STRATEGIES, Layout, estimate, normalize_dtype
 from overdrive.memory_estimate.arithmetic import check_layout
@@ -15,16 +15,6 @@ from overdrive.memory_estimate.render import as_json, table
 from overdrive.memory_estimate.spec import ModelSpec
 
 DEFAULT_SEQ_LEN = 2048  # the activation figure's sequence length where the model names none
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be 1 or more")
-    return value
 
 
 def register(commands: Any) -> None:
@@ -62,20 +52,22 @@ def register(commands: Any) -> None:
         action="store_true",
         help="let transformers run the config's own model code (auto_map)",
     )
-    add_flag(parser, "num_processes", type=_positive, default=1, help="world size (default 1)")
-    add_flag(parser, "tp", type=_positive, default=1, help="tensor-parallel degree (default 1)")
-    add_flag(parser, "pp", type=_positive, default=1, help="pipeline-parallel degree (default 1)")
+    add_flag(parser, "num_processes", type=positive_int, default=1, help="world size (default 1)")
+    add_flag(parser, "tp", type=positive_int, default=1, help="tensor-parallel degree (default 1)")
+    add_flag(
+        parser, "pp", type=positive_int, default=1, help="pipeline-parallel degree (default 1)"
+    )
     add_flag(
         parser,
         "batch_size",
-        type=_positive,
+        type=positive_int,
         default=1,
         help="micro-batch per process, for the activation figure (default 1)",
     )
     add_flag(
         parser,
         "seq_len",
-        type=_positive,
+        type=positive_int,
         default=None,
         help="sequence length, for the activation figure (default: the model's "
         f"max_position_embeddings; {DEFAULT_SEQ_LEN} where the model names none)",

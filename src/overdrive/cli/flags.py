@@ -53,3 +53,14 @@ def typed_name(args: argparse.Namespace, dest: str, default: str) -> str:
     """
     typed = (getattr(args, TYPED_FLAGS, None) or {}).get(dest)
     return typed.lstrip("-").replace("-", "_") if typed else default
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type``: a whole number of 1 or more, else argparse's usage error."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be 1 or more")
+    return value

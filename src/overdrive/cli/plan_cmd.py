@@ -11,15 +11,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from overdrive.cli.flags import add_flag
+from overdrive.cli.flags import add_flag, positive_int
 from overdrive.errors import ConfigError
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not 1 or more")
-    return value
 
 
 def register(commands: Any) -> None:
@@ -37,20 +30,20 @@ def register(commands: Any) -> None:
     )
     add_flag(parser, "model", required=True, metavar="CONFIG",
              help="a transformers causal LM's config.json, or a directory holding one")  # fmt: skip
-    add_flag(parser, "gpus", type=_positive, required=True, metavar="N",
+    add_flag(parser, "gpus", type=positive_int, required=True, metavar="N",
              help="GPUs in all")  # fmt: skip
     add_flag(parser, "gpu_memory", required=True, metavar="SIZE",
              help="memory of one GPU, such as 80GiB")  # fmt: skip
-    add_flag(parser, "gpus_per_machine", type=_positive, default=8, metavar="N",
+    add_flag(parser, "gpus_per_machine", type=positive_int, default=8, metavar="N",
              help="GPUs per machine (default 8; tensor parallelism stays inside one)")  # fmt: skip
-    add_flag(parser, "seq_len", type=_positive, default=None, metavar="L",
+    add_flag(parser, "seq_len", type=positive_int, default=None, metavar="L",
              help="tokens per sample (default: the model's max_position_embeddings, at "
              "most 4096)")  # fmt: skip
-    add_flag(parser, "batch", type=_positive, default=1, metavar="B",
+    add_flag(parser, "batch", type=positive_int, default=1, metavar="B",
              help="samples per GPU per step (default 1)")  # fmt: skip
     add_flag(parser, "cost", metavar="FILE",
              help="rank by the step time this cost file gives (see --simulate_cost)")  # fmt: skip
-    add_flag(parser, "max_simulated", type=_positive, default=6, metavar="N",
+    add_flag(parser, "max_simulated", type=positive_int, default=6, metavar="N",
              help="simulate at most N candidates (default 6)")  # fmt: skip
     add_flag(parser, "main_process_ip", metavar="IP",
              help="written into the file when it spans several machines")  # fmt: skip
