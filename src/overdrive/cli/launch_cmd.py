@@ -55,7 +55,7 @@ def register(commands: Any) -> None:
         usage="%(prog)s [options] script.py [args...] | -m module [args...]",
         help="run a script on N processes / M machines",
         description="Run a training script on several processes (CPU or GPU) and machines, "
-        "supervised by PyTorch's elastic agent.",
+        "supervised by the launcher (by PyTorch's elastic agent across machines or with restarts).",
         allow_abbrev=False,
     )
     add_launch_options(parser, script=True)

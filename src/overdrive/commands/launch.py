@@ -1,7 +1,7 @@
 """Hugging Face Accelerate's ``accelerate.commands.launch`` as functions: ``launch_command_parser``
 (its option names, each a field of the parsed namespace), ``_validate_launch_command`` and
 ``launch_command``, which runs the launch through ``overdrive launch``'s one path (the same
-resolution, preflight and elastic agent)."""
+resolution, preflight and launcher)."""
 
 from __future__ import annotations
 
@@ -229,12 +229,12 @@ def simple_launcher(args: argparse.Namespace) -> None:
 
 def multi_gpu_launcher(args: argparse.Namespace) -> None:
     """Run the script on ``num_processes`` processes per machine through overdrive's
-    launcher (torch's elastic agent), as ``args`` describe it (DDP, FSDP, ...)."""
+    launcher, as ``args`` describe it (DDP, FSDP, ...)."""
     _launch_with(args)
 
 
 def deepspeed_launcher(args: argparse.Namespace) -> None:
-    """Run the script under DeepSpeed through overdrive's launcher (one elastic agent per
+    """Run the script under DeepSpeed through overdrive's launcher (one launcher per
     machine; overdrive does not start DeepSpeed's own pdsh/mpi launchers)."""
     _launch_with(args, use_deepspeed=True)
 

@@ -138,7 +138,7 @@ def dry_run_text(plan: LaunchPlan, *, show_all: bool = False) -> str:
     lines += [
         "",
         f"{HANDOVER_VARIABLE} holds the settings above as JSON "
-        f"({len(settings.to_json())} characters); the elastic agent also sets "
+        f"({len(settings.to_json())} characters); the launcher also sets "
         "TORCHELASTIC_* variables and an error file path per process.",
     ]
     if show_all:

@@ -113,7 +113,7 @@ class LaunchPlan:
         return env
 
     def rank_env(self, local_rank: int) -> dict[str, str]:
-        """The standard variables the elastic agent sets for one worker (static rendezvous)."""
+        """The standard variables every worker gets (as torch's elastic agent sets them)."""
         return {
             "RANK": str(self.machine_rank * self.nproc_per_node + local_rank),
             "LOCAL_RANK": str(local_rank),

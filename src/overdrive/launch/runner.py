@@ -1,7 +1,8 @@
-"""Run a LaunchPlan with PyTorch's elastic agent: start, watch, restart and stop the workers.
+"""Run a LaunchPlan: start, watch, restart and stop the workers.
 
-Rendezvous (static or c10d), the standard variables and worker supervision are torch's; this
-module configures them, keeps the agent quiet, relays the workers' output in whole lines,
+One machine without restarts runs its workers directly (``direct``), without importing torch.
+Otherwise rendezvous (static or c10d), the standard variables and worker supervision are
+torch's elastic agent's; this module configures them, keeps the agent quiet, relays the workers' output in whole lines,
 watches for hangs, and turns the outcome into an exit code and a failure report that names
 the first rank to fail, lists every rank's exit status and ends with the cause's traceback.
 """
@@ -21,7 +22,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from overdrive.errors import LaunchError
-from overdrive.launch import watchdog
+from overdrive.launch import direct, watchdog
 from overdrive.launch.failure import (
     Failure,
     exit_code,
@@ -36,9 +37,8 @@ from overdrive.launch.rankfiles import LAUNCH_DIR_VARIABLE
 from overdrive.launch.relay import Relay, relay_logs_specs
 from overdrive.launch.rendezvous import rdzv_backend_name, restart_environment
 
-RUN_ID = "overdrive"
-# Grace period between SIGTERM and SIGKILL when the agent stops workers.
-SHUTDOWN_GRACE_S = 5
+RUN_ID = direct.RUN_ID
+SHUTDOWN_GRACE_S = direct.SHUTDOWN_GRACE_S
 _RESTART_MARK = "will restart worker group"
 # How often a port stolen between check and bind moves on (one machine only).
 PORT_RETRIES = 3
@@ -237,16 +237,9 @@ class _PortTaken(Exception):
 
 
 def _run_once(plan: LaunchPlan, *, verbose: bool) -> int:
-    from torch.distributed import DistNetworkError
-    from torch.distributed.elastic.multiprocessing import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.elastic.rendezvous.api import RendezvousError
-    from torch.distributed.launcher.api import launch_agent
-
     log_dir = tempfile.mkdtemp(prefix="overdrive-launch-")
     relay = Relay(prefix=plan.rank_prefix, log_dir=plan.log_dir)
     notes = _RestartNotes(log_dir, relay.say)
-    command = plan.worker_command()
     endpoint = f"{plan.main_addr}:{plan.main_port} ({plan.rdzv_backend} rendezvous)"
     watch, extra_env = None, {}
     if watchdog.available():
@@ -265,23 +258,24 @@ def _run_once(plan: LaunchPlan, *, verbose: bool) -> int:
     if watch:
         watch.start()
     try:
-        with _agent_logging(verbose, notes), _worker_environment(plan, extra_env):
-            config = _launch_config(plan, log_dir, relay)
-            launch_agent(config, command[0], command[1:])
+        if direct.applies(plan):
+            direct.run_workers(plan, log_dir, relay, extra_env)
+        else:
+            _run_agent(plan, log_dir, relay, notes, extra_env, verbose=verbose)
         return 0
-    except ChildFailedError as error:
+    except direct.GroupFailed as error:
         if watch:
             watch.stop()
         closing, code = _failure_text(plan, error, watch, notes.restarts)
         return code
-    except SignalException as error:
+    except direct.Stopped as error:
         closing = f"overdrive: stopped by {error.sigval.name}; all workers on this machine ended."
         return 128 + int(error.sigval)
-    except (RendezvousError, DistNetworkError) as error:
-        if plan.num_machines == 1 and plan.is_main_machine and _address_in_use(error):
-            raise _PortTaken() from None
+    except direct.PortTaken:
+        raise _PortTaken() from None
+    except _RendezvousFailed as failed:
         raise LaunchError(
-            f"rendezvous at {endpoint} failed: {_reason(error)}\n"
+            f"rendezvous at {endpoint} failed: {_reason(failed.error)}\n"
             "  fix: start the launcher with machine_rank 0 first, check that "
             "main_process_ip/main_process_port reach it and that no other program uses the "
             "port, and that every machine uses the same num_machines"
@@ -295,3 +289,42 @@ def _run_once(plan: LaunchPlan, *, verbose: bool) -> int:
         shutil.rmtree(log_dir, ignore_errors=True)
         # A second signal during shutdown must not leave a traceback on the way out.
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+class _RendezvousFailed(Exception):
+    """torch's rendezvous between the machines failed (``error`` says how)."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _run_agent(
+    plan: LaunchPlan,
+    log_dir: str,
+    relay: Relay,
+    notes: _RestartNotes,
+    extra_env: dict[str, str],
+    *,
+    verbose: bool,
+) -> None:
+    """Run the workers under torch's elastic agent, its outcomes raised as the direct run's."""
+    from torch.distributed import DistNetworkError
+    from torch.distributed.elastic.multiprocessing import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
+    from torch.distributed.launcher.api import launch_agent
+
+    command = plan.worker_command()
+    try:
+        with _agent_logging(verbose, notes), _worker_environment(plan, extra_env):
+            config = _launch_config(plan, log_dir, relay)
+            launch_agent(config, command[0], command[1:])
+    except ChildFailedError as error:
+        raise direct.GroupFailed(dict(error.failures)) from None  # type: ignore[arg-type]
+    except SignalException as error:
+        raise direct.Stopped(int(error.sigval)) from None
+    except (RendezvousError, DistNetworkError) as error:
+        if plan.num_machines == 1 and plan.is_main_machine and _address_in_use(error):
+            raise direct.PortTaken() from None
+        raise _RendezvousFailed(error) from None
