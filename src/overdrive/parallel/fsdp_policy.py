@@ -160,13 +160,14 @@ def policy_from_settings(
 def _trained_precision(settings: Settings) -> str:
     """The precision FSDP keeps parameters in: fp16 on a CPU is fp32 unless fp16_on_cpu asks
     for it (as the Accelerator's precision policy decides, ``overdrive.precision``)."""
-    import torch
-
     mode = str(settings["mixed_precision"])
-    on_cpu = bool(settings["use_cpu"]) or not torch.cuda.is_available()
-    if mode == "fp16" and on_cpu and not settings["fp16_on_cpu"]:
+    if mode != "fp16" or settings["fp16_on_cpu"]:
+        return mode
+    if settings["use_cpu"]:
         return "no"
-    return mode
+    import torch  # only this case asks torch (the launcher's preflight stays torch-free)
+
+    return mode if torch.cuda.is_available() else "no"
 
 
 def param_dtypes(mixed_precision: str) -> tuple[torch.dtype, torch.dtype] | None:

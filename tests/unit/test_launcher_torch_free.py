@@ -1,0 +1,49 @@
+"""The launcher plans a one-machine launch without importing torch, whatever the backend."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers.dist import REPO, clean_env
+
+PLAN_AND_REPORT = """
+import sys
+from overdrive.config import load_settings
+from overdrive.launch import direct
+from overdrive.preflight import plan_launch
+flags = dict(use_cpu=True, num_processes=2, **{flags})
+plan = plan_launch(load_settings(flags=flags), "train.py", [])
+print(direct.applies(plan), "torch" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {},
+        {"mixed_precision": "fp16"},
+        {"distributed_type": "FSDP", "fsdp_config.fsdp_version": 2, "mixed_precision": "fp16"},
+        {"distributed_type": "FSDP", "fsdp_config.fsdp_state_dict_type": "SHARDED_STATE_DICT"},
+        {
+            "distributed_type": "DEEPSPEED",
+            "deepspeed_config.zero_stage": 3,
+            "mixed_precision": "bf16",
+        },
+    ],
+    ids=["ddp", "fp16", "fsdp2-fp16", "fsdp1-sharded", "zero3-bf16"],
+)
+def test_planning_a_launch_imports_no_torch(flags: dict) -> None:
+    code = PLAN_AND_REPORT.replace("{flags}", repr(flags))
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=clean_env({"DS_ACCELERATOR": "cpu"}),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False"]  # runs without the agent, torch never loaded
