@@ -216,3 +216,13 @@ def test_an_error_that_names_another_process_failure_is_a_consequence() -> None:
     assert brief("overdrive.checkpoint.errors.CheckpointError: no room").startswith(
         "CheckpointError: no room"
     )
+
+
+def test_ranks_that_failed_on_their_own_are_not_called_stopped() -> None:
+    first = dataclasses.replace(_failure(1, 7), summary="SystemExit: 7", exited=True, time_ns=1)
+    second = dataclasses.replace(_failure(0, 7), summary="SystemExit: 7", exited=True, time_ns=2)
+    head = format_report([first, second], nproc=2).splitlines()[0]
+    assert head == "overdrive: rank 1 ended with exit code 7 (pid 101)."
+    stopped = _failure(0, -int(signal.SIGTERM))
+    head = format_report([first, stopped], nproc=3).splitlines()[0]
+    assert head.endswith("; the other 2 process(es) on this machine were stopped.")

@@ -278,7 +278,7 @@ def brief(summary: str) -> str:
     return first if len(first) <= 120 else first[:117] + "..."
 
 
-def _headline(cause: Failure, nproc: int, restarts: int) -> str:
+def _headline(cause: Failure, nproc: int, restarts: int, stopped: int) -> str:
     """The first line: who failed, how, and where its own words are."""
     where = f"pid {cause.pid}"
     if cause.exited:
@@ -292,11 +292,23 @@ def _headline(cause: Failure, nproc: int, restarts: int) -> str:
             f"overdrive: rank {cause.rank} failed ({cause.how()}, {where}) and left no Python "
             "traceback; its own output above may say why"
         )
-    if nproc > 1:
-        head += f"; the other {nproc - 1} process(es) on this machine were stopped"
+    if stopped:  # ranks that failed on their own say so in their lines below
+        head += f"; the other {stopped} process(es) on this machine were stopped"
     if restarts:
         head += f"; the group had been restarted {restarts} time(s)"
     return head + "."
+
+
+def _stopped_count(
+    failures: list[Failure], cause: Failure, nproc: int, exits: list[RankExit]
+) -> int:
+    """Ranks the launcher stopped: failed by its stop signal, or not seen to end on their own
+    (a rank that failed by itself, or ended well before the failure, was not stopped)."""
+    by_signal = sum(stopped_by_launcher(f, failures) for f in failures if f is not cause)
+    failed = {f.local_rank for f in failures}
+    ended_well = {e.local_rank for e in exits if e.exitcode == 0} - failed
+    unseen = nproc - len(failed) - len(ended_well)
+    return by_signal + max(unseen, 0)
 
 
 def format_report(
@@ -309,7 +321,8 @@ def format_report(
     """The launcher's closing words: who failed first and why, then one line per rank; the
     first failure's traceback only when its worker did not print it already."""
     cause = root_cause(failures)
-    lines = [_headline(cause, nproc, restarts)]
+    exits = list(exits)
+    lines = [_headline(cause, nproc, restarts, _stopped_count(failures, cause, nproc, exits))]
     if nproc > 1:
         lines += exit_status_lines(failures, exits, cause)
     if cause.traceback and not cause.printed:
