@@ -194,6 +194,9 @@ def run_workers(plan: LaunchPlan, log_dir: str, relay: Relay, extra_env: Mapping
             if _rank_zero_found_the_port_taken(failed, plan.machine_rank):
                 raise PortTaken() from None
             raise
+        except BaseException:  # a worker that could not start: none may outlive the launcher
+            workers.stop(signal.SIGTERM)
+            raise
 
 
 def _rank_zero_found_the_port_taken(failed: GroupFailed, machine_rank: int) -> bool:
