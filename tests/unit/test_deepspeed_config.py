@@ -165,6 +165,13 @@ def test_settings_a_json_makes_meaningless_are_reported(tmp_path: Path) -> None:
     assert any("has no effect" in line for line in describe(cfg))
 
 
+def test_zero3_init_flag_with_a_json_that_names_no_stage_is_reported(tmp_path: Path) -> None:
+    # The JSON's stage is DeepSpeed's default, 0 (building the config raised a TypeError).
+    s = settings_for(tmp_path, {"deepspeed_config": {"zero3_init_flag": True}}, {"fp16": {}})
+    (note,) = build(s).notes
+    assert "deepspeed_config.zero3_init_flag = True" in note and "gives stage 0)" in note
+
+
 def test_batch_sizes_the_json_fixes_must_fit_the_dataloader(tmp_path: Path) -> None:
     s = settings_for(tmp_path, {}, {"train_micro_batch_size_per_gpu": 16})
     with pytest.raises(ConfigError) as info:

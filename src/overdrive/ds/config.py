@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from overdrive.config import Settings
 from overdrive.errors import ConfigError
@@ -57,6 +58,8 @@ _LOSS_SCALING = (
     "min_loss_scale",
 )
 MICRO_BATCH = "train_micro_batch_size_per_gpu"
+# A number the JSON (or a setting) gives: int() and float() take it as Python does.
+JsonNumber = int | float | str
 BATCH = "train_batch_size"
 GAS = "gradient_accumulation_steps"
 
@@ -65,7 +68,7 @@ GAS = "gradient_accumulation_steps"
 class DeepSpeedConfig:
     """A DeepSpeed config with the source of every value (dotted path -> source)."""
 
-    config: dict[str, Any]
+    config: dict[str, object]  # the DeepSpeed JSON's tree
     sources: dict[str, str]
     origin: str  # "the DeepSpeed config file ds.json (file cfg.yaml:3)" or "the settings"
     from_file: bool
@@ -76,18 +79,19 @@ class DeepSpeedConfig:
     # the JSON's gradient_accumulation_steps sizes only the engine's window.
     caller_accumulates: bool = False
 
-    def get(self, path: str, default: Any = None) -> Any:
+    def get(self, path: str, default: object = None) -> object:
         value = _get(self.config, path)
         return default if value is _MISSING else value
 
     @property
     def zero_stage(self) -> int:
-        return int(self.get("zero_optimization.stage", 0) or 0)
+        return int(cast(JsonNumber, self.get("zero_optimization.stage", 0) or 0))
 
     @property
     def gradient_clipping(self) -> float:
         value = self.get("gradient_clipping", 0.0)
-        return 0.0 if value in (None, AUTO) else float(value)  # "auto": filled at prepare
+        # "auto": filled at prepare
+        return 0.0 if value in (None, AUTO) else float(cast(JsonNumber, value))
 
     @property
     def offload_optimizer(self) -> str:
@@ -99,8 +103,8 @@ class DeepSpeedConfig:
 
 
 # --- dotted paths ---------------------------------------------------------------------------
-def _get(tree: dict[str, Any], path: str) -> Any:
-    node: Any = tree
+def _get(tree: Mapping[str, object], path: str) -> object:
+    node: object = tree
     for part in path.split("."):
         if not isinstance(node, dict) or part not in node:
             return _MISSING
@@ -108,26 +112,27 @@ def _get(tree: dict[str, Any], path: str) -> Any:
     return node
 
 
-def _set(tree: dict[str, Any], path: str, value: Any) -> None:
+def _set(tree: dict[str, object], path: str, value: object) -> None:
     *parents, last = path.split(".")
     node = tree
     for part in parents:
-        if not isinstance(node.get(part), dict):
-            node[part] = {}
-        node = node[part]
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = node[part] = {}
+        node = child
     node[last] = value
 
 
-def _drop(tree: dict[str, Any], path: str) -> None:
+def _drop(tree: dict[str, object], path: str) -> None:
     *parents, last = path.split(".")
-    node: Any = tree
+    node: object = tree
     for part in parents:
         node = node.get(part) if isinstance(node, dict) else None
     if isinstance(node, dict):
         node.pop(last, None)
 
 
-def _same(a: Any, b: Any) -> bool:
+def _same(a: object, b: object) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
         return a is b
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
@@ -137,7 +142,7 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def auto_paths(tree: Any, prefix: str = "") -> list[str]:
+def auto_paths(tree: object, prefix: str = "") -> list[str]:
     """Dotted paths of every ``"auto"`` value left in ``tree``."""
     if isinstance(tree, dict):
         return [p for k, v in tree.items() for p in auto_paths(v, f"{prefix}{k}.")]
@@ -145,7 +150,7 @@ def auto_paths(tree: Any, prefix: str = "") -> list[str]:
 
 
 # --- reading the JSON -----------------------------------------------------------------------
-def _read_json(path_text: str, source: str) -> dict[str, Any]:
+def _read_json(path_text: str, source: str) -> dict[str, object]:
     path = Path(path_text).expanduser()
     fix = "point deepspeed_config_file at a DeepSpeed JSON config"
     try:
@@ -174,7 +179,9 @@ def _read_json(path_text: str, source: str) -> dict[str, Any]:
     return data
 
 
-def _given_config(settings: Settings, code_config: dict[str, Any] | None, code_label: str) -> Any:
+def _given_config(
+    settings: Settings, code_config: dict[str, object] | None, code_label: str
+) -> tuple[dict[str, object], str] | None:
     """(config dict, its name in messages) from code or the file setting; None without one."""
     if code_config is not None:
         return copy.deepcopy(code_config), f"the DeepSpeed config dict given in code ({code_label})"
@@ -191,14 +198,14 @@ class _Builder:
     def __init__(
         self,
         settings: Settings,
-        given: dict[str, Any] | None,
+        given: dict[str, object] | None,
         origin: str,
         caller_accumulates: bool = False,
     ) -> None:
         self.s = settings
         self.caller_accumulates = caller_accumulates
         self.from_file = given is not None
-        self.config: dict[str, Any] = given if given is not None else {}
+        self.config: dict[str, object] = given if given is not None else {}
         self.origin = origin
         self.sources: dict[str, str] = {}
         self.notes: list[str] = []
@@ -206,7 +213,9 @@ class _Builder:
     def describe(self, key: str) -> str:
         return f"{key} = {self.s[key]!r} ({self.s.source(key)})"
 
-    def conflict(self, path: str, fixed: Any, key: str, ours: Any, our_source: str) -> ConfigError:
+    def conflict(
+        self, path: str, fixed: object, key: str, ours: object, our_source: str
+    ) -> ConfigError:
         return ConfigError(
             f"{self.origin} sets {path} = {json.dumps(fixed)}, but {key} = {ours!r} ({our_source})",
             key=key,
@@ -274,7 +283,7 @@ class _Builder:
     def precision(self) -> str:
         key = "mixed_precision"
         ours, source = self.s[key], str(self.s.source(key))  # fp8: refused by config.rules
-        chosen = ours
+        chosen: str = ours
         for name in ("bf16", "fp16"):
             section_key = "bfloat16" if name == "bf16" and "bfloat16" in self.config else name
             path = f"{section_key}.enabled"
@@ -298,7 +307,7 @@ class _Builder:
                     chosen = name
         return chosen
 
-    def _without_loss_scaling(self, table: dict[str, Any]) -> dict[str, Any]:
+    def _without_loss_scaling(self, table: dict[str, object]) -> dict[str, object]:
         key = "deepspeed_config.bf16"
         dropped = [k for k in table if k in _LOSS_SCALING]
         if dropped:
@@ -332,7 +341,7 @@ class _Builder:
 def build(
     settings: Settings,
     *,
-    code_config: dict[str, Any] | None = None,
+    code_config: dict[str, object] | None = None,
     code_label: str = "Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=...))",
     caller_accumulates: bool = False,
 ) -> DeepSpeedConfig:
@@ -348,10 +357,12 @@ def build(
     precision = b.precision()
     b.launcher()
     init_key = "deepspeed_config.zero3_init_flag"
-    if settings[init_key] and int(_get(b.config, "zero_optimization.stage") or 0) != 3:
+    stage = _get(b.config, "zero_optimization.stage")
+    stage = 0 if stage is _MISSING else stage  # DeepSpeed's default
+    if settings[init_key] and int(cast(JsonNumber, stage or 0)) != 3:
         b.notes.append(
             f"{b.describe(init_key)} has no effect: models are built partitioned only under "
-            f"ZeRO stage 3 ({origin} gives stage {_get(b.config, 'zero_optimization.stage')})\n"
+            f"ZeRO stage 3 ({origin} gives stage {stage})\n"
             "  fix: set zero_stage: 3, or remove zero3_init_flag"
         )
     if "zero_allow_untested_optimizer" not in b.config:

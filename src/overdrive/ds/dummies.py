@@ -7,8 +7,12 @@ so the loop stays the same. Their arguments fill the section's ``"auto"`` values
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch only for the annotations: the CLI imports this module
+    import torch
+    from torch.optim.optimizer import ParamsT
 
 
 class DummyOptim:
@@ -22,14 +26,14 @@ class DummyOptim:
     stands_in_for = ("DEEPSPEED", "an optimizer defined in a DeepSpeed config")
 
     def __init__(
-        self, params: Iterable[Any], lr: float = 1e-3, weight_decay: float = 0.0, **kwargs: Any
+        self, params: ParamsT, lr: float = 1e-3, weight_decay: float = 0.0, **kwargs: object
     ) -> None:
         self.params = list(params)
         self.lr = lr
         self.weight_decay = weight_decay
         self.kwargs = kwargs
 
-    def hyperparameters(self) -> dict[str, Any]:
+    def hyperparameters(self) -> dict[str, object]:
         """Values for ``"auto"`` entries of the optimizer section's ``params``."""
         return {"lr": self.lr, "weight_decay": self.weight_decay, **self.kwargs}
 
@@ -39,10 +43,10 @@ class SchedulerArguments:
 
     def __init__(
         self,
-        optimizer: Any,
+        optimizer: object,
         total_num_steps: int | None = None,
         warmup_num_steps: int = 0,
-        **kwargs: Any,
+        **kwargs: object,
     ) -> None:
         self.optimizer = optimizer
         self.total_num_steps = total_num_steps
@@ -61,20 +65,20 @@ class DummyScheduler(SchedulerArguments):
 
     def __init__(
         self,
-        optimizer: Any,
+        optimizer: object,
         total_num_steps: int | None = None,
         warmup_num_steps: int = 0,
-        lr_scheduler_callable: Any = None,
-        **kwargs: Any,
+        lr_scheduler_callable: Callable[[torch.optim.Optimizer], object] | None = None,
+        **kwargs: object,
     ) -> None:
         super().__init__(optimizer, total_num_steps, warmup_num_steps, **kwargs)
         # Builds the scheduler from the optimizer DeepSpeed steps, for a DeepSpeed JSON with
         # an optimizer but no scheduler section (transformers' Trainer passes one).
         self.lr_scheduler_callable = lr_scheduler_callable
 
-    def hyperparameters(self) -> dict[str, Any]:
+    def hyperparameters(self) -> dict[str, object]:
         """Values for ``"auto"`` entries of the scheduler section's ``params``."""
-        values: dict[str, Any] = {"warmup_num_steps": self.warmup_num_steps, "warmup_min_lr": 0}
+        values: dict[str, object] = {"warmup_num_steps": self.warmup_num_steps, "warmup_min_lr": 0}
         if self.total_num_steps is not None:
             values["total_num_steps"] = self.total_num_steps
         lr = getattr(self.optimizer, "lr", None)

@@ -7,15 +7,54 @@ import contextlib
 import logging
 import os
 import sys
-from typing import Any
+from collections.abc import Iterator, Mapping
+from types import ModuleType
+from typing import Protocol, cast
 
 import torch
+from torch import nn
 
 from overdrive.ds.config import DeepSpeedConfig
 from overdrive.ds.dummies import DummyOptim, DummyScheduler
 from overdrive.errors import ConfigError
 
 LOGGER = "overdrive.deepspeed"
+
+
+class DeepSpeedEngine(Protocol):
+    """What overdrive uses of the engine ``deepspeed.initialize`` builds (an ``nn.Module``
+    wrapping the model)."""
+
+    module: nn.Module
+    basic_optimizer: torch.optim.Optimizer  # the optimizer it steps
+    optimizer: object  # its ZeRO (or fp16) wrapper around that one
+    lr_scheduler: object
+
+    def set_gradient_accumulation_boundary(self, is_boundary: bool) -> None: ...
+
+    def backward(self, loss: torch.Tensor, /, **kwargs: object) -> object: ...
+
+    def step(self) -> object: ...
+
+    def was_step_applied(self) -> bool: ...
+
+    def get_global_grad_norm(self) -> float | None: ...
+
+    def fp16_enabled(self) -> bool: ...
+
+    def destroy(self) -> object: ...
+
+    def compile(self, backend: str, compile_kwargs: dict[str, object]) -> None: ...
+
+
+class _Scheduler(Protocol):
+    """What ``EngineScheduler`` forwards to the scheduler DeepSpeed built."""
+
+    def state_dict(self) -> Mapping[str, object]: ...
+
+    def load_state_dict(self, state: Mapping[str, object], /) -> None: ...
+
+    def get_last_lr(self) -> list[float]: ...
 
 
 def say(text: str, level: int = logging.INFO) -> None:
@@ -34,7 +73,7 @@ def say(text: str, level: int = logging.INFO) -> None:
     sys.stderr.flush()
 
 
-def import_deepspeed(device: torch.device) -> Any:
+def import_deepspeed(device: torch.device) -> ModuleType:
     """``deepspeed``, set up for ``device``: on CPU processes DeepSpeed's CPU accelerator."""
     wanted = "cpu" if device.type == "cpu" else device.type
     if wanted == "cpu":
@@ -62,7 +101,7 @@ def import_deepspeed(device: torch.device) -> Any:
             fix="set DS_ACCELERATOR=cpu for CPU processes (overdrive launch does), or unset it "
             "on GPU machines; import deepspeed only after creating the Accelerator",
         )
-    return deepspeed
+    return cast(ModuleType, deepspeed)  # deepspeed ships no type information
 
 
 def check_precision(cfg: DeepSpeedConfig, device: torch.device) -> None:
@@ -113,7 +152,7 @@ def check_offload(cfg: DeepSpeedConfig) -> None:
             )
 
 
-def fit_optimizer(optimizer: Any, cfg: DeepSpeedConfig, config: dict[str, Any]) -> Any:
+def fit_optimizer(optimizer: object, cfg: DeepSpeedConfig, config: dict[str, object]) -> object:
     """The optimizer DeepSpeed should step: under ZeRO-Offload a torch Adam/AdamW becomes
     DeepSpeed's CPU Adam (same update, same parameter groups and hyper-parameters)."""
     if optimizer is None or isinstance(optimizer, DummyOptim) or cfg.offload_optimizer == "none":
@@ -124,7 +163,8 @@ def fit_optimizer(optimizer: Any, cfg: DeepSpeedConfig, config: dict[str, Any]) 
         return optimizer
     kind = type(optimizer)
     if kind in (torch.optim.Adam, torch.optim.AdamW):
-        group = optimizer.param_groups[0]
+        torch_optimizer = cast(torch.optim.Optimizer, optimizer)  # an Adam or AdamW
+        group = torch_optimizer.param_groups[0]
         unsupported = [k for k in ("amsgrad", "maximize") if group.get(k)]
         if unsupported:
             raise ConfigError(
@@ -135,7 +175,7 @@ def fit_optimizer(optimizer: Any, cfg: DeepSpeedConfig, config: dict[str, Any]) 
             )
         decoupled = kind is torch.optim.AdamW or bool(group.get("decoupled_weight_decay"))
         mapped = DeepSpeedCPUAdam(
-            optimizer.param_groups,  # the same group dicts: a scheduler on them still acts
+            torch_optimizer.param_groups,  # the same group dicts: a scheduler on them still acts
             lr=group["lr"],
             betas=group["betas"],
             eps=group["eps"],
@@ -158,18 +198,18 @@ def fit_optimizer(optimizer: Any, cfg: DeepSpeedConfig, config: dict[str, Any]) 
 
 
 def initialize(
-    deepspeed: Any,
+    deepspeed: ModuleType,
     model: torch.nn.Module,
-    optimizer: Any,
-    config: dict[str, Any],
-    scheduler: Any = None,
-) -> Any:
+    optimizer: object,
+    config: dict[str, object],
+    scheduler: object = None,
+) -> DeepSpeedEngine:
     """One ``deepspeed.initialize`` call; returns the engine (which holds everything).
 
     A ``DummyScheduler`` with ``lr_scheduler_callable`` hands DeepSpeed that callable, which
     builds the scheduler around the optimizer the engine steps.
     """
-    kwargs: dict[str, Any] = {"model": model, "config": config, "dist_init_required": False}
+    kwargs: dict[str, object] = {"model": model, "config": config, "dist_init_required": False}
     build_scheduler = getattr(scheduler, "lr_scheduler_callable", None)
     if isinstance(scheduler, DummyScheduler) and build_scheduler is not None:
         kwargs["lr_scheduler"] = build_scheduler
@@ -179,11 +219,11 @@ def initialize(
         kwargs["optimizer"] = optimizer
     with _quiet_torch_warnings():
         engine, *_ = deepspeed.initialize(**kwargs)
-    return engine
+    return cast(DeepSpeedEngine, engine)
 
 
 @contextlib.contextmanager
-def _quiet_torch_warnings() -> Any:
+def _quiet_torch_warnings() -> Iterator[None]:
     import warnings
 
     with warnings.catch_warnings():
@@ -198,23 +238,23 @@ class EngineScheduler:
     saved and restored with the checkpoint like any scheduler's.
     """
 
-    def __init__(self, scheduler: Any) -> None:
-        self.scheduler = scheduler
-        self.optimizer = getattr(scheduler, "optimizer", None)
+    def __init__(self, scheduler: object) -> None:
+        self.scheduler = cast(_Scheduler, scheduler)  # DeepSpeed's, or one its callable built
+        self.optimizer: object = getattr(scheduler, "optimizer", None)
 
-    def step(self, *args: Any, **kwargs: Any) -> None:
+    def step(self, *args: object, **kwargs: object) -> None:
         return None  # advanced by the engine's step
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         return dict(self.scheduler.state_dict())
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
         self.scheduler.load_state_dict(state)
 
     def get_last_lr(self) -> list[float]:
         return list(self.scheduler.get_last_lr())
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         if name == "scheduler":
             raise AttributeError(name)
         return getattr(self.scheduler, name)
@@ -224,7 +264,7 @@ class HfZero3Config:
     """What transformers' ``from_pretrained``/``from_config`` read to build a model already
     partitioned under ZeRO-3 (``is_zero3()`` and ``config``); registered while alive."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, object]) -> None:
         self.config = config
 
     def is_zero3(self) -> bool:

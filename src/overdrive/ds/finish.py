@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import cast
 
 from overdrive.ds.config import (
     AUTO,
@@ -18,6 +19,7 @@ from overdrive.ds.config import (
     GAS,
     MICRO_BATCH,
     DeepSpeedConfig,
+    JsonNumber,
     auto_paths,
 )
 from overdrive.ds.dummies import DummyOptim, DummyScheduler
@@ -25,7 +27,7 @@ from overdrive.errors import ConfigError
 
 
 def _batch_sizes(
-    cfg: DeepSpeedConfig, out: dict[str, Any], micro: int | None, micro_source: str, world: int
+    cfg: DeepSpeedConfig, out: dict[str, object], micro: int | None, micro_source: str, world: int
 ) -> None:
     fixed_micro = out.get(MICRO_BATCH)
     if fixed_micro == AUTO:
@@ -47,7 +49,7 @@ def _batch_sizes(
             fix=f'write "{MICRO_BATCH}": "auto" to take the dataloader\'s batch size, or build '
             "the dataloader with that batch size",
         )
-    total = int(out[MICRO_BATCH]) * int(out[GAS]) * world
+    total = int(cast(JsonNumber, out[MICRO_BATCH])) * int(cast(JsonNumber, out[GAS])) * world
     if out.get(BATCH) == AUTO:
         out[BATCH] = total
         cfg.sources[BATCH] = f"{MICRO_BATCH} x {GAS} x {world} process(es)"
@@ -61,9 +63,14 @@ def _batch_sizes(
 
 
 def _fill_section(
-    cfg: DeepSpeedConfig, out: dict[str, Any], name: str, values: dict[str, Any], label: str
+    cfg: DeepSpeedConfig,
+    out: dict[str, object],
+    name: str,
+    values: Mapping[str, object],
+    label: str,
 ) -> None:
-    params = out[name].setdefault("params", {})
+    section = cast("dict[str, object]", out[name])  # _section checked it is a JSON object
+    params = cast("dict[str, object]", section.setdefault("params", {}))
     for key, value in list(params.items()):
         if value == AUTO and key in values:
             params[key] = values[key]
@@ -72,19 +79,21 @@ def _fill_section(
 
 def _section(
     cfg: DeepSpeedConfig,
-    out: dict[str, Any],
+    out: dict[str, object],
     name: str,
-    given: Any,
-    dummy: type,
+    given: object,
+    dummy: type[DummyOptim] | type[DummyScheduler],
     example: str,
 ) -> None:
     """The optimizer or scheduler section against the object passed to prepare()."""
-    has_section = isinstance(out.get(name), dict)
+    section = out.get(name)
+    has_section = isinstance(section, dict)
+    kind = section.get("type") if isinstance(section, dict) else None  # for messages
     is_dummy = isinstance(given, dummy)
     if is_dummy and getattr(given, "lr_scheduler_callable", None) is not None:
         if has_section:
             raise ConfigError(
-                f"{cfg.origin} defines the {name} ({out[name].get('type')}), and the "
+                f"{cfg.origin} defines the {name} ({kind}), and the "
                 f"{dummy.__name__} passed to prepare() has lr_scheduler_callable; DeepSpeed "
                 "would build the callable's scheduler and ignore the section",
                 key=name,
@@ -94,7 +103,7 @@ def _section(
         return  # DeepSpeed builds the scheduler from the callable
     if has_section and given is not None and not is_dummy:
         raise ConfigError(
-            f"{cfg.origin} defines the {name} ({out[name].get('type')}), and prepare() also got "
+            f"{cfg.origin} defines the {name} ({kind}), and prepare() also got "
             f"a {type(given).__name__}",
             key=f"{name}",
             fix=f"pass {example} to prepare() to use the JSON's {name}, or remove the {name} "
@@ -109,25 +118,25 @@ def _section(
         )
     if has_section and given is None:
         raise ConfigError(
-            f"{cfg.origin} defines the {name} ({out[name].get('type')}), but prepare() got no "
+            f"{cfg.origin} defines the {name} ({kind}), but prepare() got no "
             f"{name} to stand for it, so it would be neither stepped by the loop nor saved",
             key=f"{name}",
             fix=f"pass {example} to the same accelerator.prepare() call",
         )
-    if is_dummy:
+    if isinstance(given, dummy):  # is_dummy
         _fill_section(cfg, out, name, given.hyperparameters(), f"{dummy.__name__}(...)")
 
 
 # ZeRO's bucket sizes written "auto", from the model's hidden size h (Hugging Face Accelerate's
 # and transformers' rule): (path, size for h).
-BUCKETS = (
+BUCKETS: tuple[tuple[str, Callable[[int], int]], ...] = (
     ("zero_optimization.reduce_bucket_size", lambda h: h * h),
     ("zero_optimization.stage3_prefetch_bucket_size", lambda h: int(0.9 * h * h)),
     ("zero_optimization.stage3_param_persistence_threshold", lambda h: 10 * h),
 )
 
 
-def _bucket_sizes(cfg: DeepSpeedConfig, out: dict[str, Any], model: Any) -> None:
+def _bucket_sizes(cfg: DeepSpeedConfig, out: dict[str, object], model: object) -> None:
     config = getattr(model, "config", None)
     sizes = getattr(config, "hidden_sizes", None) or [getattr(config, "hidden_size", None)]
     known = [s for s in sizes if isinstance(s, int)]
@@ -142,13 +151,14 @@ def _bucket_sizes(cfg: DeepSpeedConfig, out: dict[str, Any], model: Any) -> None
             cfg.sources[path] = f'the model\'s hidden size {hidden}, for "auto"'
 
 
-def _clipping(cfg: DeepSpeedConfig, out: dict[str, Any], caller: Any) -> None:
+def _clipping(cfg: DeepSpeedConfig, out: dict[str, object], caller: object) -> None:
     """``gradient_clipping: "auto"``: the caller's number, else 1.0 (Hugging Face Accelerate's
     fill); the engine clips every step by it."""
     if out.get("gradient_clipping") != AUTO:
         return
-    given = isinstance(caller, int | float) and not isinstance(caller, bool)
-    out["gradient_clipping"] = float(caller) if given else 1.0
+    number = caller if isinstance(caller, int | float) and not isinstance(caller, bool) else None
+    given = number is not None
+    out["gradient_clipping"] = float(number) if number is not None else 1.0
     cfg.config["gradient_clipping"] = out["gradient_clipping"]
     cfg.sources["gradient_clipping"] = (
         'transformers\' Trainer (max_grad_norm), for "auto"'
@@ -163,12 +173,12 @@ def finish(
     micro_batch: int | None,
     micro_source: str,
     world_size: int,
-    optimizer: Any,
-    scheduler: Any,
+    optimizer: object,
+    scheduler: object,
     on_cpu: bool,
-    model: Any = None,
-    caller_clipping: Any = None,
-) -> dict[str, Any]:
+    model: object = None,
+    caller_clipping: object = None,
+) -> dict[str, object]:
     """The config for ``deepspeed.initialize``; raises on contradictions and unfilled autos.
     ``caller_clipping``: what a library filled in for ``gradient_clipping`` (Trainer's
     ``max_grad_norm`` in the plugin's config), used where this config says "auto"."""

@@ -10,10 +10,12 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import importlib.util
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import cast
 
 import torch
+
+from overdrive.ds.engine import DeepSpeedEngine
 
 
 class DeepSpeedEngineWrapper:
@@ -21,21 +23,23 @@ class DeepSpeedEngineWrapper:
     at the end of an accumulation window (``sync_gradients``), its step, which clips, steps
     the optimizer and scheduler and zeroes the gradients."""
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: DeepSpeedEngine) -> None:
         self.engine = engine
 
-    def backward(self, loss: torch.Tensor, sync_gradients: bool = True, **kwargs: Any) -> None:
+    def backward(self, loss: torch.Tensor, sync_gradients: bool = True, **kwargs: object) -> None:
         """Backward through the engine; a window's last micro-batch also steps it."""
         self.engine.set_gradient_accumulation_boundary(is_boundary=sync_gradients)
         self.engine.backward(loss, **kwargs)
         if sync_gradients:
             self.engine.step()
 
-    def get_global_grad_norm(self) -> Any:
+    def get_global_grad_norm(self) -> float | None:
         """The gradient norm of the last step over every process, as a number when it is a
         tensor (None before a step)."""
         norm = self.engine.get_global_grad_norm()
-        return norm.item() if hasattr(norm, "item") else norm
+        if hasattr(norm, "item"):
+            return cast(torch.Tensor, norm).item()
+        return norm
 
 
 def _version_at_least(distribution: str, floor: str) -> bool:
@@ -47,7 +51,7 @@ def _version_at_least(distribution: str, floor: str) -> bool:
         return False
 
 
-def _bnb_32bit(optimizer: Any, names: tuple[str, ...]) -> bool:
+def _bnb_32bit(optimizer: object, names: tuple[str, ...]) -> bool:
     """``optimizer`` is one of bitsandbytes' ``names`` optimizers running in 32 bits."""
     if importlib.util.find_spec("bitsandbytes") is None:
         return False
@@ -62,7 +66,7 @@ def _bnb_32bit(optimizer: Any, names: tuple[str, ...]) -> bool:
     return bool(bits == 32)
 
 
-def map_pytorch_optim_to_deepspeed(optimizer: torch.optim.Optimizer) -> Any:
+def map_pytorch_optim_to_deepspeed(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
     """DeepSpeed's CPU optimizer for ``optimizer``'s parameter groups, as ZeRO-Offload needs:
     ``DeepSpeedCPUAdagrad`` for Adagrad, ``DeepSpeedCPULion`` for bitsandbytes' 32-bit Lion,
     ``DeepSpeedCPUAdam`` otherwise (in AdamW mode for AdamW). ``lr`` and ``weight_decay`` come
@@ -70,7 +74,7 @@ def map_pytorch_optim_to_deepspeed(optimizer: torch.optim.Optimizer) -> Any:
     defaults = {k: v for k, v in optimizer.defaults.items() if k in ("lr", "weight_decay")}
     from deepspeed.ops.adam import DeepSpeedCPUAdam
 
-    optimizer_class: Any = DeepSpeedCPUAdam
+    optimizer_class: Callable[..., torch.optim.Optimizer] = DeepSpeedCPUAdam
     if _version_at_least("deepspeed", "0.3.1"):
         adamw = isinstance(optimizer, torch.optim.AdamW) or _bnb_32bit(
             optimizer, ("AdamW", "AdamW32bit")
@@ -94,7 +98,7 @@ def map_pytorch_optim_to_deepspeed(optimizer: torch.optim.Optimizer) -> Any:
     return optimizer_class(optimizer.param_groups, **defaults)
 
 
-def _partitioned(params: Any) -> bool:
+def _partitioned(params: torch.Tensor | Iterable[torch.Tensor] | None) -> bool:
     items = [params] if isinstance(params, torch.Tensor) else list(params or ())
     return any(hasattr(p, "ds_id") for p in items)
 
@@ -103,7 +107,7 @@ def _partitioned(params: Any) -> bool:
 def gathered_parameters(
     params: Iterable[torch.Tensor] | torch.Tensor,
     modifier_rank: int | None = None,
-    fwd_module: Any = None,
+    fwd_module: torch.nn.Module | None = None,
     enabled: bool = True,
 ) -> Iterator[None]:
     """``deepspeed.zero.GatheredParameters`` over ``params`` when ZeRO-3 partitions them;

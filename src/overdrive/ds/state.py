@@ -11,12 +11,52 @@ Every function here is collective: call it on every process.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from types import ModuleType
+from typing import Protocol, TypedDict, cast
 
 import torch
 from torch import nn
+from torch.nn.modules.module import _IncompatibleKeys
+
+from overdrive.ds.engine import DeepSpeedEngine
 
 _COUNTERS = ("global_steps", "global_samples", "skipped_steps", "micro_steps")
+
+
+class StepCount(TypedDict):
+    """An optimizer's ``step`` entry: its number, and whether it was a tensor."""
+
+    value: object
+    tensor: bool
+
+
+class OptimizerState(TypedDict):
+    """What ``optimizer_state_dict`` returns and ``load_optimizer_state_dict`` reads."""
+
+    masters: dict[str, torch.Tensor]  # full fp32 master weight per parameter name
+    state: dict[str, dict[str, torch.Tensor]]  # name -> {"exp_avg": ..., ...}
+    steps: list[StepCount | None]  # per parameter group
+    param_groups: list[dict[str, object]]  # hyper-parameters, without "params"
+    engine: dict[str, int]  # the engine's counters
+    loss_scaler: dict[str, bool | int | float]
+
+
+class _Zero3Optimizer(Protocol):
+    """DeepSpeed's ZeRO-3 optimizer: flat fp32 partitions, each in one parameter group."""
+
+    fp32_partitioned_groups_flat: list[torch.Tensor]
+    sub_group_to_group_id: Mapping[int, int]
+
+
+class _Zero3Param(Protocol):
+    def partition_numel(self) -> int: ...
+
+
+class _LinkedOptimizer(Protocol):
+    """A ZeRO 1/2 (or bf16) optimizer that links parameters to their state fragments."""
+
+    _hp_optimizer_states_linked: bool
 
 
 def _partitioned(param: torch.Tensor) -> bool:
@@ -36,7 +76,7 @@ def trainable(module: nn.Module) -> list[tuple[str, nn.Parameter]]:
     return [(n, p) for n, p in module.named_parameters() if p.requires_grad]
 
 
-def _gathered(deepspeed: Any, param: nn.Parameter) -> torch.Tensor:
+def _gathered(deepspeed: ModuleType, param: nn.Parameter) -> torch.Tensor:
     if not hasattr(param, "ds_id"):
         return param.detach().clone()
     with deepspeed.zero.GatheredParameters([param]):
@@ -44,7 +84,7 @@ def _gathered(deepspeed: Any, param: nn.Parameter) -> torch.Tensor:
 
 
 def model_state_dict(
-    deepspeed: Any, engine: Any, *, fp32_masters: bool, main: bool
+    deepspeed: ModuleType, engine: DeepSpeedEngine, *, fp32_masters: bool, main: bool
 ) -> dict[str, torch.Tensor]:
     """The full state dict (gathered from ZeRO-3 partitions): the model's own weights, or the
     fp32 master weights of trainable parameters when ``fp32_masters``. Empty except on the
@@ -102,7 +142,7 @@ def _set_hp(param: nn.Parameter, value: torch.Tensor, key: str | None = None) ->
     group = getattr(param, "ds_process_group", None)
     world = dist.get_world_size(group) if dist.is_initialized() else 1
     rank = dist.get_rank(group) if dist.is_initialized() else 0
-    zero3: Any = param
+    zero3 = cast(_Zero3Param, param)  # ZeRO-3 gave it partition_numel with its ds_id
     size = int(zero3.partition_numel())  # this process's partition, padding included
     padded = torch.zeros(size * world, dtype=torch.float32)
     padded[: value.numel()] = value.flatten().cpu()
@@ -114,8 +154,11 @@ def _set_hp(param: nn.Parameter, value: torch.Tensor, key: str | None = None) ->
 
 
 def load_model_state_dict(
-    deepspeed: Any, engine: Any, state: dict[str, torch.Tensor], strict: bool = True
-) -> Any:
+    deepspeed: ModuleType,
+    engine: DeepSpeedEngine,
+    state: Mapping[str, torch.Tensor],
+    strict: bool = True,
+) -> _IncompatibleKeys:
     """Load full weights into the (possibly partitioned) model and its fp32 masters."""
     module = engine.module
     expected = set(module.state_dict().keys())
@@ -143,20 +186,20 @@ def load_model_state_dict(
         for name, buffer in module.named_buffers():
             if name in state:
                 buffer.copy_(state[name].to(device=buffer.device, dtype=buffer.dtype))
-    return torch.nn.modules.module._IncompatibleKeys(missing, unexpected)
+    return _IncompatibleKeys(missing, unexpected)
 
 
-def _slots(engine: Any, basic: torch.optim.Optimizer) -> list[tuple[int, torch.Tensor]]:
+def _slots(engine: DeepSpeedEngine, basic: torch.optim.Optimizer) -> list[tuple[int, torch.Tensor]]:
     """(parameter group, tensor) for each tensor the optimizer keeps state for: the flat fp32
     partitions under ZeRO (ZeRO-3 lists them in its param groups only while it steps)."""
     flats = getattr(engine.optimizer, "fp32_partitioned_groups_flat", None)
     if flats is not None:  # ZeRO-3: one flat fp32 partition per sub-group
-        owner = engine.optimizer.sub_group_to_group_id
+        owner = cast(_Zero3Optimizer, engine.optimizer).sub_group_to_group_id
         return [(owner[i], flat) for i, flat in enumerate(flats)]
     return [(i, q) for i, group in enumerate(basic.param_groups) for q in group["params"]]
 
 
-def _state_keys(engine: Any, basic: torch.optim.Optimizer) -> list[str]:
+def _state_keys(engine: DeepSpeedEngine, basic: torch.optim.Optimizer) -> list[str]:
     """The optimizer-state entries shaped like their parameter (``exp_avg``...)."""
     keys: list[str] = []
     for _, q in _slots(engine, basic):
@@ -166,13 +209,13 @@ def _state_keys(engine: Any, basic: torch.optim.Optimizer) -> list[str]:
     return keys
 
 
-def _step_of(value: Any) -> dict[str, Any]:
+def _step_of(value: object) -> StepCount:
     if torch.is_tensor(value):
         return {"value": float(value.item()), "tensor": True}
     return {"value": value, "tensor": False}
 
 
-def _relink(engine: Any) -> None:
+def _relink(engine: DeepSpeedEngine) -> None:
     """Map every parameter to its optimizer-state fragments again. ZeRO 1/2 map them once,
     right after the first parameter group's first step, before the later groups have any
     state: with two groups (decay and no decay) the second stays mapped to nothing, and
@@ -180,13 +223,16 @@ def _relink(engine: Any) -> None:
     optimizer = engine.optimizer
     link = getattr(optimizer, "_lazy_init_hp_params_optimizer_state", None)
     if callable(link) and getattr(optimizer, "_hp_optimizer_states_linked", False):
-        optimizer._hp_optimizer_states_linked = False
+        cast(_LinkedOptimizer, optimizer)._hp_optimizer_states_linked = False
         link()
 
 
-def optimizer_state_dict(engine: Any, basic: torch.optim.Optimizer) -> dict[str, Any]:
+def optimizer_state_dict(
+    engine: DeepSpeedEngine, basic: torch.optim.Optimizer
+) -> dict[str, object]:
     """Full fp32 masters, optimizer state per parameter name, step counts, hyper-parameters,
-    the engine's counters and loss scale: everything an exact resume needs."""
+    the engine's counters and loss scale: everything an exact resume needs (an
+    ``OptimizerState``)."""
     from deepspeed.utils import safe_get_full_fp32_param, safe_get_full_optimizer_state
 
     keys = _state_keys(engine, basic)
@@ -201,14 +247,14 @@ def optimizer_state_dict(engine: Any, basic: torch.optim.Optimizer) -> dict[str,
             masters[name] = p.detach().float().cpu()
             own = basic.state.get(p, {})
             states[name] = {k: own[k].detach().cpu() for k in keys if k in own}
-    steps: list[Any] = [None] * len(basic.param_groups)
+    steps: list[StepCount | None] = [None] * len(basic.param_groups)
     for index, q in _slots(engine, basic):
         own = basic.state.get(q, {})
         if "step" in own and steps[index] is None:
             steps[index] = _step_of(own["step"])
     groups = [{k: v for k, v in g.items() if k != "params"} for g in basic.param_groups]
     scaler = getattr(engine.optimizer, "loss_scaler", None)
-    return {
+    saved: OptimizerState = {
         "masters": masters,
         "state": states,
         "steps": steps,
@@ -218,9 +264,10 @@ def optimizer_state_dict(engine: Any, basic: torch.optim.Optimizer) -> dict[str,
         if scaler is not None
         else {},
     }
+    return dict(saved)
 
 
-def _ensure_state(engine: Any, basic: torch.optim.Optimizer, keys: list[str]) -> None:
+def _ensure_state(engine: DeepSpeedEngine, basic: torch.optim.Optimizer, keys: list[str]) -> None:
     """Create the optimizer state a resumed run has not made yet (optimizers make it in their
     first step), then let DeepSpeed link each parameter's fragments to it, as its own
     universal-checkpoint loader does."""
@@ -234,8 +281,11 @@ def _ensure_state(engine: Any, basic: torch.optim.Optimizer, keys: list[str]) ->
         link()
 
 
-def load_optimizer_state_dict(engine: Any, basic: torch.optim.Optimizer, saved: Any) -> None:
+def load_optimizer_state_dict(
+    engine: DeepSpeedEngine, basic: torch.optim.Optimizer, state_dict: Mapping[str, object]
+) -> None:
     """Write a state from ``optimizer_state_dict`` back into every process's partitions."""
+    saved = cast(OptimizerState, state_dict)
     params = trainable(engine.module)
     names = [n for n, _ in params]
     if sorted(names) != sorted(saved["masters"]):
@@ -271,9 +321,9 @@ def load_optimizer_state_dict(engine: Any, basic: torch.optim.Optimizer, saved: 
             own = basic.state.setdefault(q, {})
             tensor = torch.tensor(step["value"], dtype=torch.float32)
             own["step"] = tensor if step["tensor"] else step["value"]
-    for name, value in saved["engine"].items():
-        setattr(engine, name, value)
+    for name, count in saved["engine"].items():
+        setattr(engine, name, count)
     scaler = getattr(engine.optimizer, "loss_scaler", None)
-    for key, value in saved.get("loss_scaler", {}).items():
+    for key, setting in saved.get("loss_scaler", {}).items():
         if scaler is not None and hasattr(scaler, key):
-            setattr(scaler, key, value)
+            setattr(scaler, key, setting)

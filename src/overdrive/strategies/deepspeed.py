@@ -18,7 +18,7 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, Protocol, TypeGuard, cast
+from typing import TYPE_CHECKING, TypeGuard, cast
 
 import torch
 from torch import nn
@@ -30,6 +30,7 @@ from overdrive.ds import state as ds_state
 from overdrive.ds.config import DeepSpeedConfig
 from overdrive.ds.dummies import DummyOptim, DummyScheduler
 from overdrive.ds.engine import (
+    DeepSpeedEngine,
     EngineScheduler,
     HfZero3Config,
     check_offload,
@@ -49,32 +50,6 @@ from overdrive.strategies.rules import NO_RULES, LoopRules
 
 if TYPE_CHECKING:
     from overdrive.precision import Precision
-
-
-class DeepSpeedEngine(Protocol):
-    """What the strategy uses of the engine ``deepspeed.initialize`` builds (an
-    ``nn.Module`` wrapping the model)."""
-
-    module: nn.Module
-    basic_optimizer: torch.optim.Optimizer  # the optimizer it steps
-    optimizer: object  # its ZeRO (or fp16) wrapper around that one
-    lr_scheduler: object
-
-    def set_gradient_accumulation_boundary(self, is_boundary: bool, /) -> None: ...
-
-    def backward(self, loss: torch.Tensor, /, **kwargs: object) -> object: ...
-
-    def step(self) -> object: ...
-
-    def was_step_applied(self) -> bool: ...
-
-    def get_global_grad_norm(self) -> float | None: ...
-
-    def fp16_enabled(self) -> bool: ...
-
-    def destroy(self) -> object: ...
-
-    def compile(self, backend: str, compile_kwargs: dict[str, object]) -> None: ...
 
 
 def _trains(obj: object) -> TypeGuard[nn.Module]:
@@ -378,7 +353,7 @@ class DeepSpeedStrategy(Strategy):
         configured = self.config.get("gradient_clipping")
         if self._clip_noted or max_norm == math.inf or configured in (None, "auto"):
             return
-        if norm_type != 2.0 or not math.isclose(float(max_norm), float(configured)):
+        if norm_type != 2.0 or not math.isclose(float(max_norm), self.config.gradient_clipping):
             self._clip_noted = True
             source = self.config.sources.get("gradient_clipping", "DeepSpeed's default")
             say(
@@ -402,8 +377,9 @@ class DeepSpeedStrategy(Strategy):
         fp32 = self.config.zero_stage == 3 and not self.config.get(
             "zero_optimization.stage3_gather_16bit_weights_on_model_save", False
         )
+        engine = cast(DeepSpeedEngine, self.engine)  # _is_ours: built
         return ds_state.model_state_dict(
-            self.deepspeed, self.engine, fp32_masters=fp32, main=self._main()
+            self.deepspeed, engine, fp32_masters=fp32, main=self._main()
         )
 
     def _load_model_state(
@@ -411,7 +387,8 @@ class DeepSpeedStrategy(Strategy):
     ) -> object:
         if not self._is_ours(model):
             return super()._load_model_state(model, state, sharded, strict)
-        return ds_state.load_model_state_dict(self.deepspeed, self.engine, state, strict)
+        engine = cast(DeepSpeedEngine, self.engine)  # _is_ours: built
+        return ds_state.load_model_state_dict(self.deepspeed, engine, state, strict)
 
     def _optimizer_state(self, optimizer: torch.optim.Optimizer, sharded: bool) -> StateDict:
         engine = self._require_engine("save_state")
