@@ -28,6 +28,7 @@ from overdrive.accelerator_setup import (
     trackers_given,
     warn_split_batches_argument_ignored,
 )
+from overdrive.accumulation import StepWindow
 from overdrive.compat.accelerator_compat import AcceleratorCompat
 from overdrive.compat.checkpoint_args import load_state_kwargs, save_state_kwargs
 from overdrive.compat.gradient_state import GradientStateCompat
@@ -253,14 +254,15 @@ class Accelerator(AcceleratorCompat):
         self._check_not_reset()
         placements = placements_for(objects, device_placement, self.device_placement)
         self.strategy.check_prepare(objects)
-        loop = TrainingLoop(
-            self.gradient_state, self.loop_state, self._dataloaders, self.num_processes
-        )
         loaders, rest = prepare_order(objects)
         out = list(objects)
         for i in loaders:
             out[i] = self._prepare_one(objects[i], placements[i])
-        built = self.strategy.prepare_engine(objects, out, loop)  # placed already
+        loop = TrainingLoop.of(self.num_processes, self.gradient_state, self._dataloaders)
+        decision = self.strategy.prepare_engine(objects, out, loop)  # placed already
+        if decision.accumulation_steps is not None:  # the engine's window
+            self.gradient_state.num_steps = decision.accumulation_steps
+        built = decision.built
         for i in rest:
             out[i] = self._prepare_one(built.get(i, objects[i]), placements[i] and i not in built)
         mark_prepared(objects, out)
@@ -393,7 +395,8 @@ class Accelerator(AcceleratorCompat):
         steps = self.gradient_state.num_steps
         if steps > 1:
             loss = loss / steps
-        self.strategy.backward(self.precision.scale_loss(loss), **kwargs)
+        window = StepWindow(self.gradient_state, self.loop_state, self._dataloaders)
+        self.strategy.backward(self.precision.scale_loss(loss), window, **kwargs)
 
     @contextlib.contextmanager
     def accumulate(self, *models: nn.Module) -> Iterator[None]:

@@ -16,7 +16,11 @@ and carries into the next epoch, as in plain PyTorch.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Sequence, Sized
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from overdrive.loop_state import LoopState
 
 
 class GradientState:
@@ -63,3 +67,52 @@ class GradientState:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.micro_batches = int(state.get("micro_batches", 0))
+
+
+class StepWindow:
+    """A read-only view of the window at one backward, for a strategy that scales losses
+    itself (DeepSpeed): handed over at the call, kept by no one."""
+
+    __slots__ = ("_gs", "_loaders", "_loop")
+
+    def __init__(
+        self, gradient_state: GradientState, loop_state: LoopState, loaders: Sequence[Sized]
+    ) -> None:
+        self._gs = gradient_state
+        self._loop = loop_state
+        self._loaders = loaders  # the Accelerator's prepared dataloaders
+
+    @property
+    def sync_gradients(self) -> bool:
+        return self._gs.sync_gradients
+
+    @property
+    def num_steps(self) -> int:
+        return self._gs.num_steps
+
+    @property
+    def rescale(self) -> float:
+        return self._gs.rescale
+
+    @property
+    def exact(self) -> bool:
+        return self._gs.exact
+
+    def batches_left(self) -> int | None:
+        """Batches of the active prepared loader from the current one on (None: unknown)."""
+        active = self._loop.active
+        if active is None:
+            return None
+        index = active.batch_index
+        for loader in self._loaders:
+            if getattr(loader, "progress", None) is active:
+                try:
+                    return len(loader) - index
+                except TypeError:  # an iterable dataset: no length
+                    return None
+        return None
+
+
+def steps_reader(gradient_state: GradientState) -> Callable[[], int]:
+    """A reader of the window's length that exposes nothing else of ``gradient_state``."""
+    return lambda: gradient_state.num_steps

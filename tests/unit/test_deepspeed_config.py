@@ -306,15 +306,13 @@ def test_clip_grad_norm_with_another_max_norm_than_deepspeeds_is_said_once(
 ) -> None:
     """As in Hugging Face Accelerate, the engine clips by gradient_clipping whatever max_norm
     says; overdrive says so once and refuses nothing (max_grad_norm=0 asks for inf)."""
-    from types import SimpleNamespace
 
     from overdrive.strategies.deepspeed import DeepSpeedStrategy
 
     cfg = build(settings_for(tmp_path, {"deepspeed_config": {"gradient_clipping": 1.0}}))
     strategy = DeepSpeedStrategy(torch.device("cpu"), cfg)
     strategy.engine = object()  # type: ignore[assignment]  # no engine call inside a window
-    window = SimpleNamespace(gradient_state=SimpleNamespace(sync_gradients=False))
-    strategy._loop = window  # type: ignore[assignment]
+    strategy._boundary = False  # the last backward told the engine: inside a window
     params = [torch.nn.Parameter(torch.zeros(2))]
     for max_norm in (0.5, 0.5, math.inf):
         assert math.isnan(float(strategy.clip_grad_norm_(params, max_norm)))

@@ -11,26 +11,23 @@ length cannot say it ahead; that window keeps DeepSpeed's 1/k and a warning says
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
-
-if TYPE_CHECKING:
-    from overdrive.accumulation import GradientState
-    from overdrive.data.loader import PreparedDataLoader
-    from overdrive.loop_state import LoopState
+from collections.abc import Callable
+from typing import Protocol
 
 
 class LoopView(Protocol):
-    """What the window reads of the loop (the strategies' ``TrainingLoop`` is one)."""
+    """What the window reads of the loop at one backward (``accumulation.StepWindow`` is one)."""
 
     @property
-    def gradient_state(self) -> GradientState: ...
+    def sync_gradients(self) -> bool: ...
 
     @property
-    def loop_state(self) -> LoopState: ...
+    def num_steps(self) -> int: ...
 
     @property
-    def dataloaders(self) -> Sequence[PreparedDataLoader]: ...
+    def rescale(self) -> float: ...
+
+    def batches_left(self) -> int | None: ...
 
 
 class WindowScale:
@@ -43,20 +40,19 @@ class WindowScale:
         self._expected: int | None = None  # its length, as known at its first micro-batch
         self._warned = False
 
-    def factor(self, loop: LoopView) -> float:
+    def factor(self, window: LoopView) -> float:
         """Call once per backward, before it (the gradient state has advanced)."""
-        gs = loop.gradient_state
-        k = gs.num_steps
+        k = window.num_steps
         if not self._open:  # this micro-batch opens a window
-            if gs.sync_gradients:  # ... and closes it: gs.rescale is k/m, known
-                self._factor, self._expected = gs.rescale, None
+            if window.sync_gradients:  # ... and closes it: window.rescale is k/m, known
+                self._factor, self._expected = window.rescale, None
             else:
-                left = batches_left(loop)
+                left = window.batches_left()
                 self._expected = left if left is not None and 0 < left < k else k
                 self._factor = k / self._expected
-        self._open = not gs.sync_gradients
-        if gs.sync_gradients and self._expected is not None:
-            self._check(round(k / gs.rescale), k)
+        self._open = not window.sync_gradients
+        if window.sync_gradients and self._expected is not None:
+            self._check(round(k / window.rescale), k)
         return self._factor
 
     def _check(self, seen: int, k: int) -> None:
@@ -70,18 +66,3 @@ class WindowScale:
             "inside the engine and the dataloader's length was not known ahead (said once)",
             logging.WARNING,
         )
-
-
-def batches_left(loop: LoopView) -> int | None:
-    """Batches of the active prepared loader from the current one on (None: unknown)."""
-    active = loop.loop_state.active
-    if active is None:
-        return None
-    index = active.batch_index
-    for loader in loop.dataloaders:
-        if getattr(loader, "progress", None) is active:
-            try:
-                return len(loader) - index
-            except TypeError:  # an iterable dataset: no length
-                return None
-    return None

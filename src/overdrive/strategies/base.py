@@ -7,13 +7,14 @@ A new backend is a new file implementing these methods.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
+from overdrive.accumulation import steps_reader
 from overdrive.errors import ConfigError
 from overdrive.optimizer_steps import PlainSteps
 from overdrive.parallel.chain import Chain, parallelize
@@ -22,10 +23,8 @@ from overdrive.strategies.rules import NO_RULES, LoopRules
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
-    from overdrive.accumulation import GradientState
+    from overdrive.accumulation import GradientState, StepWindow
     from overdrive.checkpoint.records import StateDict
-    from overdrive.data.loader import PreparedDataLoader
-    from overdrive.loop_state import LoopState
     from overdrive.parallel.topology import Topology
     from overdrive.precision import Precision
 
@@ -34,12 +33,32 @@ Params = Iterable[torch.Tensor] | torch.Tensor
 
 @dataclass(frozen=True)
 class TrainingLoop:
-    """What a strategy may read of the Accelerator's loop while it prepares objects."""
+    """What a strategy reads of the Accelerator's loop while it prepares objects: values taken
+    when ``prepare_engine`` is called, and one read-only reader of the window's length."""
 
-    gradient_state: GradientState
-    loop_state: LoopState
-    dataloaders: list[PreparedDataLoader]  # the Accelerator's prepared ones (the same list)
     num_processes: int
+    # gradient_accumulation_steps, read when called (a script may change it after prepare)
+    accumulation_steps: Callable[[], int]
+    # the batch size of each dataloader the Accelerator prepared (this call's included)
+    batch_sizes: tuple[int | None, ...] = ()
+
+    @classmethod
+    def of(
+        cls, num_processes: int, gradient_state: GradientState, loaders: Iterable[object]
+    ) -> TrainingLoop:
+        """The view of a loop with ``gradient_state`` and these prepared dataloaders."""
+        sizes = tuple(getattr(loader, "batch_size", None) for loader in loaders)
+        return cls(num_processes, steps_reader(gradient_state), sizes)
+
+
+@dataclass(frozen=True)
+class EngineDecision:
+    """What ``prepare_engine`` decided, for the Accelerator to apply."""
+
+    # by position in the call: the objects built in place of the given ones
+    built: Mapping[int, object] = field(default_factory=dict)
+    # the accumulation window the engine imposes (None: the loop's stands)
+    accumulation_steps: int | None = None
 
 
 class Strategy(PlainSteps):
@@ -94,15 +113,16 @@ class Strategy(PlainSteps):
 
     def prepare_engine(
         self, objects: Sequence[object], prepared: Sequence[object], loop: TrainingLoop
-    ) -> dict[int, object]:
-        """Build what must see several of one ``prepare`` call's objects together, once the
+    ) -> EngineDecision:
+        """Decide what must see several of one ``prepare`` call's objects together, once the
         Accelerator prepared its dataloaders (``prepared``: the call's objects so far).
 
-        Returns, by position, the objects built in place of the given ones (on their device
-        already); the Accelerator then prepares every model, optimizer and scheduler, these
-        instead of the originals. Nothing is built together here; an engine that takes the
-        model, optimizer, scheduler and batch size at once (DeepSpeed) overrides this."""
-        return {}
+        Returns the objects built in place of the given ones, by position (on their device
+        already), and the accumulation window the engine imposes; the Accelerator applies
+        both, then prepares every model, optimizer and scheduler, these instead of the
+        originals. Nothing is built together here; an engine that takes the model,
+        optimizer, scheduler and batch size at once (DeepSpeed) overrides this."""
+        return EngineDecision()
 
     def model_init_context(self) -> contextlib.AbstractContextManager[object]:
         """Where a model is built so this backend can create it efficiently (nothing here)."""
@@ -153,7 +173,9 @@ class Strategy(PlainSteps):
         return None if self.topology is None else self.topology.dp_group()
 
     # --- the step ------------------------------------------------------------------
-    def backward(self, loss: torch.Tensor, **kwargs: object) -> None:
+    def backward(self, loss: torch.Tensor, window: StepWindow, /, **kwargs: object) -> None:
+        """``loss.backward`` with the caller's arguments; ``window``: the accumulation window
+        at this call (read-only, for a backend that scales losses itself)."""
         backward: Callable[..., None] = loss.backward  # the caller's arguments, as given
         backward(**kwargs)
 

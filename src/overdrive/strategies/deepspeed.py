@@ -45,10 +45,11 @@ from overdrive.ds.window import WindowScale
 from overdrive.errors import ConfigError, OverdriveError
 from overdrive.parallel.topology import Topology
 from overdrive.scheduler import AcceleratedScheduler, is_scheduler
-from overdrive.strategies.base import Params, Strategy, TrainingLoop
+from overdrive.strategies.base import EngineDecision, Params, Strategy, TrainingLoop
 from overdrive.strategies.rules import NO_RULES, LoopRules
 
 if TYPE_CHECKING:
+    from overdrive.accumulation import StepWindow
     from overdrive.precision import Precision
 
 
@@ -82,7 +83,7 @@ class DeepSpeedStrategy(Strategy):
         self.engine: DeepSpeedEngine | None = None
         self.basic_optimizer: torch.optim.Optimizer | None = None
         self._deepspeed: ModuleType | None = None
-        self._loop: TrainingLoop | None = None
+        self._boundary = True  # what the last backward told the engine: the window closes
         self._stepped: bool | None = None  # set when clip_grad_norm_ ran this window's step
         self._last_norm = torch.tensor(float("nan"))
         self._clip_noted = False  # a max_norm unlike gradient_clipping was said once
@@ -152,13 +153,12 @@ class DeepSpeedStrategy(Strategy):
 
     def prepare_engine(
         self, objects: Sequence[object], prepared: Sequence[object], loop: TrainingLoop
-    ) -> dict[int, object]:
+    ) -> EngineDecision:
         """One ``deepspeed.initialize`` for the model, optimizer, scheduler and the prepared
-        dataloaders' micro-batch size."""
-        self._loop = loop
+        dataloaders' micro-batch size; the accumulation window is the engine's."""
         models, optimizers, schedulers = self._engine_parts(objects)
         if not models:
-            return {}  # dataloaders, evaluation-only models, or objects prepared before
+            return EngineDecision()  # dataloaders, evaluation-only models, or prepared before
         micro, micro_source = self._micro_batch(objects, prepared, loop)
         model = cast(nn.Module, objects[models[0]])  # _engine_parts picks modules that train
         optimizer = objects[optimizers[0]] if optimizers else None
@@ -174,7 +174,7 @@ class DeepSpeedStrategy(Strategy):
             model=model,
             caller_clipping=_caller_clipping(self.exposed_plugin),
         )
-        self._use_accumulation(loop)
+        steps = self._imposed_steps(loop)
         fitted = fit_optimizer(optimizer, self.config, config)
         self._replaced = None
         if fitted is not optimizer and isinstance(optimizer, torch.optim.Optimizer):
@@ -191,7 +191,7 @@ class DeepSpeedStrategy(Strategy):
             built[schedulers[0]] = (
                 EngineScheduler(engine.lr_scheduler) if engine_made else scheduler
             )
-        return built
+        return EngineDecision(built, accumulation_steps=steps)
 
     def _is_ours(self, obj: object) -> bool:
         return self.engine is not None and (obj is self.engine or obj is self.engine.module)
@@ -224,24 +224,25 @@ class DeepSpeedStrategy(Strategy):
         objects: Sequence[object], prepared: Sequence[object], loop: TrainingLoop
     ) -> tuple[int | None, str]:
         loaders = [prepared[i] for i, o in enumerate(objects) if isinstance(o, DataLoader)]
-        loaders += loop.dataloaders
-        for loader in loaders:
-            size = getattr(loader, "batch_size", None)
+        sizes = [getattr(loader, "batch_size", None) for loader in loaders] + [*loop.batch_sizes]
+        for size in sizes:
             if size is not None:
                 return int(size), f"the prepared dataloader's batch size per process ({size})"
         return None, "no prepared dataloader"
 
-    def _use_accumulation(self, loop: TrainingLoop) -> None:
+    def _imposed_steps(self, loop: TrainingLoop) -> int | None:
+        """The engine's window, said when it differs from the loop's (None: the caller
+        divides its losses and ends its windows itself)."""
         if self.config.caller_accumulates:
-            return  # the caller divides its losses and ends its windows itself
+            return None
         steps = self.config.gradient_accumulation_steps
-        gs = loop.gradient_state
-        if gs.num_steps != steps:
+        current = loop.accumulation_steps()
+        if current != steps:
             say(
                 f"gradient_accumulation_steps is {steps}, as {self.config.origin} fixes it "
-                f"(the loop's value was {gs.num_steps})"
+                f"(the loop's value was {current})"
             )
-            gs.num_steps = steps
+        return steps
 
     # --- models and optimizers prepared one by one --------------------------------------
     def setup_model(self, model: nn.Module, *, device_placement: bool) -> nn.Module:
@@ -269,21 +270,20 @@ class DeepSpeedStrategy(Strategy):
 
     # --- the step ------------------------------------------------------------------
     def _require_engine(self, what: str) -> DeepSpeedEngine:
-        if self.engine is None or self._loop is None:
+        if self.engine is None:
             raise OverdriveError(
                 f"{what} under DeepSpeed needs the engine, which prepare() builds\n"
                 "  fix: call accelerator.prepare(model, optimizer, dataloader) first"
             )
         return self.engine
 
-    def backward(self, loss: torch.Tensor, **kwargs: object) -> None:
+    def backward(self, loss: torch.Tensor, window: StepWindow, /, **kwargs: object) -> None:
         """``engine.backward``; the loss arrives divided by k, and with exact_accumulation a
         window known to be shorter (m < k batches left in the epoch) is scaled to its mean."""
         engine = self._require_engine("backward")
-        assert self._loop is not None
-        gs = self._loop.gradient_state
-        factor = self._window.factor(self._loop) if getattr(gs, "exact", False) else 1.0
-        engine.set_gradient_accumulation_boundary(self._loop.gradient_state.sync_gradients)
+        factor = self._window.factor(window) if window.exact else 1.0
+        self._boundary = window.sync_gradients
+        engine.set_gradient_accumulation_boundary(self._boundary)
         # The loss is already scaled for accumulation here (by the Accelerator, or by the
         # caller when it accumulates itself, as Trainer does and says with scale_wrt_gas=False).
         kwargs.pop("scale_wrt_gas", None)
@@ -329,11 +329,11 @@ class DeepSpeedStrategy(Strategy):
     ) -> torch.Tensor:
         """DeepSpeed clips inside its step by ``gradient_clipping``; this runs that step now
         (the following ``optimizer.step()`` does nothing) and returns the global norm before
-        clipping. Inside a window nothing is clipped; the last step's norm is returned."""
+        clipping. Inside a window (as the last backward told the engine) nothing is clipped;
+        the last step's norm is returned."""
         engine = self._require_engine("clip_grad_norm_")
         self._check_clipping(max_norm, norm_type)
-        assert self._loop is not None
-        if not self._loop.gradient_state.sync_gradients:
+        if not self._boundary:
             return self._last_norm
         norm = None
         if not hasattr(engine.optimizer, "_global_grad_norm"):  # stage 0 in fp32: torch clips
@@ -412,6 +412,7 @@ class DeepSpeedStrategy(Strategy):
                 self.engine.destroy()
         self.engine = None
         self.basic_optimizer = None
+        self._boundary = True  # as the loop's window after a reset
         if self._hf is not None:
             HfZero3Config.unregister()
             self._hf = None

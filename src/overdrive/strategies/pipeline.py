@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -40,7 +40,7 @@ from overdrive.parallel.pipeline_loss import LossChannel
 from overdrive.parallel.rebind import named_params, rebind, replacement_map
 from overdrive.parallel.topology import Topology
 from overdrive.precision.autocast import AutocastForward
-from overdrive.strategies.base import Params, Strategy, TrainingLoop, _raw
+from overdrive.strategies.base import EngineDecision, Params, Strategy, TrainingLoop, _raw
 from overdrive.strategies.rules import NO_RULES, LoopRules
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.pipelining.schedules import PipelineScheduleSingle as PipelineSchedule
 
-    from overdrive.accumulation import GradientState
+    from overdrive.accumulation import StepWindow
     from overdrive.checkpoint.records import StateDict
 
 MICRO_BATCHES_KEY = "megatron_lm_config.num_micro_batches"
@@ -158,7 +158,8 @@ class PipelineParallelStrategy(Strategy):
         self._dropped: set[int] = set()  # ids of parameters other stages hold
         self._schedules: dict[tuple[object, ...], PipelineSchedule] = {}
         self._stepped = False  # the last call ran backward: accelerator.backward skips it
-        self._accumulation: GradientState | None = None  # the Accelerator's, once prepared
+        # gradient_accumulation_steps, read when the schedule runs (the loop's reader)
+        self._steps: Callable[[], int] = _one
         self._in_window = False  # inside no_sync: replicas average at the window's end only
         self._micro_losses: list[torch.Tensor] = []
         self._loss_channel: LossChannel | None = None
@@ -179,9 +180,9 @@ class PipelineParallelStrategy(Strategy):
     # --- models and optimizers -------------------------------------------------------
     def prepare_engine(
         self, objects: Sequence[object], prepared: Sequence[object], loop: TrainingLoop
-    ) -> dict[int, object]:
-        self._accumulation = loop.gradient_state  # the loss inside the schedule divides by k
-        return {}
+    ) -> EngineDecision:
+        self._steps = loop.accumulation_steps  # the loss inside the schedule divides by k
+        return EngineDecision()
 
     def setup_model(self, model: nn.Module, *, device_placement: bool) -> nn.Module:
         if any(model is m or model is m.module for m in self._models):
@@ -332,8 +333,7 @@ class PipelineParallelStrategy(Strategy):
         def scaled(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
             loss = loss_fn(output, target)
             self._micro_losses.append(loss.detach().float())
-            steps = self._accumulation.num_steps if self._accumulation is not None else 1
-            return loss / (self.pp.micro_batches * steps)
+            return loss / (self.pp.micro_batches * self._steps())
 
         return scaled
 
@@ -363,7 +363,7 @@ class PipelineParallelStrategy(Strategy):
                 dist.all_reduce(grad, group=group)
                 grad.div_(self.layout.dp_size)
 
-    def backward(self, loss: torch.Tensor, **kwargs: object) -> None:
+    def backward(self, loss: torch.Tensor, window: StepWindow, /, **kwargs: object) -> None:
         """Nothing left to do after the pipelined call (it ran the backward passes)."""
         if self._stepped and not loss.requires_grad:
             self._stepped = False
@@ -516,3 +516,8 @@ def _never(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """The loss other stages hand their schedule: only the last stage computes one, but a
     schedule without a loss function runs no backward passes."""
     raise AssertionError("only the last pipeline stage computes the loss")
+
+
+def _one() -> int:
+    """The window's length before the Accelerator prepared anything: one micro-batch."""
+    return 1
