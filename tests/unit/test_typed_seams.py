@@ -16,6 +16,7 @@ MAX_ANY_PER_1000_LINES = 15
 
 TYPED_PACKAGES = [
     "overdrive.checkpoint",
+    "overdrive.data",
     "overdrive.ds",
     "overdrive.parallel",
     "overdrive.strategies",

@@ -7,31 +7,31 @@ dict/list/tuple of batches (as ``default_collate`` builds them).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TypeGuard, cast
 
 import torch
 
 from overdrive.ops import map_tensors, rebuild
 
 
-class SampleList(list[Any]):
+class SampleList(list[object]):
     """Whole samples (strings, numbers) read one per item and joined into a round; a share
     of one sample is that sample itself, never a list of its characters."""
 
 
-def _is_sample(data: Any) -> bool:
+def _is_sample(data: object) -> bool:
     """An item that is one sample as a whole (``batch_size=None`` yielding str/int/...)."""
     return not isinstance(data, (torch.Tensor, Mapping, list, tuple)) and not hasattr(data, "to")
 
 
-def _is_structure(data: Any) -> bool:
+def _is_structure(data: object) -> TypeGuard[list[object] | tuple[object, ...]]:
     """A list/tuple of sub-batches (not a per-sample list of plain values)."""
     return isinstance(data, (list, tuple)) and all(
         isinstance(v, (torch.Tensor, Mapping, list, tuple)) for v in data
     )
 
 
-def batch_length(batch: Any) -> int:
+def batch_length(batch: object) -> int:
     """Samples in ``batch`` (the first dim of its first tensor or per-sample list)."""
     if isinstance(batch, torch.Tensor):
         return batch.shape[0] if batch.dim() else 1
@@ -48,7 +48,7 @@ def batch_length(batch: Any) -> int:
     raise TypeError(f"cannot tell how many samples a batch of type {type(batch).__name__} holds")
 
 
-def concat_batches(batches: list[Any]) -> Any:
+def concat_batches(batches: Sequence[object]) -> object:
     """Join batches of one structure along the sample dimension."""
     head = batches[0]
     if len(batches) == 1:
@@ -59,15 +59,17 @@ def concat_batches(batches: list[Any]) -> Any:
             joined.extend(b) if isinstance(b, SampleList) else joined.append(b)
         return joined
     if isinstance(head, torch.Tensor):
-        return torch.cat(batches)
+        return torch.cat(cast("list[torch.Tensor]", batches))  # one structure: all tensors
     if isinstance(head, Mapping):
-        return rebuild(head, {k: concat_batches([b[k] for b in batches]) for k in head})
+        maps = cast("list[Mapping[object, object]]", batches)
+        return rebuild(head, {k: concat_batches([b[k] for b in maps]) for k in head})
     if _is_structure(head):
-        return rebuild(head, [concat_batches([b[i] for b in batches]) for i in range(len(head))])
-    return [item for b in batches for item in b]
+        rows = cast("list[Sequence[object]]", batches)
+        return rebuild(head, [concat_batches([b[i] for b in rows]) for i in range(len(head))])
+    return [item for b in cast("list[Sequence[object]]", batches) for item in b]
 
 
-def take_rows(batch: Any, rows: list[int] | slice) -> Any:
+def take_rows(batch: object, rows: list[int] | slice) -> object:
     """The samples ``rows`` (indices or a slice) of ``batch``, same structure."""
     if _is_sample(batch):
         count = len(range(*rows.indices(1))) if isinstance(rows, slice) else len(rows)
@@ -83,12 +85,13 @@ def take_rows(batch: Any, rows: list[int] | slice) -> Any:
         return rebuild(batch, {k: take_rows(v, rows) for k, v in batch.items()})
     if _is_structure(batch):
         return rebuild(batch, [take_rows(v, rows) for v in batch])
+    samples = cast("Sequence[object]", batch)  # a per-sample list
     if isinstance(rows, slice):
-        return list(batch[rows])
-    return [batch[i] for i in rows]
+        return list(samples[rows])
+    return [samples[i] for i in rows]
 
 
-def pad_rows(batch: Any, source: Any, count: int) -> Any:
+def pad_rows(batch: object, source: object, count: int) -> object:
     """``batch`` followed by ``count`` samples taken cyclically from ``source``."""
     if count == 0:
         return batch
@@ -97,7 +100,7 @@ def pad_rows(batch: Any, source: Any, count: int) -> Any:
     return concat_batches([batch, filler])
 
 
-def to_device(batch: Any, device: torch.device, non_blocking: bool = False) -> Any:
+def to_device(batch: object, device: torch.device, non_blocking: bool = False) -> object:
     """Move every tensor (and objects with a ``to`` method such as BatchEncoding)."""
     if device.type == "cpu" and not non_blocking:
         return map_tensors(lambda t: t if t.device.type == "cpu" else t.to(device), batch)

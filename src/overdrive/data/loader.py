@@ -5,25 +5,32 @@ from __future__ import annotations
 import copy
 import warnings
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sized
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch.utils.data import (
     BatchSampler,
     DataLoader,
+    Dataset,
     IterableDataset,
     SequentialSampler,
 )
 
 from overdrive.data.batches import to_device
-from overdrive.data.loader_parts import EpochPosition, loader_kwargs, rounds_per_epoch
+from overdrive.data.loader_parts import (
+    EpochPosition,
+    InnerState,
+    LoaderState,
+    loader_kwargs,
+    rounds_per_epoch,
+)
 from overdrive.data.lookahead import Share, mark_last, skipped_twice
-from overdrive.data.rounds import dispatched_shares, global_rounds, local_shares
+from overdrive.data.rounds import RoundMemo, dispatched_shares, global_rounds, local_shares
 from overdrive.data.samplers import RecordedOrder, SeedableRandomSampler, ShardedBatchSampler
 from overdrive.data.shards_by_hand import IterableDatasetShard
 from overdrive.data.skip_sampler import SkipBatchSampler
-from overdrive.data.stateful import Pulls, stateful_loader_class
+from overdrive.data.stateful import Pulls, StatefulReader, stateful_loader_class
 from overdrive.errors import ConfigError
 from overdrive.loop_state import LoaderProgress, LoopState
 from overdrive.random_state import synchronize_rng_states
@@ -53,7 +60,7 @@ class PreparedDataLoader(_LoaderBase):
 
     def __init__(
         self,
-        base: DataLoader,
+        base: DataLoader[object],
         *,
         state: PartialState,
         loop_state: LoopState,
@@ -62,7 +69,7 @@ class PreparedDataLoader(_LoaderBase):
         even: bool,
         per_rank: int | None,
         sampler: SeedableRandomSampler | None,
-        batch_sampler: Any,
+        batch_sampler: Iterable[list[int]] | None,
         device: torch.device | None,
         non_blocking: bool,
         pin_memory: bool,
@@ -73,7 +80,7 @@ class PreparedDataLoader(_LoaderBase):
         self.base_dataloader = base
         self.state = state
         self.loop_state = loop_state
-        self.gradient_state: Any = None  # the Accelerator's, set by Accelerator.prepare
+        self.gradient_state: object = None  # the Accelerator's, set by Accelerator.prepare
         self.mode = mode  # "shard" | "dispatch" | "iterable"
         self.split_batches = split
         self.even_batches = even
@@ -96,7 +103,7 @@ class PreparedDataLoader(_LoaderBase):
         # whose state is part of this loader's; _restored is the sampler skip of a resumed one.
         self.use_stateful_dataloader = stateful
         self._restored: int | None = None
-        self._restored_first: dict[str, Any] = {}  # its epoch's first round (padding source)
+        self._restored_first: RoundMemo = {}  # its epoch's first round (padding source)
         make = stateful_loader_class() if stateful else DataLoader
         self.progress = LoaderProgress(loader=self)
         # The DataLoader this process reads (None on dispatch ranks other than 0). It draws
@@ -110,11 +117,12 @@ class PreparedDataLoader(_LoaderBase):
         ordered = batch_sampler
         if batch_sampler is not None and _needs_index_sync(batch_sampler):
             self._order = ordered = RecordedOrder(batch_sampler)
-        self._inner: Any = None  # a DataLoader (a StatefulDataLoader with stateful)
+        # a DataLoader (a StatefulDataLoader with stateful)
+        self._inner: DataLoader[object] | None = None
         self._item_shards: IterableDatasetShard | None = None  # an iterable dataset's
         if mode == "shard":
             self._sharded = ShardedBatchSampler(
-                ordered,
+                cast("Iterable[list[int]]", ordered),  # map-style: it has one
                 world=self._world,
                 rank=self._rank,
                 per_rank=per_rank,
@@ -129,7 +137,7 @@ class PreparedDataLoader(_LoaderBase):
             # every process reads the stream, keeps its samples of each global batch (the
             # last one completed from the first) and collates only those.
             self._item_shards = IterableDatasetShard(
-                cast("IterableDataset[Any]", base.dataset),
+                cast("IterableDataset[object]", base.dataset),
                 batch_size=base.batch_size,
                 drop_last=base.drop_last,
                 num_processes=self._world,
@@ -149,7 +157,7 @@ class PreparedDataLoader(_LoaderBase):
 
     # ------------------------------------------------------------------ facts
     @property
-    def dataset(self) -> Any:
+    def dataset(self) -> Dataset[object]:
         return self.base_dataloader.dataset
 
     @property
@@ -166,12 +174,12 @@ class PreparedDataLoader(_LoaderBase):
         return self._progress.epoch
 
     @property
-    def batch_sampler(self) -> Any:
+    def batch_sampler(self) -> Iterable[list[int]] | None:
         """This process's batch sampler (sharded: it wraps the user's as ``.batch_sampler``)."""
         return self._sharded if self.mode == "shard" else self._batch_sampler
 
     @property
-    def sampler(self) -> Any:
+    def sampler(self) -> object:
         """The seedable sampler, else the sampler of the loader this process reads (an
         iterable dataset's is torch's ``_InfiniteConstantSampler``), as a DataLoader has."""
         if self._seedable is not None:
@@ -188,7 +196,7 @@ class PreparedDataLoader(_LoaderBase):
             # (by sample), or of the whole one divided by processes (one process, dispatched)
             try:
                 if self._item_shards is not None:
-                    return len(self._inner)
+                    return len(cast("DataLoader[object]", self._inner))
                 whole = len(self.base_dataloader)
             except TypeError:
                 raise TypeError(
@@ -196,7 +204,7 @@ class PreparedDataLoader(_LoaderBase):
                 ) from None
             return rounds_per_epoch(whole, self._world, self.split_batches, self._drop_last)
         return rounds_per_epoch(
-            len(self._batch_sampler), self._world, self.split_batches, self._drop_last
+            len(cast(Sized, self._batch_sampler)), self._world, self.split_batches, self._drop_last
         )
 
     def __len__(self) -> int:
@@ -214,7 +222,7 @@ class PreparedDataLoader(_LoaderBase):
         p.epoch, p.in_epoch = int(epoch), False
         self._tell_epoch(p.epoch)
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:  # a LoaderState
         """JSON-able position: epoch, batches handed out in it, and the shuffle seed."""
         p = self._progress
         view = self._view() if self._view is not None else None
@@ -228,7 +236,7 @@ class PreparedDataLoader(_LoaderBase):
             pass
         generator = self.base_dataloader.generator
         own = self._sampler_generator()
-        state = {
+        state: LoaderState = {
             "epoch": epoch,
             "batches_yielded": yielded,
             "seed": self.seed,
@@ -247,7 +255,7 @@ class PreparedDataLoader(_LoaderBase):
             # Mid-epoch: the StatefulDataLoader's own state, which the resumed one continues.
             inner = p.inner_state if p.in_epoch else p.resume_inner
             state["stateful_dataloader"] = inner if yielded else None
-        return state
+        return dict(state)
 
     def _sampler_generator(self) -> torch.Generator | None:
         """The shuffling sampler's generator, unless it is the DataLoader's own."""
@@ -264,52 +272,54 @@ class PreparedDataLoader(_LoaderBase):
         sampler = getattr(self._batch_sampler, "sampler", None)
         if sampler is None or not hasattr(sampler, "generator") or sampler.generator is not None:
             return None
-        sampler.generator = torch.Generator()
-        return sampler.generator
+        generator = sampler.generator = torch.Generator()
+        return generator
 
-    def _order_record(self) -> dict[str, Any] | None:
+    def _order_record(self) -> dict[str, object] | None:
         if self._order is None:
             return None
         return self._order.recorded if self._progress.in_epoch else self._order.replay
 
-    def check_resume(self, state: dict[str, Any]) -> None:
+    def check_resume(self, state: Mapping[str, object]) -> None:
         """Refuse a mid-epoch position saved with another global batch (``load_state`` asks
         before it reads or says anything else)."""
-        yielded = int(state.get("batches_yielded", 0))
-        saved_total = state.get("total_batch_size")
+        saved = cast(LoaderState, state)
+        yielded = int(saved.get("batches_yielded", 0))
+        saved_total = saved.get("total_batch_size")
         if yielded and saved_total is not None and saved_total != self.total_batch_size:
             raise ConfigError(
                 f"the checkpoint stopped after {yielded} batches of {saved_total} samples "
-                f"({state.get('num_processes')} processes) but this run's global batch is "
+                f"({saved.get('num_processes')} processes) but this run's global batch is "
                 f"{self.total_batch_size} samples ({self._world} processes)",
                 key="num_processes",
                 fix="resume with the same number of processes and batch size, or resume from "
                 "a checkpoint taken at the end of an epoch",
             )
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
         """Continue at the saved position: the next iteration resumes mid-epoch, in the saved
         order (``load_state`` calls it with exact_resume or use_stateful_dataloader on)."""
+        saved = cast(LoaderState, state)
         self.check_resume(state)
-        yielded = int(state.get("batches_yielded", 0))
-        if self._seedable is not None and state.get("seed") is not None:
-            self._seedable.seed = int(state["seed"])
+        yielded = int(saved.get("batches_yielded", 0))
+        if self._seedable is not None and saved.get("seed") is not None:
+            self._seedable.seed = int(cast(int, saved["seed"]))
         generator = self.base_dataloader.generator
-        if generator is not None and state.get("generator") is not None:
-            generator.set_state(torch.tensor(state["generator"], dtype=torch.uint8))
+        if generator is not None and saved.get("generator") is not None:
+            generator.set_state(torch.tensor(saved["generator"], dtype=torch.uint8))
         own = self._sampler_generator()
-        if own is None and state.get("sampler_generator") is not None:
+        if own is None and saved.get("sampler_generator") is not None:
             own = self._adopt_sampler_generator()
-        if own is not None and state.get("sampler_generator") is not None:
-            own.set_state(torch.tensor(state["sampler_generator"], dtype=torch.uint8))
+        if own is not None and saved.get("sampler_generator") is not None:
+            own.set_state(torch.tensor(saved["sampler_generator"], dtype=torch.uint8))
         p = self._progress
-        p.epoch, p.resume_skip, p.yielded, p.in_epoch = int(state["epoch"]), yielded, 0, False
-        seed = state.get("worker_seed")
+        p.epoch, p.resume_skip, p.yielded, p.in_epoch = int(saved["epoch"]), yielded, 0, False
+        seed = saved.get("worker_seed")
         p.resume_seed = None if seed is None or not yielded else int(seed)
-        inner = state.get("stateful_dataloader") if self.use_stateful_dataloader else None
+        inner = saved.get("stateful_dataloader") if self.use_stateful_dataloader else None
         p.resume_inner = inner if yielded and self._inner is not None else None
         if self._order is not None:
-            self._order.replay = state.get("order_rng") if yielded else None
+            self._order.replay = saved.get("order_rng") if yielded else None
 
     def resumed_exactly(self) -> None:
         """Called by ``load_state`` with exact_resume on, after ``load_state_dict``: a skip of
@@ -356,7 +366,7 @@ class PreparedDataLoader(_LoaderBase):
         if inner is not None and self._inner is not None:
             # The StatefulDataLoader continues from its own saved state (its dataset's, its
             # workers'); only the batches its sampler skipped before it are skipped here.
-            self._inner.load_state_dict(inner["state"])
+            cast(StatefulReader, self._inner).load_state_dict(inner["state"])
             self._restored = int(inner.get("sampler_skip", 0))
             if inner.get("first") is not None:
                 self._restored_first = {"first": inner["first"]}
@@ -388,7 +398,7 @@ class PreparedDataLoader(_LoaderBase):
 
     def _tell_epoch(self, epoch: int) -> None:
         """Pass ``epoch`` to every sampler, batch sampler and dataset that takes one."""
-        told: list[Any] = []
+        told: list[object] = []
         batch_sampler = self._batch_sampler
         candidates = (
             self._seedable,
@@ -429,9 +439,10 @@ class PreparedDataLoader(_LoaderBase):
                 # batch is read after the step: a checkpoint's random streams are then those
                 # the resumed read draws from, and the resume is exact.
                 last = sampler.yielded_final if workers == 0 and self.reads_after_step else None
-                snap = None
+                snap: InnerState | None = None
                 if self.use_stateful_dataloader:
-                    snap = {"state": copy.deepcopy(self._inner.state_dict())}
+                    reader = cast(StatefulReader, self._inner)
+                    snap = {"state": copy.deepcopy(reader.state_dict())}
                     snap["sampler_skip"] = sampler.skip_rounds
                 # (the sampler leaves out a final share that is empty for this rank)
                 yield batch, sampler.final_real, False, last, snap
@@ -440,13 +451,13 @@ class PreparedDataLoader(_LoaderBase):
             yield from self._own_batches(skip if restored is None else 0)
             return
         rounds = None
-        pulls, memo = None, dict(self._restored_first)
+        pulls, memo = None, self._restored_first.copy()
         if restored is not None:
             skip = 0  # the StatefulDataLoader's state holds the rounds read before
         if self._inner is not None:
-            source: Any = self._inner
+            source: Iterable[object] = self._inner
             if self.use_stateful_dataloader:
-                source = pulls = Pulls(self._inner)
+                source = pulls = Pulls(cast(StatefulReader, self._inner))
             elif self.mode == "dispatch" and skip and not resumed and self._batch_sampler:
                 # skip_first_batches on a dispatching loader skips the user's batches, drawn
                 # but never loaded, before rounds are formed, as Hugging Face Accelerate does
@@ -481,7 +492,8 @@ class PreparedDataLoader(_LoaderBase):
             # (rounds are read ahead: the state after this round is an earlier one)
             snap = None
             if pulls is not None:
-                state = pulls.after(memo.get("consumed", 0))
+                # a round was read, so Pulls holds a state from before a read
+                state = cast("dict[str, object]", pulls.after(memo.get("consumed", 0)))
                 snap = {"state": copy.deepcopy(state), "first": memo.get("first")}
             yield batch, lay.real, stop == start, lay.last if known else None, snap
 
@@ -489,21 +501,23 @@ class PreparedDataLoader(_LoaderBase):
         """An item-sharded iterable dataset's batches: each process collates its own. As
         under Hugging Face Accelerate, gather_for_metrics keeps every gathered sample (the
         last global batch is completed from the first, and the completion is not dropped)."""
-        for index, batch in enumerate(self._inner):
+        inner = cast("DataLoader[object]", self._inner)  # an item-sharded loader reads
+        for index, batch in enumerate(inner):
             if index < skip:
                 continue  # read, as the stream cannot be skipped without reading
-            snap = None
+            snap: InnerState | None = None
             if self.use_stateful_dataloader:
-                snap = {"state": copy.deepcopy(self._inner.state_dict())}
+                snap = {"state": copy.deepcopy(cast(StatefulReader, inner).state_dict())}
             yield batch, -1, False, None, snap
 
-    def _skipping_source(self, skip: int) -> DataLoader:
+    def _skipping_source(self, skip: int) -> DataLoader[object]:
         """This process's reader without the first ``skip`` batches of its batch sampler."""
         kwargs = loader_kwargs(self.base_dataloader, self._pin_memory, generator=self._seed_gen)
-        batches = SkipBatchSampler(self._inner.batch_sampler, skip)
+        reader = cast("DataLoader[object]", self._inner)  # rank 0 of a dispatching loader
+        batches = SkipBatchSampler(cast("Iterable[list[int]]", reader.batch_sampler), skip)
         return DataLoader(self.base_dataloader.dataset, batch_sampler=batches, **kwargs)
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[Any]:  # the user's batches
         skip, resumed = self._start_epoch()
         p, lp = self._progress, self.progress
         self.loop_state.begin(lp)
@@ -566,8 +580,11 @@ class PreparedDataLoader(_LoaderBase):
         )
 
 
-def _needs_index_sync(batch_sampler: Any) -> bool:
+def _needs_index_sync(batch_sampler: Iterable[list[int]]) -> bool:
     """True unless every rank is sure to draw the same index order by itself."""
     if type(batch_sampler) is BatchSampler:
-        return type(batch_sampler.sampler) not in (SequentialSampler, SeedableRandomSampler)
+        return type(cast(BatchSampler, batch_sampler).sampler) not in (
+            SequentialSampler,
+            SeedableRandomSampler,
+        )
     return True

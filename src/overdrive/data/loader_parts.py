@@ -3,8 +3,9 @@ arguments it copies, the shuffle seed every rank shares, the rounds an epoch hol
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 import torch
 from torch.utils.data import DataLoader
@@ -13,6 +14,44 @@ from overdrive import ops
 
 if TYPE_CHECKING:
     from overdrive.process_state import PartialState
+
+
+class InnerState(TypedDict):
+    """A ``StatefulDataLoader``'s position after a batch handed out."""
+
+    state: dict[str, object]  # its own state_dict()
+    sampler_skip: NotRequired[int]  # the rounds its (sharded) sampler skipped before it
+    first: NotRequired[object]  # the epoch's first round (the padding source)
+
+
+class LoaderState(TypedDict, total=False):
+    """A prepared loader's ``state_dict``: JSON-able, read back by ``load_state_dict``."""
+
+    epoch: int
+    batches_yielded: int
+    seed: int | None
+    num_processes: int
+    total_batch_size: int | None
+    worker_seed: int | None
+    generator: list[int] | None
+    sampler_generator: list[int] | None
+    order_rng: dict[str, object] | None
+    stateful_dataloader: InnerState | None
+
+
+class LoaderKwargs(TypedDict, total=False):
+    """The DataLoader arguments a prepared loader copies from the user's."""
+
+    num_workers: int
+    collate_fn: Callable[..., object] | None
+    pin_memory: bool
+    timeout: float
+    worker_init_fn: Callable[[int], None] | None
+    multiprocessing_context: object
+    generator: torch.Generator | None
+    persistent_workers: bool
+    prefetch_factor: int | None
+    in_order: bool
 
 
 @dataclass
@@ -30,8 +69,8 @@ class EpochPosition:
     resume_seed: int | None = None  # the saved epoch's worker_seed, for the resumed iteration
     # use_stateful_dataloader: the StatefulDataLoader's position after the last batch handed
     # out ({"state", "sampler_skip"}), and the one a loaded checkpoint resumes from.
-    inner_state: dict[str, Any] | None = None
-    resume_inner: dict[str, Any] | None = None
+    inner_state: InnerState | None = None
+    resume_inner: InnerState | None = None
 
 
 def rounds_per_epoch(batches: int, world: int, split: bool, drop_last: bool) -> int:
@@ -41,10 +80,10 @@ def rounds_per_epoch(batches: int, world: int, split: bool, drop_last: bool) -> 
 
 
 def loader_kwargs(
-    base: DataLoader, pin_memory: bool, generator: torch.Generator | None = None
-) -> dict[str, Any]:
+    base: DataLoader[object], pin_memory: bool, generator: torch.Generator | None = None
+) -> LoaderKwargs:
     """``base``'s settings for a new DataLoader; ``generator`` replaces its generator."""
-    kwargs: dict[str, Any] = {
+    kwargs: LoaderKwargs = {
         "num_workers": base.num_workers,
         "collate_fn": base.collate_fn,
         "pin_memory": pin_memory,
@@ -72,7 +111,7 @@ def draw_seed(state: PartialState, generator: torch.Generator | None, seedable: 
         drawn = generator.initial_seed() if generator is not None else torch.initial_seed()
     else:
         drawn = int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
-    box: list[Any] = [drawn]
+    box: list[int] = [drawn]
     if state.use_distributed and state.num_processes > 1:
         ops.broadcast_object_list(box, from_process=0)
     return int(box[0])

@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader
 
 from overdrive.data.batches import to_device
 from overdrive.data.loader import PreparedDataLoader
-from overdrive.data.stateful import is_stateful_class, stateful_variant
+from overdrive.data.stateful import StatefulReader, is_stateful_class, stateful_variant
 from overdrive.random_state import synchronize_rng_states
+
+if TYPE_CHECKING:
+    from typing import Self  # Python 3.11
 
 
 class DataLoaderStateMixin:
@@ -40,16 +43,28 @@ class DataLoaderStateMixin:
         self.end_of_dataloader = True
 
 
-def get_sampler(dataloader: Any) -> Any:
+class _Samplers(Protocol):
+    """A loader's samplers (a DataLoader's, or a prepared loader's)."""
+
+    @property
+    def sampler(self) -> object: ...
+
+    @property
+    def batch_sampler(self) -> object: ...
+
+
+def get_sampler(dataloader: _Samplers) -> object:
     """The sampler under ``dataloader``'s batches: its batch sampler's ``sampler`` (or, for
     a loader given a ``BatchSampler`` as ``sampler``, that one's)."""
-    batches = dataloader.sampler if isinstance(dataloader.sampler, BatchSampler) else None
+    batches: object = dataloader.sampler if isinstance(dataloader.sampler, BatchSampler) else None
     if batches is None:
         batches = dataloader.batch_sampler
     return getattr(batches, "sampler", None)
 
 
-def _stateful_loader(dataset: Any, batch_sampler: Any, kwargs: dict[str, Any]) -> Any:
+def _stateful_loader(
+    dataset: object, batch_sampler: object, kwargs: dict[str, object]
+) -> DataLoader[object]:
     try:
         from torchdata.stateful_dataloader import StatefulDataLoader
     except ImportError as exc:
@@ -58,13 +73,14 @@ def _stateful_loader(dataset: Any, batch_sampler: Any, kwargs: dict[str, Any]) -
             "installed\n  fix: pip install 'torchdata>=0.8.0', or use the loaders "
             "accelerator.prepare returns (always resumable: state_dict / load_state_dict)"
         ) from exc
-    return StatefulDataLoader(dataset, batch_sampler=batch_sampler, **kwargs)
+    loader = StatefulDataLoader(dataset, batch_sampler=batch_sampler, **kwargs)
+    return cast("DataLoader[object]", loader)  # a DataLoader subclass
 
 
 class _AdaptsLoaders(type):
     """``isinstance(x, DataLoaderAdapter)`` holds for the loaders built here and prepared ones."""
 
-    def __instancecheck__(cls, obj: Any) -> bool:
+    def __instancecheck__(cls, obj: object) -> bool:
         return type.__instancecheck__(cls, obj) or isinstance(
             obj, (DataLoaderShard, PreparedDataLoader)
         )
@@ -84,10 +100,12 @@ class DataLoaderAdapter(metaclass=_AdaptsLoaders):
     ) -> None:
         self.use_stateful_dataloader = use_stateful_dataloader
         if use_stateful_dataloader:
-            self.base_dataloader: Any = _stateful_loader(dataset, batch_sampler, kwargs)
+            self.base_dataloader: DataLoader[object] = _stateful_loader(
+                dataset, batch_sampler, kwargs
+            )
         else:
             self.base_dataloader = DataLoader(dataset, batch_sampler=batch_sampler, **kwargs)
-        self.dl_state_dict: dict[str, Any] = {}
+        self.dl_state_dict: dict[str, object] = {}
         if hasattr(self.base_dataloader, "state_dict"):
             self.dl_state_dict = self.base_dataloader.state_dict()
 
@@ -108,12 +126,12 @@ class DataLoaderAdapter(metaclass=_AdaptsLoaders):
     def __len__(self) -> int:
         return len(self.base_dataloader)
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         """The held loader's state as of the last batch handed out."""
         return self.dl_state_dict
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.base_dataloader.load_state_dict(state_dict)
+    def load_state_dict(self, state_dict: dict[str, object]) -> None:
+        cast(StatefulReader, self.base_dataloader).load_state_dict(state_dict)
 
     def adjust_state_dict_for_prefetch(self) -> None:
         """Correct ``dl_state_dict`` for batches read ahead; nothing is read ahead here."""
@@ -124,12 +142,12 @@ class DataLoaderAdapter(metaclass=_AdaptsLoaders):
             self.adjust_state_dict_for_prefetch()
             self.dl_state_dict["_iterator_finished"] = getattr(self, "end_of_dataloader", False)
 
-    def __reduce__(self) -> Any:
+    def __reduce__(self) -> tuple[object, ...]:
         return (_rebuild_adapter, (type(self), self.__dict__))
 
 
-def _rebuild_adapter(cls: type, state: dict[str, Any]) -> Any:
-    adapter: Any = object.__new__(cls)
+def _rebuild_adapter(cls: type, state: dict[str, object]) -> object:
+    adapter: object = object.__new__(cls)
     adapter.__dict__.update(state)
     return adapter
 
@@ -139,32 +157,32 @@ class _ReadsStateful:
     ``use_stateful_dataloader=True``): its ``state_dict`` is the stateful loader's as of the
     last batch handed out (it reads one batch ahead), marked finished at the last one."""
 
-    dl_state_dict: dict[str, Any] | None = None
+    dl_state_dict: dict[str, object] | None = None
     end_of_dataloader: bool
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         if self.dl_state_dict is None:  # not iterated yet: the stateful loader's own
-            base: Any = super()
+            base = cast(StatefulReader, super())  # the StatefulDataLoader after this mixin
             return dict(base.state_dict())
         return self.dl_state_dict
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+    def load_state_dict(self, state_dict: dict[str, object]) -> None:
         """The next iteration continues where ``state_dict`` was taken."""
-        base: Any = super()
+        base = cast(StatefulReader, super())
         base.load_state_dict(state_dict)
         self.dl_state_dict = None
 
     def _snapshot(self) -> None:
-        base: Any = super()
+        base = cast(StatefulReader, super())
         state = copy.deepcopy(base.state_dict())
         state["_iterator_finished"] = self.end_of_dataloader
         self.dl_state_dict = state
 
 
-def _wants_stateful(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+def _wants_stateful(cls: type, args: tuple[object, ...], kwargs: dict[str, object]) -> bool:
     """Whether ``cls(*args, **kwargs)`` asks for ``use_stateful_dataloader``."""
     try:
-        init: Any = cls.__init__  # type: ignore[misc]
+        init: Callable[..., object] = cls.__init__  # type: ignore[misc]
         bound = inspect.signature(init).bind(None, *args, **kwargs)
     except TypeError:
         return False  # __init__ reports the bad call
@@ -175,7 +193,7 @@ class _StatefulOnRequest:
     """Makes ``cls(..., use_stateful_dataloader=True)`` an instance of ``cls``'s stateful
     variant (a base of its own, so ``inspect.signature(cls)`` still shows ``__init__``'s)."""
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+    def __new__(cls, *args: object, **kwargs: object) -> Self:
         made: type = cls
         if _wants_stateful(made, args, kwargs) and not is_stateful_class(made):
             made = stateful_variant(made, _ReadsStateful)
@@ -185,7 +203,7 @@ class _StatefulOnRequest:
 class _CountsPrepared(type):
     """``isinstance(prepared_loader, DataLoaderShard)`` holds for overdrive's prepared loaders."""
 
-    def __instancecheck__(cls, obj: Any) -> bool:
+    def __instancecheck__(cls, obj: object) -> bool:
         return type.__instancecheck__(cls, obj) or isinstance(obj, PreparedDataLoader)
 
 
@@ -204,13 +222,13 @@ class DataLoaderShard(
         self,
         dataset: Any,
         device: torch.device | str | None = None,
-        rng_types: Any = None,
-        synchronized_generator: Any = None,
+        rng_types: Sequence[str] | None = None,
+        synchronized_generator: torch.Generator | None = None,
         skip_batches: int = 0,
         use_stateful_dataloader: bool = False,
         _drop_last: bool = False,
         _non_blocking: bool = False,
-        torch_device_mesh: Any = None,
+        torch_device_mesh: object = None,
         iteration: int = 0,
         **kwargs: Any,
     ) -> None:
@@ -230,17 +248,17 @@ class DataLoaderShard(
     def set_epoch(self, epoch: int) -> None:
         """Tell the batch sampler, the sampler (or the dataset) which epoch starts."""
         self.iteration = epoch
-        targets: list[Any] = [self.batch_sampler, getattr(self.batch_sampler, "sampler", None)]
+        targets: list[object] = [self.batch_sampler, getattr(self.batch_sampler, "sampler", None)]
         if not any(hasattr(t, "set_epoch") for t in targets):
             targets.append(self.dataset)
         for target in targets:
             if hasattr(target, "set_epoch"):
                 target.set_epoch(epoch)
 
-    def get_sampler(self) -> Any:
+    def get_sampler(self) -> object:
         return get_sampler(self)
 
-    def set_sampler(self, sampler: Any) -> None:
+    def set_sampler(self, sampler: object) -> None:
         """Put ``sampler`` under this loader's batches."""
         batches: Any = (
             self.sampler if isinstance(self.sampler, BatchSampler) else self.batch_sampler
@@ -254,7 +272,7 @@ class DataLoaderShard(
         twin.base_dataloader = twin
         return twin
 
-    def _batches(self) -> Iterator[Any]:
+    def _batches(self) -> Iterator[object]:
         """The batches of one pass, before skipping and placement."""
         return super().__iter__()
 

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
+from overdrive.data.loader_parts import InnerState
 from overdrive.errors import ConfigError
 
-_END = object()
 # (batch, real samples of its round, share empty, is last or None, StatefulDataLoader state)
-Share = tuple[Any, int, bool, bool | None, dict[str, Any] | None]
+Share = tuple[object, int, bool, bool | None, InnerState | None]
+_Marked = tuple[object, int, bool, bool, InnerState | None]
 
 
-def mark_last(items: Iterator[Share]) -> Iterator[tuple[Any, int, bool, bool, Any]]:
+def mark_last(items: Iterator[Share]) -> Iterator[_Marked]:
     """(batch, real samples of the epoch's last round, this rank got one batch fewer, is
     last, the StatefulDataLoader's state after it), filling in an unknown "is last" by
     reading one item ahead.
@@ -21,24 +21,24 @@ def mark_last(items: Iterator[Share]) -> Iterator[tuple[Any, int, bool, bool, An
     can only be the epoch's last round (even_batches=False), which this rank then skips, as
     Hugging Face Accelerate does, making the batch before it the last.
     """
-    current: Any = next(items, _END)
-    while current is not _END:
+    current = next(items, None)
+    while current is not None:
         batch, real, flag, last, snap = current
         if last is not None:
             yield batch, real, flag, last, snap
-            current = next(items, _END)
+            current = next(items, None)
             continue
         if flag:  # this rank's only batch would be an empty share: it gets none
             for _ in items:  # let the round's collectives (dispatch) finish
                 pass
             return
-        upcoming: Any = next(items, _END)
-        if upcoming is not _END and upcoming[2]:
+        upcoming = next(items, None)
+        if upcoming is not None and upcoming[2]:
             for _ in items:
                 pass
             yield batch, -1, True, True, snap
             return
-        yield batch, real, False, upcoming is _END, snap
+        yield batch, real, False, upcoming is None, snap
         current = upcoming
 
 

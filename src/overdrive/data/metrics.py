@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -13,7 +12,7 @@ from overdrive.data.batches import batch_length, concat_batches, take_rows
 from overdrive.loop_state import LoopState
 
 
-def _merge(per_rank: list[Any]) -> Any:
+def _merge(per_rank: list[object]) -> object:
     """Join per-rank objects sample-wise; plain values stay a list with one per rank."""
     head = per_rank[0]
     if isinstance(head, (torch.Tensor, Mapping, list, tuple)):
@@ -29,13 +28,13 @@ def _merge(per_rank: list[Any]) -> Any:
 
 
 def gather_for_metrics(
-    data: Any,
+    data: object,
     loop_state: LoopState,
     *,
     use_gather_object: bool = False,
     debug: bool = False,
     ranks: list[int] | None = None,
-) -> Any:
+) -> object:
     """Gather ``data`` from every process and drop the even_batches padding.
 
     Over an epoch of a prepared loader the results concatenate to exactly ``len(dataset)``
@@ -47,7 +46,7 @@ def gather_for_metrics(
     if world == 1:
         gathered = data
     elif use_gather_object or ops.has_non_tensor_leaves(data):
-        per_rank: list[Any] = [None] * world
+        per_rank: list[object] = [None] * world
         dist.all_gather_object(per_rank, data)
         gathered = _merge(per_rank if ranks is None else [per_rank[r] for r in ranks])
     else:

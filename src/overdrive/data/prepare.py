@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator, Sequence, Sized
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
@@ -29,7 +29,7 @@ def _source(state: PartialState, key: str) -> str:
 
 
 def prepare_data_loader(
-    dataloader: DataLoader,
+    dataloader: DataLoader[object],
     *,
     state: PartialState,
     loop_state: LoopState,
@@ -92,7 +92,7 @@ def prepare_data_loader(
     )
 
     sampler: SeedableRandomSampler | None = None
-    batch_sampler: Any = None if iterable else given_batches
+    batch_sampler: Iterable[list[int]] | None = None if iterable else given_batches
     # Exact types only: a subclass may order batches its own way (then rank 0's order is sent).
     rng_types = list(rng_types)
     shuffled = type(batch_sampler) is BatchSampler and type(batch_sampler.sampler) is RandomSampler
@@ -103,7 +103,7 @@ def prepare_data_loader(
         # generator state is copied to every rank at each epoch start. One process is left
         # as it is: the sampler draws from torch's RNG each epoch, as a plain loader does.
         # With dispatch_batches only rank 0's order counts, drawn from its own streams.
-        user_sampler = batch_sampler.sampler
+        user_sampler = cast(RandomSampler, cast(BatchSampler, batch_sampler).sampler)
         if user_sampler.generator is None and world > 1 and not dispatch:
             user_sampler.generator = torch.Generator()
             user_sampler.generator.manual_seed(draw_seed(state, None, False))
@@ -111,7 +111,8 @@ def prepare_data_loader(
         if synced and "generator" not in rng_types:
             rng_types.append("generator")
     elif shuffled:
-        user_sampler = batch_sampler.sampler
+        batches = cast(BatchSampler, batch_sampler)
+        user_sampler = cast(RandomSampler, batches.sampler)
         seed = data_seed
         if seed is None:
             seed = draw_seed(state, user_sampler.generator, use_seedable_sampler)
@@ -121,7 +122,7 @@ def prepare_data_loader(
             replacement=user_sampler.replacement,
             num_samples=user_sampler._num_samples,
         )
-        batch_sampler = BatchSampler(sampler, batch_sampler.batch_size, batch_sampler.drop_last)
+        batch_sampler = BatchSampler(sampler, batches.batch_size, batches.drop_last)
 
     if not put_on_device:
         device = None
@@ -163,11 +164,11 @@ def prepare_data_loader(
 class _SkipBatchSampler:
     """A batch sampler without its first ``skip`` batches."""
 
-    def __init__(self, batch_sampler: Any, skip: int) -> None:
+    def __init__(self, batch_sampler: Iterable[list[int]], skip: int) -> None:
         self.batch_sampler, self.skip = batch_sampler, skip
 
     def __len__(self) -> int:
-        return max(0, len(self.batch_sampler) - self.skip)
+        return max(0, len(cast(Sized, self.batch_sampler)) - self.skip)
 
     def __iter__(self) -> Iterator[list[int]]:
         for index, batch in enumerate(self.batch_sampler):
@@ -178,18 +179,18 @@ class _SkipBatchSampler:
 class _SkipIterable:
     """An iterable loader without its first ``skip`` batches (they are still read)."""
 
-    def __init__(self, loader: Any, skip: int) -> None:
+    def __init__(self, loader: Iterable[object], skip: int) -> None:
         self.loader, self.skip = loader, skip
         self.dataset = getattr(loader, "dataset", None)
         self.batch_size = getattr(loader, "batch_size", None)
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[object]:
         for index, batch in enumerate(self.loader):
             if index >= self.skip:
                 yield batch
 
 
-def skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
+def skip_first_batches(dataloader: object, num_batches: int = 0) -> object:
     """``dataloader`` starting ``num_batches`` batches into its current epoch.
 
     For a prepared loader the skip applies to the next iteration only and positions are
@@ -203,7 +204,7 @@ def skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
         return dataloader.skipping(num_batches)
 
     if type.__instancecheck__(DataLoaderShard, dataloader):  # built by hand, not prepared
-        return dataloader.skipping(num_batches)
+        return cast(DataLoaderShard, dataloader).skipping(num_batches)
     if (
         isinstance(dataloader, DataLoader)
         and not isinstance(dataloader.dataset, IterableDataset)
@@ -214,4 +215,4 @@ def skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
             batch_sampler=_SkipBatchSampler(dataloader.batch_sampler, num_batches),
             **loader_kwargs(dataloader, bool(dataloader.pin_memory)),
         )
-    return _SkipIterable(dataloader, num_batches)
+    return _SkipIterable(cast("Iterable[object]", dataloader), num_batches)  # iterable

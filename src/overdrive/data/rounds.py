@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 import torch
 
@@ -21,6 +21,13 @@ from overdrive.data.layout import RoundLayout, layout_round
 _END = object()
 
 
+class RoundMemo(TypedDict, total=False):
+    """What ``global_rounds`` remembers across a resume."""
+
+    first: object  # the epoch's first round, the source of even_batches padding
+    consumed: int  # user batches in the rounds handed out so far
+
+
 @dataclass(frozen=True)
 class _Spec:
     shape: tuple[int, ...]
@@ -28,16 +35,16 @@ class _Spec:
 
 
 def global_rounds(
-    batches: Iterable[Any],
+    batches: Iterable[object],
     *,
     world: int,
     per_rank: int | None,
     split: bool,
     even: bool,
     drop_last: bool,
-    memo: dict[str, Any] | None = None,
+    memo: RoundMemo | None = None,
     dispatch: bool = False,
-) -> Iterator[tuple[Any, RoundLayout, bool]]:
+) -> Iterator[tuple[object, RoundLayout, bool]]:
     """(round padded for even_batches, its layout, is it the last) from user batches.
 
     ``memo["first"]`` holds the epoch's first round (the padding source): given, a resumed
@@ -47,10 +54,10 @@ def global_rounds(
     # Read ahead of the round handed out: one batch (enough to know if it is the last), or,
     # dispatching, the whole next round, as Hugging Face Accelerate's dispatcher reads.
     ahead = group if dispatch else 1
-    queue: list[Any] = []
+    queue: list[object] = []
     ended = False
     # the epoch's first round, the source of even_batches padding
-    first: Any = None if memo is None else memo.get("first")
+    first: object = None if memo is None else memo.get("first")
     while True:
         while not ended and len(queue) < group + ahead:
             item = next(it, _END)
@@ -100,8 +107,8 @@ def global_rounds(
 
 
 def local_shares(
-    rounds: Iterator[tuple[Any, RoundLayout, bool]], rank: int, skip: int
-) -> Iterator[tuple[Any, RoundLayout]]:
+    rounds: Iterator[tuple[object, RoundLayout, bool]], rank: int, skip: int
+) -> Iterator[tuple[object, RoundLayout]]:
     """This rank's share of every round after the first ``skip`` rounds."""
     for index, (padded, lay, _) in enumerate(rounds):
         if index >= skip:
@@ -109,7 +116,7 @@ def local_shares(
             yield take_rows(padded, slice(start, stop)), lay
 
 
-def _skeleton(data: Any) -> Any:
+def _skeleton(data: object) -> object:
     if isinstance(data, torch.Tensor):
         return _Spec(tuple(data.shape), data.dtype)
     if isinstance(data, Mapping):
@@ -119,7 +126,7 @@ def _skeleton(data: Any) -> Any:
     return data
 
 
-def _materialize(skeleton: Any, device: torch.device) -> Any:
+def _materialize(skeleton: object, device: torch.device) -> object:
     if isinstance(skeleton, _Spec):
         return torch.empty(skeleton.shape, dtype=skeleton.dtype, device=device)
     if isinstance(skeleton, Mapping):
@@ -130,20 +137,20 @@ def _materialize(skeleton: Any, device: torch.device) -> Any:
 
 
 def dispatched_shares(
-    rounds: Iterator[tuple[Any, RoundLayout, bool]] | None,
+    rounds: Iterator[tuple[object, RoundLayout, bool]] | None,
     *,
     rank: int,
     skip: int,
     comm_device: torch.device,
-) -> Iterator[tuple[Any, RoundLayout]]:
+) -> Iterator[tuple[object, RoundLayout]]:
     """Rank 0 reads ``rounds`` and broadcasts each; every rank keeps its share.
 
     Other ranks pass ``rounds=None``. Skipped rounds are read by rank 0 and never sent.
     """
     index = 0
     while True:
-        header: list[Any] = [None]
-        padded: Any = None
+        header: list[tuple[object, RoundLayout] | None] = [None]
+        padded: object = None
         if rank == 0:
             assert rounds is not None
             item = next(rounds, None)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sized
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sized
+from typing import cast
 
 import torch
 
@@ -25,7 +25,7 @@ class SeedableRandomSampler(torch.utils.data.Sampler[int]):
     overdrive's ``seed=``.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:
         names = ("data_source", "replacement", "num_samples", "generator")
         if len(args) > len(names):
             raise TypeError(
@@ -35,7 +35,8 @@ class SeedableRandomSampler(torch.utils.data.Sampler[int]):
         twice = sorted(set(given) & set(kwargs))
         if twice:
             raise TypeError(f"SeedableRandomSampler got {twice[0]!r} twice")
-        self._setup(**given, **kwargs)
+        setup: Callable[..., None] = self._setup  # its signature checks the arguments
+        setup(**given, **kwargs)
 
     def _setup(
         self,
@@ -92,10 +93,10 @@ class RecordedOrder:
     just before an epoch's order is drawn; ``replay`` set to such a record makes the next
     iteration draw that same order again, without moving the streams (a resumed epoch)."""
 
-    def __init__(self, batch_sampler: Any) -> None:
+    def __init__(self, batch_sampler: Iterable[list[int]]) -> None:
         self.batch_sampler = batch_sampler
-        self.recorded: dict[str, Any] | None = None
-        self.replay: dict[str, Any] | None = None
+        self.recorded: dict[str, object] | None = None
+        self.replay: dict[str, object] | None = None
 
     def _generator(self) -> torch.Generator | None:
         for obj in (self.batch_sampler, getattr(self.batch_sampler, "sampler", None)):
@@ -105,7 +106,7 @@ class RecordedOrder:
         return None
 
     def __len__(self) -> int:
-        return len(self.batch_sampler)
+        return len(cast(Sized, self.batch_sampler))
 
     def __iter__(self) -> Iterator[list[int]]:
         gen = self._generator()
@@ -155,7 +156,7 @@ class ShardedBatchSampler:
         self.fewer = False
 
     @property
-    def batch_sampler(self) -> Any:
+    def batch_sampler(self) -> Iterable[list[int]]:
         """The user's batch sampler, as Hugging Face Accelerate exposes it."""
         source = self._source
         return source.batch_sampler if isinstance(source, RecordedOrder) else source
@@ -180,9 +181,11 @@ class ShardedBatchSampler:
     def _batches(self) -> Iterator[list[int]]:
         if not self.sync_indices or ops.world_size() == 1:
             return (list(b) for b in self._source)
-        box: list[Any] = [[list(b) for b in self._source] if self.rank == 0 else None]
+        box: list[list[list[int]] | None] = [
+            [list(b) for b in self._source] if self.rank == 0 else None
+        ]
         ops.broadcast_object_list(box, from_process=0)
-        return iter(box[0])
+        return iter(cast("list[list[int]]", box[0]))  # rank 0's, broadcast
 
     def _rounds(self) -> Iterator[tuple[list[int], int, bool]]:
         """(this rank's share, the round's real samples if it is the epoch's last else -1,

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TypedDict, cast
 
 import torch
 from torch.utils.data import BatchSampler, IterableDataset
@@ -27,7 +27,7 @@ class BatchSamplerShard(BatchSampler):
 
     def __init__(
         self,
-        batch_sampler: Iterable[list[Any]],
+        batch_sampler: Iterable[list[int]],
         num_processes: int = 1,
         process_index: int = 0,
         split_batches: bool = False,
@@ -49,7 +49,7 @@ class BatchSamplerShard(BatchSampler):
             )
 
     @property
-    def sampler(self) -> Any:  # type: ignore[override]
+    def sampler(self) -> object:  # type: ignore[override]
         return getattr(self.batch_sampler, "sampler", None)
 
     @property
@@ -72,13 +72,13 @@ class BatchSamplerShard(BatchSampler):
             return math.ceil(total / n)
         return total // n + (1 if self.process_index < total % n else 0)
 
-    def __iter__(self) -> Iterator[list[Any]]:
+    def __iter__(self) -> Iterator[list[int]]:
         batches = [list(b) for b in self.batch_sampler]
         if self.split_batches:
             return self._split(batches)
         return self._dealt(batches)
 
-    def _dealt(self, batches: list[list[Any]]) -> Iterator[list[Any]]:
+    def _dealt(self, batches: list[list[int]]) -> Iterator[list[int]]:
         n, me, size = self.num_processes, self.process_index, self.batch_size
         if not batches:
             return
@@ -99,7 +99,7 @@ class BatchSamplerShard(BatchSampler):
             tail += [[next(samples) for _ in range(size)] for _ in range(n - len(tail))]
         yield tail[me]
 
-    def _split(self, batches: list[list[Any]]) -> Iterator[list[Any]]:
+    def _split(self, batches: list[list[int]]) -> Iterator[list[int]]:
         size = self.batch_size
         assert size is not None
         part = size // self.num_processes
@@ -113,14 +113,22 @@ class BatchSamplerShard(BatchSampler):
                 yield mine
 
 
-class IterableDatasetShard(IterableDataset[Any]):
+class _ShardState(TypedDict, total=False):
+    """What ``IterableDatasetShard.state_dict`` holds."""
+
+    groups: int
+    first: list[object] | None
+    dataset: object
+
+
+class IterableDatasetShard(IterableDataset[object]):
     """The samples of ``dataset`` that process ``process_index`` gets: of every
     ``batch_size * num_processes`` samples (``batch_size`` with ``split_batches``), its slice.
     Without ``drop_last`` the last, short group is completed from the first one."""
 
     def __init__(
         self,
-        dataset: Iterable[Any],
+        dataset: Iterable[object],
         batch_size: int = 1,
         drop_last: bool = False,
         num_processes: int = 1,
@@ -136,21 +144,21 @@ class IterableDatasetShard(IterableDataset[Any]):
         self.num_processes, self.process_index = num_processes, process_index
         self.split_batches = split_batches
         self._groups = 0  # global batches read in the running iteration
-        self._first: list[Any] | None = None  # its first one, the source of the completion
-        self._resume: dict[str, Any] | None = None
+        self._first: list[object] | None = None  # its first one, the source of the completion
+        self._resume: _ShardState | None = None
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         """Where the running iteration is: global batches read, the first of them, and the
         dataset's own state where it keeps one (a StatefulDataLoader saves this)."""
-        state: dict[str, Any] = {"groups": self._groups, "first": self._first}
+        state: dict[str, object] = {"groups": self._groups, "first": self._first}
         if hasattr(self.dataset, "state_dict"):
             state["dataset"] = self.dataset.state_dict()
         return state
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
         """Continue from ``state`` at the next iteration: a dataset with its own state
         continues from it; any other is read again up to the saved position."""
-        self._resume = dict(state)
+        self._resume = cast(_ShardState, dict(state))
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -165,7 +173,7 @@ class IterableDatasetShard(IterableDataset[Any]):
         rounds = total // group if self.drop_last else math.ceil(total / group)
         return rounds * self.batch_size
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[object]:
         generator = getattr(self.dataset, "generator", None)
         if not hasattr(self.dataset, "set_epoch") and isinstance(generator, torch.Generator):
             # a dataset that shuffles with its own generator reshuffles per epoch, the same
@@ -182,7 +190,7 @@ class IterableDatasetShard(IterableDataset[Any]):
                 self.dataset.load_state_dict(resume["dataset"])
             else:
                 skip = self._groups
-        buffer: list[Any] = []
+        buffer: list[object] = []
         for sample in self.dataset:
             buffer.append(sample)
             if len(buffer) == group:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator, Sized
+from typing import cast
 
 from torch.utils.data import BatchSampler
 
@@ -12,7 +12,7 @@ class SkipBatchSampler(BatchSampler):
     """Yields ``batch_sampler``'s batches from index ``skip_batches`` on (the skipped index
     lists are drawn, but no sample is loaded for them)."""
 
-    def __init__(self, batch_sampler: Any, skip_batches: int = 0) -> None:
+    def __init__(self, batch_sampler: Iterable[list[int]], skip_batches: int = 0) -> None:
         # BatchSampler.__init__ wants (sampler, batch_size, drop_last); this wraps a whole one.
         self.batch_sampler = batch_sampler
         self.skip_batches = skip_batches
@@ -25,7 +25,7 @@ class SkipBatchSampler(BatchSampler):
     @property
     def total_length(self) -> int:
         """Batches in the wrapped sampler, skipped ones included."""
-        return len(self.batch_sampler)
+        return len(cast(Sized, self.batch_sampler))
 
     def __len__(self) -> int:
-        return len(self.batch_sampler) - self.skip_batches
+        return len(cast(Sized, self.batch_sampler)) - self.skip_batches

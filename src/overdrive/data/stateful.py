@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 import functools
 from collections.abc import Iterator
-from typing import Any
+from typing import Protocol, cast
 
 
 def stateful_loader_class() -> type:
@@ -27,7 +27,7 @@ def stateful_loader_class() -> type:
             "use_stateful_dataloader off (prepared loaders resume exactly without it: "
             "state_dict / load_state_dict, save_state / load_state)"
         ) from exc
-    return StatefulDataLoader
+    return cast(type, StatefulDataLoader)  # torchdata may be installed without types
 
 
 def is_stateful_class(cls: type) -> bool:
@@ -44,9 +44,19 @@ def stateful_variant(cls: type, mixin: type | None = None) -> type:
     then the stateful loader's (``super()`` in ``cls`` reaches it before ``DataLoader``)."""
     loader = stateful_loader_class()
     bases = (cls, loader) if mixin is None else (mixin, cls, loader)
-    namespace: dict[str, Any] = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
+    namespace: dict[str, object] = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
     namespace["__doc__"] = cls.__doc__
     return type(cls)(cls.__name__, bases, namespace)
+
+
+class StatefulReader(Protocol):
+    """A loader with a position of its own (torchdata's ``StatefulDataLoader``)."""
+
+    def __iter__(self) -> Iterator[object]: ...
+
+    def state_dict(self) -> dict[str, object]: ...
+
+    def load_state_dict(self, state: dict[str, object], /) -> None: ...
 
 
 class Pulls:
@@ -54,19 +64,21 @@ class Pulls:
     reads: ``after(n)`` is its state once ``n`` batches were read (rounds are read ahead, so
     the state after a round handed out is an earlier one than the newest)."""
 
-    def __init__(self, loader: Any, keep: int = 64) -> None:
+    def __init__(self, loader: StatefulReader, keep: int = 64) -> None:
         self.loader = loader
         self.reads = 0
-        self._states: collections.deque[tuple[int, dict[str, Any]]] = collections.deque(maxlen=keep)
+        self._states: collections.deque[tuple[int, dict[str, object]]] = collections.deque(
+            maxlen=keep
+        )
 
-    def after(self, reads: int) -> dict[str, Any] | None:
+    def after(self, reads: int) -> dict[str, object] | None:
         """The state once ``reads`` batches were read (the newest known if not kept)."""
         for n, state in reversed(self._states):
             if n == reads:
                 return state
         return self._states[-1][1] if self._states else None
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[object]:
         iterator = iter(self.loader)
         while True:
             self._states.append((self.reads, self.loader.state_dict()))
