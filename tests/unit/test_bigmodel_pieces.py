@@ -71,6 +71,14 @@ def test_max_memory_converts_the_callers_dict_in_place() -> None:
     assert given == {"cpu": 4 * 10**9, "disk": 100}
 
 
+def test_max_memory_takes_bytes_as_a_float() -> None:
+    # get_balanced_memory keeps 90% of a single GPU (a float), and infer_auto_device_map reads
+    # that budget back through get_max_memory (an AttributeError: float has no upper())
+    assert get_max_memory({"cpu": 900.0, "disk": 100}) == {"cpu": 900.0, "disk": 100}
+    with pytest.raises(ConfigError, match=r"max_memory\['cpu'\]"):
+        get_max_memory({"cpu": -1.5})
+
+
 def test_balanced_memory_over_two_gpus_leaves_the_last_its_whole_budget() -> None:
     model = nn.Sequential(*[nn.Linear(8, 8) for _ in range(4)])  # 288 bytes per layer
     memory = get_balanced_memory(model, max_memory={0: 10_000, 1: 10_000})

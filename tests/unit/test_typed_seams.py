@@ -15,6 +15,7 @@ SRC = ROOT / "src"
 MAX_ANY_PER_1000_LINES = 15
 
 TYPED_PACKAGES = [
+    "overdrive.bigmodel",
     "overdrive.checkpoint",
     "overdrive.data",
     "overdrive.ds",

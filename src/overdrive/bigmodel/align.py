@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import cast
 
 import torch
 from torch import nn
 
+from overdrive.bigmodel.device_map import Device
 from overdrive.bigmodel.hooks import ModelHook, module_lock
 from overdrive.bigmodel.moves import find_device, send_to_device
 from overdrive.bigmodel.sizes import get_non_persistent_buffers, named_module_tensors
@@ -18,7 +19,7 @@ from overdrive.bigmodel.tensors import TiedMap, set_module_tensor_to_device
 from overdrive.bigmodel.ties import resolve
 
 
-def _is_meta(device: Any) -> bool:
+def _is_meta(device: object) -> bool:
     return device == "meta" or device == torch.device("meta")
 
 
@@ -38,7 +39,7 @@ class AlignDevicesHook(ModelHook):
         execution_device: int | str | torch.device | None = None,
         offload: bool = False,
         io_same_device: bool = False,
-        weights_map: Mapping[str, Any] | None = None,
+        weights_map: Mapping[str, torch.Tensor] | None = None,
         offload_buffers: bool = False,
         place_submodules: bool = False,
         skip_keys: str | list[str] | None = None,
@@ -57,7 +58,7 @@ class AlignDevicesHook(ModelHook):
         self.buffer_original_devices: dict[str, torch.device] = {}
         self.original_devices: dict[str, torch.device] = {}
         self.tied_params_names: set[str] = set()
-        self.tied_pointers_to_remove: set[tuple[int, Any]] = set()
+        self.tied_pointers_to_remove: set[tuple[int, Device]] = set()
 
     def __repr__(self) -> str:
         return (
@@ -109,7 +110,7 @@ class AlignDevicesHook(ModelHook):
             # A tied weight read from disk has no stable address: remember it by name, and
             # register its address when it is loaded for a forward.
             tied = self.tied_params_map
-            if tied is not None and resolve(module, name).data_ptr() in tied:
+            if tied is not None and cast(torch.Tensor, resolve(module, name)).data_ptr() in tied:
                 self.tied_params_names.add(name)
             set_module_tensor_to_device(module, name, "meta")
         if device is not None:
@@ -132,8 +133,8 @@ class AlignDevicesHook(ModelHook):
         return self.weights_map.get(key)
 
     def pre_forward(
-        self, module: nn.Module, *args: Any, **kwargs: Any
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        self, module: nn.Module, *args: object, **kwargs: object
+    ) -> tuple[tuple[object, ...], dict[str, object]]:
         if self.io_same_device:
             self.input_device = find_device([args, kwargs])
         if self.offload:
@@ -148,25 +149,26 @@ class AlignDevicesHook(ModelHook):
         assert self.weights_map is not None
         self.tied_pointers_to_remove = set()
         tied = self.tied_params_map
+        device = cast(Device, self.execution_device)  # an offloading hook has one
         for name in self._offloaded(module):
             value = self.weights_map[name]
             if tied is not None:
                 if name in self.tied_params_names and value.data_ptr() not in tied:
                     tied[value.data_ptr()] = {}
                 copies = tied.get(value.data_ptr())
-                if copies is not None and self.execution_device not in copies:
-                    self.tied_pointers_to_remove.add((value.data_ptr(), self.execution_device))
+                if copies is not None and device not in copies:
+                    self.tied_pointers_to_remove.add((value.data_ptr(), device))
             set_module_tensor_to_device(
                 module,
                 name,
-                self.execution_device,  # type: ignore[arg-type]
+                device,
                 value=value,
                 fp16_statistics=self._statistics(name, value),
                 tied_params_map=tied,
                 clear_cache=False,  # emptying the allocator's cache per weight only costs time
             )
 
-    def post_forward(self, module: nn.Module, output: Any) -> Any:
+    def post_forward(self, module: nn.Module, output: object) -> object:
         if self.offload:
             for name in self._offloaded(module):
                 set_module_tensor_to_device(module, name, "meta", clear_cache=False)

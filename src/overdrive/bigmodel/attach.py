@@ -4,12 +4,13 @@ on the blocks of a device map (one hook per block, offloaded or not)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import cast
 
 import torch
 from torch import nn
 
 from overdrive.bigmodel.align import AlignDevicesHook
+from overdrive.bigmodel.device_map import Device
 from overdrive.bigmodel.hooks import add_hook_to_module
 from overdrive.bigmodel.sizes import named_module_tensors
 from overdrive.bigmodel.store import PrefixedDataset
@@ -42,9 +43,9 @@ def attach_execution_device_hook(
 
 def attach_align_device_hook(
     module: nn.Module,
-    execution_device: torch.device | None = None,
+    execution_device: Device | None = None,
     offload: bool = False,
-    weights_map: Mapping[str, Any] | None = None,
+    weights_map: Mapping[str, torch.Tensor] | None = None,
     offload_buffers: bool = False,
     module_name: str = "",
     skip_keys: SkipKeys = None,
@@ -89,9 +90,9 @@ def attach_align_device_hook(
 
 def attach_align_device_hook_on_blocks(
     module: nn.Module,
-    execution_device: Any = None,
+    execution_device: Device | Mapping[str, Device] | None = None,
     offload: bool | dict[str, bool] = False,
-    weights_map: Mapping[str, Any] | None = None,
+    weights_map: Mapping[str, torch.Tensor] | None = None,
     offload_buffers: bool = False,
     module_name: str = "",
     skip_keys: SkipKeys = None,
@@ -124,10 +125,11 @@ def attach_align_device_hook_on_blocks(
             )
             add_hook_to_module(module, hook)
         return
-    devices = (
+    # offload is a dict here; a device of None stays None, as the hooks take it
+    devices: Mapping[str, Device] = (
         execution_device
         if isinstance(execution_device, Mapping)
-        else dict.fromkeys(offload, execution_device)  # type: ignore[arg-type]
+        else dict.fromkeys(cast("dict[str, bool]", offload), cast(Device, execution_device))
     )
     offloads = offload if isinstance(offload, Mapping) else dict.fromkeys(devices, offload)
     _attach_block(
@@ -151,9 +153,9 @@ def attach_align_device_hook_on_blocks(
 def _attach_block(
     module: nn.Module,
     name: str,
-    devices: Mapping[str, Any],
+    devices: Mapping[str, Device],
     offloads: Mapping[str, bool],
-    weights_map: Mapping[str, Any] | None,
+    weights_map: Mapping[str, torch.Tensor] | None,
     offload_buffers: bool,
     skip_keys: SkipKeys,
     preload_module_classes: list[str] | None,

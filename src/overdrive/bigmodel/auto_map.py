@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import cast
 
 import torch
 from torch import nn
 
-from overdrive.bigmodel.device_map import clean_device_map
-from overdrive.bigmodel.memory import _as_list, get_max_memory
+from overdrive.bigmodel.device_map import DeviceMap, clean_device_map
+from overdrive.bigmodel.memory import MaxMemory, _as_list, get_max_memory
 from overdrive.bigmodel.sizes import (
+    Entry,
     compute_module_sizes,
     compute_module_total_buffer_size,
     get_max_layer_size,
@@ -31,25 +33,24 @@ from overdrive.bigmodel.tied_sizes import (
 from overdrive.bigmodel.ties import find_tied_parameters, warn_if_untied
 
 logger = logging.getLogger("overdrive.bigmodel")
-Entry = tuple[str, Any]
 
 
 @dataclass
 class _Placement:
     """The state of one run of the placement loop."""
 
-    devices: list[Any]
-    memory: dict[Any, Any]
-    main_devices: list[Any]
-    sizes: dict[str, Any]
+    devices: list[int | str]
+    memory: dict[int | str, float]  # bytes (get_max_memory's: numbers only)
+    main_devices: list[int | str]
+    sizes: dict[str, float]
     no_split: list[str]
     pending: list[Entry]
-    device_map: dict[str, Any] = field(default_factory=dict)
+    device_map: DeviceMap = field(default_factory=dict)
     index: int = 0
-    used: dict[Any, Any] = field(default_factory=dict)
-    buffers: dict[Any, Any] = field(default_factory=dict)
-    unfilled: dict[Any, Any] = field(default_factory=dict)
-    largest: Any = 0
+    used: dict[int | str, float] = field(default_factory=dict)
+    buffers: dict[int | str, float] = field(default_factory=dict)
+    unfilled: dict[int | str, float] = field(default_factory=dict)
+    largest: float = 0
     largest_names: list[str] = field(default_factory=list)
 
     def measure_largest(self) -> None:
@@ -57,7 +58,9 @@ class _Placement:
         self.largest, self.largest_names = get_max_layer_size(modules, self.sizes, self.no_split)
 
 
-def _devices_and_main(memory: dict[Any, Any]) -> tuple[list[Any], list[Any]]:
+def _devices_and_main(
+    memory: dict[int | str, float],
+) -> tuple[list[int | str], list[int | str]]:
     devices = list(memory)
     if "disk" not in devices:
         devices.append("disk")
@@ -69,7 +72,7 @@ def _devices_and_main(memory: dict[Any, Any]) -> tuple[list[Any], list[Any]]:
 
 def infer_auto_device_map(
     model: nn.Module,
-    max_memory: dict[Any, Any] | None = None,
+    max_memory: MaxMemory | None = None,
     no_split_module_classes: list[str] | None = None,
     dtype: str | torch.dtype | None = None,
     special_dtypes: dict[str, str | torch.dtype] | None = None,
@@ -77,11 +80,11 @@ def infer_auto_device_map(
     clean_result: bool = True,
     offload_buffers: bool = False,
     fallback_allocation: bool = False,
-) -> dict[str, Any]:
+) -> DeviceMap:
     """A device map for ``model`` within ``max_memory`` (measured when None): GPUs first, then
     the CPU, then the disk. ``fallback_allocation`` fills a device no module fits whole with
     the first smaller part that does. Works on a model on the meta device."""
-    memory = get_max_memory(max_memory)
+    memory = cast("dict[int | str, float]", get_max_memory(max_memory))  # numbers only
     devices, main_devices = _devices_and_main(memory)
     tied = find_tied_parameters(model)
     warn_if_untied(model, tied)
@@ -94,7 +97,7 @@ def infer_auto_device_map(
         pending=top_level_entries(model),
         used={d: 0 for d in devices},
     )
-    say = print if verbose else (lambda *_: None)
+    say: Callable[[str], None] = print if verbose else (lambda *_: None)
     run.largest, run.largest_names = get_max_layer_size(run.pending, run.sizes, run.no_split)
     while run.pending:
         name, module = run.pending.pop(0)
@@ -121,20 +124,20 @@ def infer_auto_device_map(
 def _place_one(
     run: _Placement,
     name: str,
-    module: Any,
+    module: nn.Module | torch.Tensor,
     tied: list[list[str]],
-    dtype: Any,
-    special_dtypes: Any,
+    dtype: str | torch.dtype | None,
+    special_dtypes: dict[str, str | torch.dtype] | None,
     offload_buffers: bool,
     fallback_allocation: bool,
-    say: Any,
+    say: Callable[[str], None],
 ) -> None:
     size = run.sizes[name]
     outside = ties_leaving(name, tied)
     device = run.devices[run.index]
     limit = None if device == "disk" else run.memory[device]
-    reserved = 0
-    if device in run.main_devices:
+    reserved: float = 0
+    if device in run.main_devices and limit is not None:  # a main device is never the disk
         limit, reserved = limit - run.largest, run.largest
     with_ties, tied_names, tied_modules = get_module_size_with_ties(
         outside, size, run.sizes, run.pending
@@ -157,13 +160,13 @@ def _place_one(
                 continue
             say(f"Splitting {tied_name}.")
             at = next(i for i, (n, _) in enumerate(run.pending) if n == tied_name)
-            parts = own_parts(tied_name, tied_module)
+            parts = own_parts(tied_name, cast(nn.Module, tied_module))  # not a leaf
             run.pending = [(name, module), *run.pending[:at], *parts, *run.pending[at + 1 :]]
             run.measure_largest()
             return
     if run.used[device] + size >= limit and not is_leaf_layer(module, run.no_split):
         say(f"Splitting {name}.")
-        run.pending = [*own_parts(name, module), *run.pending]
+        run.pending = [*own_parts(name, cast(nn.Module, module)), *run.pending]  # not a leaf
         run.measure_largest()
         return
     if run.used[device] == 0 and fallback_allocation and device != "disk":
@@ -172,7 +175,8 @@ def _place_one(
             run.pending, run.sizes, room - run.used[device], run.no_split, tied
         )
         if found_name is not None:
-            run.pending = [(found_name, found), (name, module), *rest]
+            part = cast("nn.Module | torch.Tensor", found)  # found with its name
+            run.pending = [(found_name, part), (name, module), *rest]
             return
     if run.used[device] == 0:
         run.unfilled[device] = with_ties + reserved

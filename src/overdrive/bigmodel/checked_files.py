@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import TypedDict
 
 import torch
 
@@ -42,6 +42,14 @@ _DTYPES: dict[str, torch.dtype] = {
     }.items()
     if hasattr(torch, attr)
 }
+
+
+class _Entry(TypedDict):
+    """One tensor of a safetensors header."""
+
+    dtype: str
+    shape: list[int]
+    data_offsets: list[int]  # [begin, end) after the header
 
 
 class WeightFileError(OverdriveError, OSError):
@@ -148,8 +156,8 @@ class SafetensorsFile(CheckedFile):
             raise WeightFileError(
                 self.path, f"its safetensors header is not JSON ({error})"
             ) from None
-        self._metadata = header.pop("__metadata__", None)
-        self._entries: dict[str, dict[str, Any]] = header
+        self._metadata: dict[str, str] | None = header.pop("__metadata__", None)
+        self._entries: dict[str, _Entry] = header
         self._start = 8 + length
         end = max((int(e["data_offsets"][1]) for e in header.values()), default=0)
         if self._start + end > self.size:

@@ -8,11 +8,11 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from overdrive.bigmodel.checked_files import SafetensorsFile
+from overdrive.bigmodel.device_map import Device, DeviceMap
 from overdrive.errors import ConfigError
 
 logger = logging.getLogger("overdrive.bigmodel")
@@ -73,12 +73,12 @@ def _safetensors_format(handle: SafetensorsFile) -> None:
         raise ValueError(f"The checkpoint passed was saved with {kind}, we need a the pt format.")
 
 
-def _device_name(device: Any) -> Any:
+def _device_name(device: Device) -> Device:
     return f"cuda:{device}" if isinstance(device, int) else device
 
 
 def load_state_dict(
-    checkpoint_file: str | os.PathLike[str], device_map: dict[str, Any] | None = None
+    checkpoint_file: str | os.PathLike[str], device_map: DeviceMap | None = None
 ) -> dict[str, torch.Tensor]:
     """The tensors of one weights file; a safetensors file with a ``device_map`` puts each
     tensor on its device (``"disk"`` entries and unmapped ones on the CPU). Safetensors files
@@ -86,7 +86,8 @@ def load_state_dict(
     never stay backed by a file that may be truncated under them (a SIGBUS)."""
     path = str(checkpoint_file)
     if not path.endswith(".safetensors"):
-        return torch.load(path, map_location="cpu", weights_only=True)
+        loaded: dict[str, torch.Tensor] = torch.load(path, map_location="cpu", weights_only=True)
+        return loaded
     handle = SafetensorsFile(path)
     try:
         _safetensors_format(handle)
@@ -95,14 +96,14 @@ def load_state_dict(
         handle.close()
 
 
-def _placed(handle: SafetensorsFile, device_map: dict[str, Any] | None) -> dict[str, torch.Tensor]:
+def _placed(handle: SafetensorsFile, device_map: DeviceMap | None) -> dict[str, torch.Tensor]:
     names = handle.keys()
     if device_map is None:
         return {n: handle.get_tensor(n) for n in names}
     devices = [d for d in dict.fromkeys(device_map.values()) if d != "disk"]
     if "cpu" not in devices:
         devices.append("cpu")
-    wanted: dict[Any, list[str]] = {d: [] for d in devices}
+    wanted: dict[Device, list[str]] = {d: [] for d in devices}
     for module, device in device_map.items():
         if device in wanted:
             wanted[device] += [n for n in names if n == module or n.startswith(module + ".")]

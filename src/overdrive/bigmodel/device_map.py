@@ -4,14 +4,19 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TypeAlias
 
+import torch
 from torch import nn
 
 from overdrive.errors import ConfigError
 
+# Where a part of a model lives: a GPU index, "cpu", "disk", "mps"... or a torch device.
+Device: TypeAlias = int | str | torch.device
+DeviceMap: TypeAlias = dict[str, Device]
 
-def clean_device_map(device_map: dict[str, Any], module_name: str = "") -> dict[str, Any]:
+
+def clean_device_map(device_map: DeviceMap, module_name: str = "") -> DeviceMap:
     """Merge entries: wherever every entry under a module shares one device, the module gets
     one entry (in place; returns the map)."""
     prefix = f"{module_name}." if module_name else ""
@@ -32,7 +37,7 @@ def clean_device_map(device_map: dict[str, Any], module_name: str = "") -> dict[
     return device_map
 
 
-def check_device_map(model: nn.Module, device_map: dict[str, Any]) -> None:
+def check_device_map(model: nn.Module, device_map: DeviceMap) -> None:
     """Refuse a map that leaves a weight of ``model`` without a device; warn for keys that
     name no submodule."""
     modules = dict(model.named_modules())
@@ -59,12 +64,12 @@ def check_device_map(model: nn.Module, device_map: dict[str, Any]) -> None:
         )
 
 
-def execution_device_of(device: Any, main_device: Any) -> Any:
+def execution_device_of(device: Device, main_device: Device) -> Device:
     """Where a part placed on ``device`` computes: offloaded parts run on the main device."""
     return main_device if device in ("cpu", "disk") else device
 
 
-def main_device_of(device_map: dict[str, Any]) -> Any:
+def main_device_of(device_map: DeviceMap) -> Device:
     """The device offloaded parts compute on: the first one that is not the CPU or the disk."""
     accelerators = set(device_map.values()) - {"cpu", "disk"}
     return next(iter(accelerators)) if accelerators else "cpu"

@@ -7,19 +7,27 @@ from __future__ import annotations
 import functools
 import logging
 import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
 
 from overdrive.bigmodel.align import AlignDevicesHook
 from overdrive.bigmodel.attach import attach_align_device_hook, attach_align_device_hook_on_blocks
-from overdrive.bigmodel.device_map import check_device_map, execution_device_of, main_device_of
+from overdrive.bigmodel.device_map import (
+    Device,
+    DeviceMap,
+    check_device_map,
+    execution_device_of,
+    main_device_of,
+)
 from overdrive.bigmodel.hooks import add_hook_to_module
 from overdrive.bigmodel.offload_hooks import CpuOffload, UserCpuOffloadHook
 from overdrive.bigmodel.store import (
     INDEX,
+    IndexEntry,
     OffloadedWeightsLoader,
     extract_submodules_state_dict,
     offload_state_dict,
@@ -54,9 +62,9 @@ def cpu_offload(
 
 def _offload_all(
     model: nn.Module,
-    execution_device: Any,
+    execution_device: Device | None,
     offload_buffers: bool,
-    weights: Any,
+    weights: Mapping[str, torch.Tensor] | None,
     preload_module_classes: list[str] | None,
 ) -> nn.Module:
     """Every module's weights from ``weights``, onto the execution device for its forward;
@@ -107,15 +115,16 @@ def disk_offload(
     return _offload_all(model, execution_device, offload_buffers, weights, preload_module_classes)
 
 
-def _warn_on_move(method: Any, model: nn.Module) -> Any:
+def _warn_on_move(method: Callable[..., object], model: nn.Module) -> Any:
     """``model.to`` / ``model.cuda`` that warn (a dispatched model's hooks place it) and refuse
     when weights are offloaded (they are on the meta device)."""
 
     @functools.wraps(method)
-    def moved(*args: Any, **kwargs: Any) -> Any:
+    def moved(*args: object, **kwargs: object) -> object:
         message = "You shouldn't move a model that is dispatched using accelerate hooks."
         if method.__name__ == "to":
-            target = torch._C._nn._parse_to(*args, **kwargs)[0]
+            parse_to: Callable[..., tuple[object, ...]] = torch._C._nn._parse_to
+            target = parse_to(*args, **kwargs)[0]
             if target is not None:
                 logger.warning(message)
         else:
@@ -133,7 +142,7 @@ def _tied_addresses(model: nn.Module, tied: list[list[str]]) -> TiedMap:
     addresses: TiedMap = {}
     for group in tied:
         for name in group:
-            tensor = resolve(model, name)
+            tensor = cast(torch.Tensor, resolve(model, name))
             if tensor.device.type != "meta":  # a disk-offloaded tie has no stable address
                 addresses[tensor.data_ptr()] = {}
     return addresses
@@ -141,11 +150,11 @@ def _tied_addresses(model: nn.Module, tied: list[list[str]]) -> TiedMap:
 
 def dispatch_model(
     model: nn.Module,
-    device_map: dict[str, Any],
-    main_device: Any = None,
+    device_map: DeviceMap,
+    main_device: Device | None = None,
     state_dict: dict[str, torch.Tensor] | None = None,
     offload_dir: PathLike | None = None,
-    offload_index: dict[str, Any] | None = None,
+    offload_index: dict[str, IndexEntry] | None = None,
     offload_buffers: bool = False,
     skip_keys: str | list[str] | None = None,
     preload_module_classes: list[str] | None = None,
@@ -176,11 +185,11 @@ def dispatch_model(
 
 def _dispatch_with_hooks(
     model: nn.Module,
-    device_map: dict[str, Any],
-    main_device: Any,
+    device_map: DeviceMap,
+    main_device: Device | None,
     state_dict: dict[str, torch.Tensor] | None,
     offload_dir: PathLike | None,
-    offload_index: dict[str, Any] | None,
+    offload_index: dict[str, IndexEntry] | None,
     offload_buffers: bool,
     skip_keys: str | list[str] | None,
     preload_module_classes: list[str] | None,

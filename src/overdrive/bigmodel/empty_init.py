@@ -22,11 +22,11 @@ def init_on_device(device: torch.device | str, include_buffers: bool = False) ->
         return
     original = nn.Module.register_parameter
 
-    def register_parameter(module: nn.Module, name: str, param: Any) -> None:
+    def register_parameter(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
         original(module, name, param)
         if param is None:
             return
-        made: Any = module._parameters[name]
+        made: Any = module._parameters[name]  # its class may take fields of its own
         extras = dict(made.__dict__)
         extras["requires_grad"] = param.requires_grad
         initialized = extras.pop("_is_hf_initialized", None)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import functools
 import threading
 import weakref
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -31,12 +32,12 @@ class ModelHook:
         return module
 
     def pre_forward(
-        self, module: nn.Module, *args: Any, **kwargs: Any
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        self, module: nn.Module, *args: object, **kwargs: object
+    ) -> tuple[tuple[object, ...], dict[str, object]]:
         """Called before the forward with its arguments; returns the arguments to use."""
         return args, kwargs
 
-    def post_forward(self, module: nn.Module, output: Any) -> Any:
+    def post_forward(self, module: nn.Module, output: object) -> object:
         """Called after the forward with its output; returns the output to give back."""
         return output
 
@@ -57,13 +58,13 @@ class SequentialHook(ModelHook):
         return module
 
     def pre_forward(
-        self, module: nn.Module, *args: Any, **kwargs: Any
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        self, module: nn.Module, *args: object, **kwargs: object
+    ) -> tuple[tuple[object, ...], dict[str, object]]:
         for hook in self.hooks:
             args, kwargs = hook.pre_forward(module, *args, **kwargs)
         return args, kwargs
 
-    def post_forward(self, module: nn.Module, output: Any) -> Any:
+    def post_forward(self, module: nn.Module, output: object) -> object:
         for hook in self.hooks:
             output = hook.post_forward(module, output)
         return output
@@ -89,7 +90,7 @@ def module_lock(module: nn.Module) -> threading.RLock:
         return lock
 
 
-def _hooked_forward(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+def _hooked_forward(module: nn.Module, *args: object, **kwargs: object) -> object:
     with module_lock(module):
         hook: ModelHook = module._hf_hook  # type: ignore[assignment]
         args, kwargs = hook.pre_forward(module, *args, **kwargs)
@@ -107,7 +108,7 @@ def _is_fx_graph_module(module: nn.Module) -> bool:
     return "GraphModuleImpl" in str(type(module))
 
 
-def _set_forward(module: Any, forward: Any) -> None:
+def _set_forward(module: Any, forward: Callable[..., object]) -> None:
     if _is_fx_graph_module(module):
         type(module).forward = forward
     else:
@@ -131,13 +132,13 @@ def add_hook_to_module(module: nn.Module, hook: ModelHook, append: bool = False)
     target._hf_hook = hook
     wrapped = functools.update_wrapper(functools.partial(_hooked_forward, target), original)
     _set_forward(target, wrapped)
-    return target
+    return cast(nn.Module, target)  # what init_hook returned
 
 
 def remove_hook_from_module(module: nn.Module, recurse: bool = False) -> nn.Module:
     """Take the hook off ``module`` (and its submodules when ``recurse``), restoring the
     forward it had and dropping the methods ``dispatch_model`` wrapped."""
-    target: Any = module
+    target: Any = module  # as in add_hook_to_module
     if hasattr(target, "_hf_hook"):
         target._hf_hook.detach_hook(target)
         delattr(target, "_hf_hook")

@@ -8,18 +8,24 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
 
 from overdrive.bigmodel.auto_map import infer_auto_device_map
 from overdrive.bigmodel.checkpoint_files import checkpoint_files, load_state_dict
+from overdrive.bigmodel.device_map import Device, DeviceMap
 from overdrive.bigmodel.dispatch import dispatch_model
-from overdrive.bigmodel.memory import get_balanced_memory
+from overdrive.bigmodel.memory import MaxMemory, get_balanced_memory
 from overdrive.bigmodel.sizes import as_dtype
-from overdrive.bigmodel.store import load_offloaded_weight, offload_weight, save_offload_index
+from overdrive.bigmodel.store import (
+    IndexEntry,
+    load_offloaded_weight,
+    offload_weight,
+    save_offload_index,
+)
 from overdrive.bigmodel.tensors import set_module_tensor_to_device
 from overdrive.bigmodel.ties import (
     check_tied_parameters_on_same_device,
@@ -35,7 +41,7 @@ PathLike = str | os.PathLike[str]
 
 
 def load_offloaded_weights(
-    model: nn.Module, index: dict[str, Any] | None, offload_folder: PathLike
+    model: nn.Module, index: Mapping[str, Mapping[str, object]] | None, offload_folder: PathLike
 ) -> None:
     """Read every weight of the offload ``index`` back from ``offload_folder`` onto the CPU,
     into ``model``."""
@@ -90,7 +96,7 @@ def _load_whole(
 def load_checkpoint_in_model(
     model: nn.Module,
     checkpoint: PathLike,
-    device_map: dict[str, Any] | None = None,
+    device_map: DeviceMap | None = None,
     offload_folder: PathLike | None = None,
     dtype: str | torch.dtype | None = None,
     offload_state_dict: bool = False,
@@ -131,8 +137,8 @@ def load_checkpoint_in_model(
     expected = set(model.state_dict())
     buffer_names = {name for name, _ in model.named_buffers()}
     parked = tempfile.mkdtemp() if offload_state_dict else None
-    parked_index: dict[str, Any] = {}
-    disk_index: dict[str, Any] = {}
+    parked_index: dict[str, IndexEntry] = {}
+    disk_index: dict[str, IndexEntry] = {}
     seen: set[str] = set()
     unexpected: set[str] = set()
     for path in checkpoint_files(checkpoint):
@@ -171,7 +177,7 @@ def load_checkpoint_in_model(
     _refuse_empty_missing(model, checkpoint, expected - seen)
 
 
-def _device_for(name: str, device_map: dict[str, Any]) -> Any:
+def _device_for(name: str, device_map: DeviceMap) -> Device:
     try:
         return device_of(name, device_map)
     except ValueError:
@@ -231,8 +237,8 @@ def _refuse_empty_missing(model: nn.Module, checkpoint: PathLike, missing: set[s
 def load_checkpoint_and_dispatch(
     model: nn.Module,
     checkpoint: PathLike,
-    device_map: str | dict[str, Any] | None = None,
-    max_memory: dict[Any, Any] | None = None,
+    device_map: str | DeviceMap | None = None,
+    max_memory: MaxMemory | None = None,
     no_split_module_classes: list[str] | None = None,
     offload_folder: PathLike | None = None,
     offload_buffers: bool = False,

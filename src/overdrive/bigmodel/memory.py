@@ -4,7 +4,7 @@ given as ``max_memory``, and balanced over GPUs so each holds a similar share.""
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TypeAlias, cast
 
 import torch
 from torch import nn
@@ -19,12 +19,15 @@ from overdrive.errors import ConfigError
 
 logger = logging.getLogger("overdrive.bigmodel")
 NAMED_DEVICES = ("mps", "cpu", "disk")
+# Bytes (or a size such as "10GiB") per device: a GPU index, "mps", "cpu", "disk". What
+# get_max_memory returns holds numbers only.
+MaxMemory: TypeAlias = "dict[int | str, float | str]"
 
 
-def _measured() -> dict[Any, Any]:
+def _measured() -> MaxMemory:
     import psutil
 
-    found: dict[Any, Any] = {}
+    found: MaxMemory = {}
     integrated = False
     for index in range(torch.cuda.device_count()):
         try:
@@ -43,7 +46,9 @@ def _measured() -> dict[Any, Any]:
     return found
 
 
-def get_max_memory(max_memory: dict[Any, Any] | None = None) -> dict[Any, Any]:
+def get_max_memory(
+    max_memory: MaxMemory | None = None,
+) -> MaxMemory:
     """Bytes per device: measured when ``max_memory`` is None, else ``max_memory`` with sizes
     as ints, GPUs (by index) first, then ``"mps"``, ``"cpu"``, ``"disk"``.
 
@@ -71,17 +76,18 @@ def get_max_memory(max_memory: dict[Any, Any] | None = None) -> dict[Any, Any]:
             logger.warning(
                 f"max_memory names GPU {index}, but the GPUs here are {list(range(present))}"
             )
-    return {k: sizes[k] for k in [*gpus, *(d for d in NAMED_DEVICES if d in sizes)]}
+    order: list[int | str] = [*gpus, *(d for d in NAMED_DEVICES if d in sizes)]
+    return {k: sizes[k] for k in order}
 
 
-def _is_accelerator(key: Any) -> bool:
+def _is_accelerator(key: int | str) -> bool:
     return isinstance(key, int) or (isinstance(key, str) and key.startswith(("cuda", "mps")))
 
 
 def _largest_unsplit_block(
-    model: nn.Module, module_sizes: dict[str, Any], no_split: list[str]
-) -> Any:
-    first_size: dict[str, Any] = {}
+    model: nn.Module, module_sizes: dict[str, float], no_split: list[str]
+) -> float:
+    first_size: dict[str, float] = {}
     for name, size in module_sizes.items():
         if not name:
             continue
@@ -93,7 +99,7 @@ def _largest_unsplit_block(
     return max(first_size.values(), default=0)
 
 
-def _as_list(classes: Any) -> list[str]:
+def _as_list(classes: str | list[str] | None) -> list[str]:
     if classes is None:
         return []
     return [classes] if isinstance(classes, str) else list(classes)
@@ -101,21 +107,22 @@ def _as_list(classes: Any) -> list[str]:
 
 def get_balanced_memory(
     model: nn.Module,
-    max_memory: dict[Any, Any] | None = None,
+    max_memory: MaxMemory | None = None,
     no_split_module_classes: list[str] | None = None,
     dtype: str | torch.dtype | None = None,
     special_dtypes: dict[str, str | torch.dtype] | None = None,
     low_zero: bool = False,
-) -> dict[Any, Any]:
+) -> MaxMemory:
     """A ``max_memory`` that spreads ``model`` evenly over the GPUs: each but the last gets
     its share plus room for one more block (the largest unsplittable block, or 1.25x the mean
     last-level module); ``low_zero`` keeps GPU 0 as empty as the others allow. Without GPUs
     the memory is returned as it is."""
     measured = max_memory is None
-    memory = get_max_memory(max_memory)
+    budget = get_max_memory(max_memory)
+    memory = cast("dict[int | str, float]", budget)  # numbers only: the same dict
     count = sum(1 for k, v in memory.items() if _is_accelerator(k) and v > 0)
     if count == 0:
-        return memory
+        return budget
     if count == 1:
         low_zero = False
         if measured:  # keep a tenth of the one GPU free for activations
@@ -140,4 +147,4 @@ def get_balanced_memory(
     if low_zero:
         rest = sum(memory[i] for i in range(1, count))
         memory[0] = min(max(0, module_sizes[""] - rest), memory[0])
-    return memory
+    return budget

@@ -4,11 +4,14 @@ default."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TypeVar, cast
 
 import torch
 
+from overdrive.bigmodel.device_map import Device
 from overdrive.ops import rebuild
+
+T = TypeVar("T")
 
 
 def default_execution_device() -> torch.device:
@@ -21,16 +24,16 @@ def default_execution_device() -> torch.device:
 
 
 def send_to_device(
-    data: Any,
-    device: Any,
+    data: T,
+    device: Device | None,
     non_blocking: bool = False,
     skip_keys: list[str] | str | None = None,
-) -> Any:
+) -> T:
     """``data`` with every tensor (and every object with a ``.to``) on ``device``; values of
     mappings under a key in ``skip_keys`` stay where they are."""
     skip = {skip_keys} if isinstance(skip_keys, str) else set(skip_keys or ())
 
-    def move(item: Any) -> Any:
+    def move(item: object) -> object:
         if isinstance(item, torch.Tensor):
             return item.to(device, non_blocking=non_blocking)
         if hasattr(item, "to") and callable(item.to) and not isinstance(item, type):
@@ -44,10 +47,10 @@ def send_to_device(
             return rebuild(item, {k: item[k] if k in skip else move(item[k]) for k in item})
         return item
 
-    return move(data)
+    return cast(T, move(data))  # the same structure, its tensors moved
 
 
-def find_device(data: Any) -> torch.device | None:
+def find_device(data: object) -> torch.device | None:
     """The device of the first tensor in ``data`` (depth first), or None."""
     if isinstance(data, torch.Tensor):
         return data.device

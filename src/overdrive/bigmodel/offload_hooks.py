@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any
 
 import torch
 from torch import nn
@@ -53,8 +52,8 @@ class CpuOffload(ModelHook):
         return module.to("cpu")
 
     def pre_forward(
-        self, module: nn.Module, *args: Any, **kwargs: Any
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        self, module: nn.Module, *args: object, **kwargs: object
+    ) -> tuple[tuple[object, ...], dict[str, object]]:
         previous = self.prev_module_hook
         if isinstance(previous, UserCpuOffloadHook):
             where = _device_of(previous.model)
@@ -102,12 +101,12 @@ class LayerwiseCastingHook(ModelHook):
         return module
 
     def pre_forward(
-        self, module: nn.Module, *args: Any, **kwargs: Any
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        self, module: nn.Module, *args: object, **kwargs: object
+    ) -> tuple[tuple[object, ...], dict[str, object]]:
         module.to(dtype=self.compute_dtype, non_blocking=self.non_blocking)
         return args, kwargs
 
-    def post_forward(self, module: nn.Module, output: Any) -> Any:
+    def post_forward(self, module: nn.Module, output: object) -> object:
         module.to(dtype=self.storage_dtype, non_blocking=self.non_blocking)
         return output
 

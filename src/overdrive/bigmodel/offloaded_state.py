@@ -4,7 +4,6 @@ forwards): what saving such a model writes."""
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import torch
 from torch import nn
@@ -50,9 +49,9 @@ def get_state_dict_offloaded_model(model: nn.Module) -> dict[str, torch.Tensor]:
 def get_state_dict_from_offload(
     module: nn.Module,
     module_name: str,
-    state_dict: dict[str, Any],
+    state_dict: dict[str, object],
     device_to_put_offload: int | str | torch.device = "cpu",
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Fill the entries of ``state_dict`` that belong to ``module`` (named ``module_name``'s
     parent) with its real tensors, read onto ``device_to_put_offload`` when offloaded."""
     root = module_name[: module_name.rfind(".")]

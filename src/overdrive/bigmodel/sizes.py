@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import TypeAlias, cast
 
 import torch
 from torch import nn
@@ -14,6 +14,8 @@ from torch import nn
 from overdrive.bigmodel.custom_dtype import CustomDtype
 from overdrive.errors import ConfigError
 
+# A part of a model by name: a parameter, a buffer or a submodule.
+Entry: TypeAlias = "tuple[str, nn.Module | torch.Tensor]"
 _INTEGER_PREFIXES = ("torch.uint", "torch.int", "torch.bool")
 # Suffix -> (bytes per unit, whether a lower-case final "b" means bits). Binary units first:
 # "GiB" must not be read as "...B".
@@ -30,7 +32,8 @@ _UNITS = (
 def as_dtype(dtype: str | torch.dtype) -> torch.dtype:
     """``"float16"``, ``"torch.float16"`` or ``torch.float16`` as a ``torch.dtype``."""
     if isinstance(dtype, str):
-        return getattr(torch, dtype.replace("torch.", ""))
+        named: torch.dtype = getattr(torch, dtype.replace("torch.", ""))
+        return named
     return dtype
 
 
@@ -39,7 +42,7 @@ def is_integer_dtype(dtype: torch.dtype) -> bool:
     return str(dtype).startswith(_INTEGER_PREFIXES)
 
 
-def dtype_byte_size(dtype: Any) -> float:
+def dtype_byte_size(dtype: object) -> float:
     """Bytes one element of ``dtype`` takes (a bool is an eighth; ``CustomDtype`` values too)."""
 
     if dtype == torch.bool:
@@ -129,13 +132,13 @@ def compute_module_sizes(
     dtype: str | torch.dtype | None = None,
     special_dtypes: dict[str, str | torch.dtype] | None = None,
     buffers_only: bool = False,
-) -> dict[str, Any]:
+) -> dict[str, float]:
     """Bytes under every name prefix of ``model``'s tensors: ``""`` is the whole model, each
     submodule's name its share, each tensor's full name its own size."""
     target = None if dtype is None else as_dtype(dtype)
     special = {k: as_dtype(v) for k, v in (special_dtypes or {}).items()}
     tensors = model.named_buffers() if buffers_only else named_module_tensors(model, recurse=True)
-    sizes: dict[str, Any] = defaultdict(int)
+    sizes: dict[str, float] = defaultdict(int)
     for name, tensor in tensors:
         size = _tensor_bytes(name, tensor, target, special)
         parts = name.split(".")
@@ -148,12 +151,12 @@ def compute_module_total_buffer_size(
     model: nn.Module,
     dtype: str | torch.dtype | None = None,
     special_dtypes: dict[str, str | torch.dtype] | None = None,
-) -> Any:
+) -> float:
     """Bytes of all of ``model``'s buffers."""
     return compute_module_sizes(model, dtype, special_dtypes, buffers_only=True).get("", 0)
 
 
-def is_leaf_layer(module: Any, no_split_module_classes: list[str]) -> bool:
+def is_leaf_layer(module: object, no_split_module_classes: list[str]) -> bool:
     """A layer placed whole: a tensor, a module without children, or one of the classes the
     caller never splits."""
     if not isinstance(module, nn.Module):
@@ -164,13 +167,13 @@ def is_leaf_layer(module: Any, no_split_module_classes: list[str]) -> bool:
 
 
 def get_max_layer_size(
-    modules: list[tuple[str, Any]],
-    module_sizes: dict[str, Any],
+    modules: Sequence[Entry],
+    module_sizes: dict[str, float],
     no_split_module_classes: list[str],
-) -> tuple[Any, list[str]]:
+) -> tuple[float, list[str]]:
     """The size of the largest layer (see :func:`is_leaf_layer`) among ``modules`` and the
     names of every layer of that size."""
-    largest: Any = 0
+    largest: float = 0
     names: list[str] = []
     pending = list(modules)
     while pending:
@@ -182,17 +185,18 @@ def get_max_layer_size(
             elif size == largest:
                 names.append(name)
         else:
-            pending = [(f"{name}.{n}", m) for n, m in module.named_children()] + pending
+            children = cast(nn.Module, module).named_children()  # not a leaf: a module
+            pending = [(f"{name}.{n}", m) for n, m in children] + pending
     return largest, names
 
 
-def get_module_leaves(module_sizes: dict[str, Any]) -> list[str]:
+def get_module_leaves(module_sizes: dict[str, float]) -> list[str]:
     """The names in ``module_sizes`` that no other name extends (``""`` excluded)."""
     parents = {name.rsplit(".", 1)[0] for name in module_sizes if "." in name}
     return [name for name in module_sizes if name and name not in parents]
 
 
-def top_level_entries(model: nn.Module) -> list[tuple[str, Any]]:
+def top_level_entries(model: nn.Module) -> list[Entry]:
     """A model's direct parameters, children and buffers: where placing it starts."""
     return [
         *model.named_parameters(recurse=False),
@@ -201,7 +205,7 @@ def top_level_entries(model: nn.Module) -> list[tuple[str, Any]]:
     ]
 
 
-def calculate_maximum_sizes(model: nn.Module) -> tuple[Any, tuple[Any, list[str]]]:
+def calculate_maximum_sizes(model: nn.Module) -> tuple[float, tuple[float, list[str]]]:
     """The model's total size and its largest layer (size, names), with the model's own
     ``_no_split_modules`` (transformers sets it) kept whole."""
     sizes = compute_module_sizes(model)
@@ -219,10 +223,13 @@ def id_tensor_storage(tensor: torch.Tensor) -> tuple[torch.device, int, int]:
         return tensor.device, 0, tensor.nelement() * tensor.element_size()
 
 
-def parse_max_memory_value(value: int | str, key: Any) -> int:
-    """One ``max_memory`` entry in bytes, or a ConfigError naming the entry."""
+def parse_max_memory_value(value: float | str, key: object) -> float:
+    """One ``max_memory`` entry in bytes, or a ConfigError naming the entry. A float is bytes
+    already (``get_balanced_memory`` keeps 90% of a single GPU's)."""
+    if isinstance(value, float) and value >= 0:
+        return value
     try:
-        return convert_file_size_to_int(value)
+        return convert_file_size_to_int(value if isinstance(value, str) else int(value))
     except ValueError:
         raise ConfigError(
             f"max_memory[{key!r}] = {value!r} is not a size",

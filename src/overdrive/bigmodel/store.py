@@ -19,16 +19,28 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, TypeVar, cast
 
 import torch
 
 from overdrive.bigmodel.checked_files import SafetensorsFile, is_safetensors, read_raw
+from overdrive.bigmodel.device_map import Device
 
 PathLike = str | os.PathLike[str]
 INDEX = "index.json"
 SAFETENSORS = "safetensors"  # the "format" older overdrive folders record in their index
 _OPEN_FILES = 64  # safetensors files an OffloadedWeightsLoader keeps open
+T = TypeVar("T")
+
+
+class IndexEntry(TypedDict, total=False):
+    """One weight of an offload index (``index.json``)."""
+
+    dtype: str
+    shape: list[int]
+    format: str  # older overdrive folders: "safetensors"
+    safetensors_file: str  # transformers' entries: the weight is read from that file
+    weight_name: str  # its name there
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -39,8 +51,8 @@ def offload_weight(
     weight: torch.Tensor,
     weight_name: str,
     offload_folder: PathLike,
-    index: dict[str, Any] | None = None,
-) -> dict[str, Any] | None:
+    index: dict[str, IndexEntry] | None = None,
+) -> dict[str, IndexEntry] | None:
     """Write ``weight`` to ``<offload_folder>/<weight_name>.dat``; record its dtype and shape
     in ``index`` (when given) and return it."""
     from safetensors.torch import save_file
@@ -55,10 +67,11 @@ def offload_weight(
 def _raw_dtype(name: str) -> torch.dtype:
     # Hugging Face Accelerate writes bfloat16 as int16 bits and float8 as int8 bits: read with
     # the dtype the index names, the same bytes are the original values.
-    return getattr(torch, name)
+    dtype: torch.dtype = getattr(torch, name)
+    return dtype
 
 
-def _is_safetensors(path: Path, info: dict[str, Any]) -> bool:
+def _is_safetensors(path: Path, info: IndexEntry) -> bool:
     """Whether the ``.dat`` file of index entry ``info`` is a safetensors file: as an older
     folder's index records it, else by how the file begins, never by its size."""
     recorded = info.get("format")
@@ -67,11 +80,12 @@ def _is_safetensors(path: Path, info: dict[str, Any]) -> bool:
     return is_safetensors(path)
 
 
-def load_offloaded_weight(weight_file: PathLike, weight_info: dict[str, Any]) -> torch.Tensor:
+def load_offloaded_weight(weight_file: PathLike, weight_info: Mapping[str, object]) -> torch.Tensor:
     """The tensor an ``offload_weight`` file holds (``weight_info`` is its index entry)."""
     path = Path(weight_file)
-    if not _is_safetensors(path, weight_info):
-        return read_raw(path, _raw_dtype(weight_info["dtype"]), tuple(weight_info["shape"]))
+    info = cast(IndexEntry, weight_info)
+    if not _is_safetensors(path, info):
+        return read_raw(path, _raw_dtype(info["dtype"]), tuple(info["shape"]))
     handle = SafetensorsFile(path)
     try:
         return handle.get_tensor(next(iter(handle.keys())))
@@ -79,7 +93,7 @@ def load_offloaded_weight(weight_file: PathLike, weight_info: dict[str, Any]) ->
         handle.close()
 
 
-def save_offload_index(index: dict[str, Any] | None, offload_folder: PathLike) -> None:
+def save_offload_index(index: Mapping[str, object] | None, offload_folder: PathLike) -> None:
     """Merge ``index`` into ``<offload_folder>/index.json`` (nothing to do when empty)."""
     if not index:
         return
@@ -92,20 +106,20 @@ def save_offload_index(index: dict[str, Any] | None, offload_folder: PathLike) -
 def offload_state_dict(save_dir: PathLike, state_dict: Mapping[str, torch.Tensor]) -> None:
     """Write every tensor of ``state_dict`` to the offload folder ``save_dir``."""
     os.makedirs(save_dir, exist_ok=True)
-    index: dict[str, Any] = {}
+    index: dict[str, IndexEntry] = {}
     for name, tensor in state_dict.items():
         offload_weight(tensor, name, save_dir, index)
     save_offload_index(index, save_dir)
 
 
-class PrefixedDataset(Mapping[str, Any]):
+class PrefixedDataset(Mapping[str, T]):
     """The entries of ``dataset`` whose keys start with ``prefix``, looked up without it."""
 
-    def __init__(self, dataset: Mapping[str, Any], prefix: str) -> None:
+    def __init__(self, dataset: Mapping[str, T], prefix: str) -> None:
         self.dataset = dataset
         self.prefix = prefix
 
-    def __getitem__(self, key: str) -> Any:
+    def __getitem__(self, key: str) -> T:
         return self.dataset[f"{self.prefix}{key}"]
 
     def __iter__(self) -> Iterator[str]:
@@ -124,8 +138,8 @@ class OffloadedWeightsLoader(Mapping[str, torch.Tensor]):
         self,
         state_dict: dict[str, torch.Tensor] | None = None,
         save_folder: PathLike | None = None,
-        index: Mapping[str, Any] | None = None,
-        device: Any = None,
+        index: Mapping[str, Mapping[str, object]] | None = None,
+        device: Device | None = None,
     ) -> None:
         if state_dict is None and save_folder is None and index is None:
             raise ValueError(
@@ -136,7 +150,7 @@ class OffloadedWeightsLoader(Mapping[str, torch.Tensor]):
         self.save_folder = save_folder
         if index is None and save_folder is not None:
             index = json.loads((Path(save_folder) / INDEX).read_text())
-        self.index: Mapping[str, Any] = {} if index is None else index
+        self.index = cast("Mapping[str, IndexEntry]", {} if index is None else index)
         self.all_keys = [*self.state_dict, *(k for k in self.index if k not in self.state_dict)]
         self.device = device
 
@@ -169,7 +183,7 @@ class OffloadedWeightsLoader(Mapping[str, torch.Tensor]):
             handles[path] = handle
             return handle
 
-    def _from_safetensors(self, key: str, info: dict[str, Any]) -> torch.Tensor:
+    def _from_safetensors(self, key: str, info: IndexEntry) -> torch.Tensor:
         device = "cpu" if self.device is None else self.device
         tensor = self._handle(info["safetensors_file"]).get_tensor(info.get("weight_name", key))
         if "dtype" in info:
@@ -184,11 +198,11 @@ class OffloadedWeightsLoader(Mapping[str, torch.Tensor]):
 
 
 def extract_submodules_state_dict(
-    state_dict: Mapping[str, Any], submodule_names: list[str]
-) -> dict[str, Any]:
+    state_dict: Mapping[str, T], submodule_names: list[str]
+) -> dict[str, T]:
     """The entries of ``state_dict`` under any of ``submodule_names`` (a name or its
     ``name.`` prefix: ``h.1`` does not take ``h.10``)."""
-    found: dict[str, Any] = {}
+    found: dict[str, T] = {}
     for module in submodule_names:
         found.update(
             {k: v for k, v in state_dict.items() if k == module or k.startswith(module + ".")}

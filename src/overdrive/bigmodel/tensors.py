@@ -5,17 +5,18 @@ tensor the module does not hold)."""
 from __future__ import annotations
 
 import gc
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
 
+from overdrive.bigmodel.device_map import Device
 from overdrive.bigmodel.sizes import as_dtype, is_integer_dtype
 from overdrive.bigmodel.ties import owner_and_name
 
 # Quantized parameter classes (bitsandbytes) take their own constructor arguments.
 _QUANTIZED = ("Int8Params", "FP4Params", "Params4bit")
-TiedMap = dict[int, dict[Any, torch.Tensor]]
+TiedMap = dict[int, dict[Device, torch.Tensor]]
 
 
 def check_device_same(first_device: torch.device, second_device: torch.device) -> bool:
@@ -44,21 +45,23 @@ def release_cached_memory(garbage_collection: bool = False) -> None:
         torch.mps.empty_cache()
 
 
-def _is_meta(device: Any) -> bool:
+def _is_meta(device: object) -> bool:
     return device == "meta" or device == torch.device("meta")
 
 
-def _shared_copy(tied_params_map: TiedMap | None, tensor: Any, device: Any) -> Any:
+def _shared_copy(
+    tied_params_map: TiedMap | None, tensor: torch.Tensor | None, device: Device
+) -> torch.Tensor | None:
     if tied_params_map is None or tensor is None:
         return None
     return tied_params_map.get(tensor.data_ptr(), {}).get(device)
 
 
-def _as_parameter(old: Any, value: torch.Tensor, device: Any) -> Any:
+def _as_parameter(old: nn.Parameter, value: torch.Tensor, device: Device) -> nn.Parameter:
     cls = type(old)
     extras = dict(old.__dict__)
     initialized = extras.pop("_is_hf_initialized", None)
-    result: Any
+    result: Any  # a parameter of old's class: bitsandbytes' and torchao's take their own fields
     if "torchao" in getattr(cls, "__module__", "") or cls.__name__ == "AffineQuantizedTensor":
         result = value.to(device)
     elif cls.__name__ in _QUANTIZED:
@@ -69,7 +72,7 @@ def _as_parameter(old: Any, value: torch.Tensor, device: Any) -> Any:
         result = cls(value, requires_grad=old.requires_grad).to(device)
     if initialized is not None:
         result._is_hf_initialized = initialized  # transformers' mark: keep it
-    return result
+    return cast(nn.Parameter, result)
 
 
 def set_module_tensor_to_device(
@@ -95,11 +98,12 @@ def set_module_tensor_to_device(
     if shared is None and value is None:
         shared = _shared_copy(tied_params_map, old, device)
     if shared is not None:
-        owner._parameters[name] = shared
+        # the tied copy _remember_tied_copy kept: the moved tensor, not its Parameter
+        owner._parameters[name] = cast(nn.Parameter, shared)
         return
     if old.device == torch.device("meta") and not _is_meta(device) and value is None:
         raise ValueError(f"{name} is on the meta device, we need a `value` to put in on {device}.")
-    param: Any = owner._parameters.get(name)
+    param = owner._parameters.get(name)
     if value is not None:
         if old.shape != value.shape and type(param).__name__ != "Params4bit":
             raise ValueError(
@@ -117,7 +121,8 @@ def set_module_tensor_to_device(
                 if not is_integer_dtype(old.dtype):
                     new = new.to(as_dtype(dtype), non_blocking=non_blocking)
                 if not is_buffer:
-                    owner._parameters[name] = type(param)(new, requires_grad=old.requires_grad)
+                    kind = type(cast(nn.Parameter, param))  # a parameter: not a buffer
+                    owner._parameters[name] = kind(new, requires_grad=old.requires_grad)
         elif isinstance(value, torch.Tensor):
             new = value.to(device, non_blocking=non_blocking)
         else:
@@ -125,9 +130,9 @@ def set_module_tensor_to_device(
         if is_buffer:
             owner._buffers[name] = new
         else:
-            current: Any = owner._parameters[name]
+            current = cast(nn.Parameter, owner._parameters[name])  # not a buffer
             if value is not None or not check_device_same(torch.device(device), current.device):
-                replaced = _as_parameter(current, new, device)
+                replaced: Any = _as_parameter(current, new, device)  # maybe bitsandbytes'
                 if fp16_statistics is not None:
                     replaced.SCB = fp16_statistics.to(device)
                 owner._parameters[name] = replaced
@@ -140,7 +145,7 @@ def _remember_tied_copy(
     tied_params_map: TiedMap | None,
     old: torch.Tensor,
     value: torch.Tensor | None,
-    device: Any,
+    device: Device,
     new: torch.Tensor,
 ) -> None:
     if tied_params_map is None:

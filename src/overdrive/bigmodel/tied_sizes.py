@@ -3,13 +3,12 @@ its weights are tied to, and a device left empty may take the first smaller part
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
+import torch
 from torch import nn
 
-from overdrive.bigmodel.sizes import convert_file_size_to_int, is_leaf_layer
-
-Entry = tuple[str, Any]
+from overdrive.bigmodel.sizes import Entry, convert_file_size_to_int, is_leaf_layer
 
 
 def _inside(name: str, tensor_name: str) -> bool:
@@ -32,14 +31,14 @@ def _holder(tensor_name: str, entries: list[Entry]) -> int:
 
 def get_module_size_with_ties(
     tied_params: list[str],
-    module_size: Any,
-    module_sizes: dict[str, Any],
+    module_size: float,
+    module_sizes: dict[str, float],
     modules_to_treat: list[Entry],
-) -> tuple[Any, list[str], list[Any]]:
+) -> tuple[float, list[str], list[nn.Module | torch.Tensor]]:
     """``module_size`` plus, for each tensor in ``tied_params``, the still unplaced module
     holding it less the shared tensor; with those modules' names and the modules."""
     names: list[str] = []
-    modules: list[Any] = []
+    modules: list[nn.Module | torch.Tensor] = []
     total = module_size
     for tensor_name in tied_params:
         holder_name, holder = modules_to_treat[_holder(tensor_name, modules_to_treat)]
@@ -51,17 +50,17 @@ def get_module_size_with_ties(
 
 def own_parts(name: str, module: nn.Module) -> list[Entry]:
     """``module``'s own parameters, then its children, named under ``name``."""
-    parts = [*module.named_parameters(recurse=False), *module.named_children()]
+    parts: list[Entry] = [*module.named_parameters(recurse=False), *module.named_children()]
     return [(f"{name}.{n}", m) for n, m in parts]
 
 
 def fallback_allocate(
     modules: list[Entry],
-    module_sizes: dict[str, Any],
-    size_limit: int | str,
+    module_sizes: dict[str, float],
+    size_limit: float | str,
     no_split_module_classes: list[str] | None = None,
     tied_parameters: list[list[str]] | None = None,
-) -> tuple[str | None, Any, list[Entry]]:
+) -> tuple[str | None, nn.Module | torch.Tensor | None, list[Entry]]:
     """The first part of ``modules`` (searched breadth first, splitting what may be split)
     that fits ``size_limit`` with its ties, and ``modules`` with it taken out (its parents
     replaced by their parts); ``(None, None, modules)`` when nothing fits."""
@@ -84,7 +83,7 @@ def fallback_allocate(
             found = name
             break
         if not is_leaf_layer(module, no_split):
-            search = own_parts(name, module) + search
+            search = own_parts(name, cast(nn.Module, module)) + search  # not a leaf
     if found is None:
         return None, None, modules
     remaining = list(modules)
@@ -93,7 +92,7 @@ def fallback_allocate(
         names = [n for n, _ in remaining]
         if parent in names:
             at = names.index(parent)
-            remaining[at : at + 1] = own_parts(parent, remaining[at][1])
+            remaining[at : at + 1] = own_parts(parent, cast(nn.Module, remaining[at][1]))
     at = [n for n, _ in remaining].index(found)
     name, module = remaining.pop(at)
     return name, module, remaining

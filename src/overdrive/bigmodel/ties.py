@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import inspect
 import logging
-from typing import Any
+from typing import cast
 
 import torch
 from torch import nn
 
+from overdrive.bigmodel.device_map import Device, DeviceMap
+
 logger = logging.getLogger("overdrive.bigmodel")
 
 
-def resolve(root: Any, dotted: str) -> Any:
+def resolve(root: nn.Module, dotted: str) -> nn.Module | torch.Tensor:
     """``root.a.b.c`` for ``dotted`` = ``"a.b.c"``."""
     for part in dotted.split("."):
         root = getattr(root, part)
@@ -24,10 +26,10 @@ def resolve(root: Any, dotted: str) -> Any:
 def owner_and_name(model: nn.Module, dotted: str) -> tuple[nn.Module, str]:
     """The module holding the tensor ``dotted`` and the tensor's own name in it."""
     path, _, name = dotted.rpartition(".")
-    return (resolve(model, path) if path else model), name
+    return (cast(nn.Module, resolve(model, path)) if path else model), name
 
 
-def find_tied_parameters(model: nn.Module, **_recursion: Any) -> list[list[str]]:
+def find_tied_parameters(model: nn.Module, **_recursion: object) -> list[list[str]]:
     """Groups of parameter names that are one parameter, each group sorted (the extra keyword
     arguments Hugging Face Accelerate's signature takes are ignored)."""
     every = dict(model.named_parameters(remove_duplicate=False))
@@ -46,7 +48,11 @@ def retie_parameters(model: nn.Module, tied_params: list[list[str]]) -> None:
     is not on the meta device (a group all on meta is left alone)."""
     for group in tied_params:
         keep = next(
-            (p for p in (resolve(model, n) for n in group) if p.device != torch.device("meta")),
+            (
+                p
+                for p in (cast(torch.Tensor, resolve(model, n)) for n in group)
+                if p.device != torch.device("meta")
+            ),
             None,
         )
         if keep is None:
@@ -87,7 +93,7 @@ def warn_if_untied(model: nn.Module, tied: list[list[str]]) -> None:
         )
 
 
-def device_of(name: str, device_map: dict[str, Any]) -> Any:
+def device_of(name: str, device_map: DeviceMap) -> Device:
     """The device ``device_map`` gives the tensor or module ``name`` (its longest prefix)."""
     probe = name
     while probe not in device_map:
@@ -98,7 +104,7 @@ def device_of(name: str, device_map: dict[str, Any]) -> Any:
 
 
 def check_tied_parameters_on_same_device(
-    tied_params: list[list[str]], device_map: dict[str, Any]
+    tied_params: list[list[str]], device_map: DeviceMap
 ) -> None:
     """Warn for each tied group a device map splits over several devices."""
     for group in tied_params:
