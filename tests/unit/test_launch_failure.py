@@ -13,6 +13,7 @@ import pytest
 from overdrive.launch import bootstrap
 from overdrive.launch.failure import (
     Failure,
+    RankExit,
     exit_code,
     failure_from_parts,
     format_report,
@@ -226,3 +227,6 @@ def test_ranks_that_failed_on_their_own_are_not_called_stopped() -> None:
     stopped = _failure(0, -int(signal.SIGTERM))
     head = format_report([first, stopped], nproc=3).splitlines()[0]
     assert head.endswith("; the other 2 process(es) on this machine were stopped.")
+    ended_well = [RankExit(rank=2, local_rank=2, exitcode=0)]  # before rank 1 failed
+    head = format_report([first, stopped], nproc=3, exits=ended_well).splitlines()[0]
+    assert head.endswith("; the other 1 process(es) on this machine were stopped.")

@@ -19,6 +19,7 @@ from types import FrameType, TracebackType
 
 from overdrive.alias import OPT_IN_ENV, install
 from overdrive.alias.notice import LINE_VARIABLE, announce
+from overdrive.launch.exit_barrier import rank_zero_leaves_last
 from overdrive.launch.failure import lost_a_peer, write_error_file
 from overdrive.launch.rankfiles import register_worker, report_collective_timeout
 from overdrive.launch.worker_exit import finish
@@ -179,6 +180,7 @@ def main() -> None:
     _die_with_parent()
     register_worker(os.environ)
     code = run(sys.argv[1:])
+    rank_zero_leaves_last(code, os.environ)
     _release_process_group()
     finish(code)
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
@@ -23,19 +23,34 @@ from types import FrameType
 from overdrive.launch import relay as relay_module
 from overdrive.launch.failure import ERROR_FILE_VARIABLE, read_error_data
 from overdrive.launch.plan import LaunchPlan
+from overdrive.launch.ports import port_is_free
 from overdrive.launch.relay import Relay
 
 RUN_ID = "overdrive"
-# Grace period between the stop signal and SIGKILL when the other workers are stopped.
+# Grace between the stop signal and SIGKILL: after the launcher got a signal, and after a
+# worker failed (torch's agent waits as long in each case).
 SHUTDOWN_GRACE_S = 5
+FAILURE_GRACE_S = 30
+# Features of torch's agent that need it running: a user who sets one gets the agent.
+AGENT_ONLY_VARIABLES = (
+    "TORCHELASTIC_ENABLE_FILE_TIMER",
+    "TORCHELASTIC_HEALTH_CHECK_PORT",
+    "TORCHELASTIC_SIGNALS_TO_HANDLE",
+)
 # The signals that stop the launcher; each is passed on to the workers, as the agent does.
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _ADDRESS_IN_USE = ("eaddrinuse", "address already in use")
 
 
-def applies(plan: LaunchPlan) -> bool:
-    """Whether this plan runs without the agent: one machine, no restarts, pipes to relay."""
-    return plan.num_machines == 1 and plan.max_restarts == 0 and relay_module.supported()
+def applies(plan: LaunchPlan, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether this plan runs without the agent: one machine, no restarts, pipes to relay,
+    and none of the agent's own features asked for."""
+    return (
+        plan.num_machines == 1
+        and plan.max_restarts == 0
+        and relay_module.supported()
+        and not any(environ.get(name) for name in AGENT_ONLY_VARIABLES)
+    )
 
 
 @dataclass(frozen=True)
@@ -57,7 +72,12 @@ class GroupFailed(Exception):
 
 
 class PortTaken(Exception):
-    """The main process port was taken before the workers could bind it."""
+    """The main process port was taken before the workers could bind it (``late``: after
+    they started, so their output so far was already relayed)."""
+
+    def __init__(self, late: bool = False) -> None:
+        super().__init__(late)
+        self.late = late
 
 
 class Stopped(Exception):
@@ -66,18 +86,6 @@ class Stopped(Exception):
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.sigval = signal.Signals(signum)
-
-
-def port_is_free(addr: str, port: int) -> bool:
-    """Whether the store rank 0 opens could bind ``port`` now (as torch's, with SO_REUSEADDR)."""
-    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("", port))
-        except OSError:
-            return False
-    return True
 
 
 def worker_env(plan: LaunchPlan, local_rank: int, error_file: str) -> dict[str, str]:
@@ -106,7 +114,12 @@ def _signals_raise() -> Iterator[None]:
     def handler(signum: int, frame: FrameType | None) -> None:
         raise Stopped(signum)
 
-    saved = {s: signal.signal(s, handler) for s in _STOP_SIGNALS}
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers; signals then act as they did
+        return
+    # A signal ignored before (``nohup`` ignores SIGHUP) stays ignored.
+    wanted = [s for s in _STOP_SIGNALS if signal.getsignal(s) is not signal.SIG_IGN]
+    saved = {s: signal.signal(s, handler) for s in wanted}
     try:
         yield
     finally:
@@ -146,21 +159,28 @@ class _Workers:
         while True:
             codes = [proc.poll() for proc in self.procs.values()]
             if any(code not in (None, 0) for code in codes):
-                self.stop(signal.SIGTERM)
+                self.stop(signal.SIGTERM, grace=FAILURE_GRACE_S)
                 raise GroupFailed(self.failures())
             if all(code == 0 for code in codes):
                 return
             time.sleep(self.plan.monitor_interval)
 
-    def stop(self, sig: signal.Signals) -> None:
-        """``sig`` to every live worker's process group; SIGKILL to those alive after the grace."""
-        self._signal_all(sig)
-        deadline = time.monotonic() + SHUTDOWN_GRACE_S
-        while any(p.poll() is None for p in self.procs.values()) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        self._signal_all(signal.SIGKILL)
-        for proc in self.procs.values():
-            proc.wait()
+    def stop(self, sig: signal.Signals, grace: float = SHUTDOWN_GRACE_S) -> None:
+        """``sig`` to every live worker's process group; SIGKILL to those alive after the
+        grace, or at once when another signal comes meanwhile."""
+        try:
+            self._signal_all(sig)
+            deadline = time.monotonic() + grace
+            while self._alive() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            self._signal_all(signal.SIGKILL)
+            for proc in self.procs.values():
+                with suppress(subprocess.TimeoutExpired):  # stuck in the kernel: let it be
+                    proc.wait(SHUTDOWN_GRACE_S)
+
+    def _alive(self) -> bool:
+        return any(p.poll() is None for p in self.procs.values())
 
     def _signal_all(self, sig: signal.Signals) -> None:
         for proc in self.procs.values():
@@ -180,7 +200,7 @@ class _Workers:
 def run_workers(plan: LaunchPlan, log_dir: str, relay: Relay, extra_env: Mapping[str, str]) -> None:
     """Start the plan's workers and wait: returns when all succeeded, else raises
     ``GroupFailed``, ``PortTaken`` (rank 0 could not bind the port) or ``Stopped``."""
-    if not port_is_free(plan.main_addr, plan.main_port):
+    if not port_is_free(plan.main_port, ipv6=":" in plan.main_addr):
         raise PortTaken()
     workers = _Workers(plan, log_dir, extra_env)
     with _signals_raise():
@@ -191,17 +211,20 @@ def run_workers(plan: LaunchPlan, log_dir: str, relay: Relay, extra_env: Mapping
             workers.stop(stop.sigval)
             raise
         except GroupFailed as failed:
-            if _rank_zero_found_the_port_taken(failed, plan.machine_rank):
-                raise PortTaken() from None
+            if _rank_zero_found_the_port_taken(failed, plan):
+                raise PortTaken(late=True) from None
             raise
         except BaseException:  # a worker that could not start: none may outlive the launcher
             workers.stop(signal.SIGTERM)
             raise
 
 
-def _rank_zero_found_the_port_taken(failed: GroupFailed, machine_rank: int) -> bool:
-    end = failed.failures.get(0) if machine_rank == 0 else None
+def _rank_zero_found_the_port_taken(failed: GroupFailed, plan: LaunchPlan) -> bool:
+    """Rank 0's store could not bind the main process port (torch's message names the port;
+    any other port the script itself binds is the script's own error)."""
+    end = failed.failures.get(0) if plan.machine_rank == 0 else None
     if end is None:
         return False
     summary = str(read_error_data(end.error_file).get("summary", "")).lower()
-    return any(mark in summary for mark in _ADDRESS_IN_USE)
+    in_use = any(mark in summary for mark in _ADDRESS_IN_USE)
+    return in_use and f"port: {plan.main_port}," in summary

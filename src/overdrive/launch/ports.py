@@ -9,12 +9,13 @@ from overdrive.errors import LaunchError
 from overdrive.launch.plan import LaunchPlan
 
 
-def port_is_free(port: int, host: str = "") -> bool:
+def port_is_free(port: int, host: str = "", *, ipv6: bool = False) -> bool:
     """True when nothing listens on ``port`` on ``host`` (by default, any local address).
 
     SO_REUSEADDR mirrors the store's own bind: ports in TIME_WAIT count as free.
     """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    family = socket.AF_INET6 if ipv6 else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
@@ -35,9 +36,13 @@ def settle_port(plan: LaunchPlan) -> LaunchPlan:
 
     Only the main machine hosts the rendezvous store, so only it can check the port.
     """
+    source = plan.settings.source("main_process_port")
+    if plan.num_machines == 1 and plan.max_restarts == 0 and source.kind == "default":
+        # Without the agent nothing holds the port until rank 0 binds it, seconds later: two
+        # launches started together on the shared default would meet in one store.
+        return dataclasses.replace(plan, main_port=free_port())
     if not plan.is_main_machine or port_is_free(plan.main_port):
         return plan
-    source = plan.settings.source("main_process_port")
     if plan.num_machines > 1:
         raise LaunchError(
             f"main_process_port {plan.main_port} ({source}) is already in use on this machine, "

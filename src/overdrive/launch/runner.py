@@ -1,10 +1,11 @@
 """Run a LaunchPlan: start, watch, restart and stop the workers.
 
-One machine without restarts runs its workers directly (``direct``), without importing torch.
+One machine without restarts runs its workers itself (``direct``), without importing torch.
 Otherwise rendezvous (static or c10d), the standard variables and worker supervision are
-torch's elastic agent's; this module configures them, keeps the agent quiet, relays the workers' output in whole lines,
-watches for hangs, and turns the outcome into an exit code and a failure report that names
-the first rank to fail, lists every rank's exit status and ends with the cause's traceback.
+torch's elastic agent's; this module configures them and keeps the agent quiet. Either way it
+relays the workers' output in whole lines, watches for hangs, and turns the outcome into an
+exit code and a failure report that names the first rank to fail, lists every rank's exit
+status and ends with the cause's traceback.
 """
 
 from __future__ import annotations
@@ -216,14 +217,15 @@ def run(plan: LaunchPlan, *, verbose: bool = False) -> int:
     for attempt in range(PORT_RETRIES + 1):
         try:
             return _run_once(plan, verbose=verbose)
-        except _PortTaken:
+        except _PortTaken as taken:
             if attempt == PORT_RETRIES:
                 break
             port = free_port()
-            if verbose:
+            if verbose or taken.late:  # after workers ran, their output needs the reason
                 _say(
                     f"overdrive: note: port {plan.main_port} was taken before the rendezvous "
                     f"could use it; using free port {port} instead"
+                    + ("; the script starts again" if taken.late else "")
                 )
             plan = dataclasses.replace(plan, main_port=port)
     raise LaunchError(
@@ -233,7 +235,12 @@ def run(plan: LaunchPlan, *, verbose: bool = False) -> int:
 
 
 class _PortTaken(Exception):
-    """The rendezvous store could not bind its port on the only machine."""
+    """The rendezvous store could not bind its port on the only machine (``late``: the
+    workers had started)."""
+
+    def __init__(self, late: bool = False) -> None:
+        super().__init__(late)
+        self.late = late
 
 
 def _run_once(plan: LaunchPlan, *, verbose: bool) -> int:
@@ -271,8 +278,8 @@ def _run_once(plan: LaunchPlan, *, verbose: bool) -> int:
     except direct.Stopped as error:
         closing = f"overdrive: stopped by {error.sigval.name}; all workers on this machine ended."
         return 128 + int(error.sigval)
-    except direct.PortTaken:
-        raise _PortTaken() from None
+    except direct.PortTaken as taken:
+        raise _PortTaken(taken.late) from None
     except _RendezvousFailed as failed:
         raise LaunchError(
             f"rendezvous at {endpoint} failed: {_reason(failed.error)}\n"

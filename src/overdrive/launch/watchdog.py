@@ -2,14 +2,14 @@
 
 One thread, a few readings of /proc per second (nothing in the workers, nothing per step):
 
-- when each worker ended (``waitid`` without reaping, so torch's agent still reaps it): the
+- when each worker ended (``waitid`` without reaping, so the launcher still reaps it): the
   failure report orders failures in time with it;
 - no progress: when no rank has used the CPU or done I/O for ``hang_timeout`` seconds, every
   rank's stack is printed, the ranks that never entered the collective the others wait in are
   named, and the job is stopped;
 - a rank whose collective timed out asks for the same report before it exits;
-- a rank stopped by SIGSTOP cannot act on the agent's SIGTERM (torch then waits 30 s before
-  SIGKILL): once any rank has failed, a stopped rank is killed at once.
+- a rank stopped by SIGSTOP cannot act on the launcher's SIGTERM (which then waits 30 s
+  before SIGKILL): once any rank has failed, a stopped rank is killed at once.
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ class Watchdog:
                 thread.start()
 
     def _await_exit(self, record: _Rank) -> None:
-        """Block until the worker ends; note when and how, leaving it for the agent to reap."""
+        """Block until the worker ends; note when and how, leaving it for the launcher to reap."""
         code: int | None = None
         seen: int | None = None
         try:
@@ -168,7 +168,7 @@ class Watchdog:
             if info is not None:
                 code = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
         except (ChildProcessError, OSError):
-            pass  # the agent reaped it first: when it ended is unknown
+            pass  # the launcher reaped it first: when it ended is unknown
         with self._lock:
             record.exit_ns, record.exitcode, record.ended = seen, code, True
             record.last_progress = time.monotonic()
@@ -340,7 +340,7 @@ def _note_progress(record: _Rank, now: float) -> None:
 
 
 def _signal_group(pid: int, signum: signal.Signals) -> None:
-    """Signal a worker and its children (the agent starts each in its own process group)."""
+    """Signal a worker and its children (each starts in its own process group)."""
     try:
         if os.getpgid(pid) == pid:
             os.killpg(pid, signum)

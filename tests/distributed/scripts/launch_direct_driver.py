@@ -11,6 +11,7 @@ import sys
 
 from overdrive.config import load_settings
 from overdrive.launch import build_plan
+from overdrive.launch.ports import settle_port
 from overdrive.launch.runner import run
 
 marker, script, *args = sys.argv[1:]
@@ -19,6 +20,8 @@ if marker != "-":
 plan = build_plan(
     load_settings(flags={"use_cpu": True, "num_processes": 2}), script, args, rank_prefix=False
 )
-code = run(plan, verbose=True)
+plan = settle_port(plan)  # as `overdrive launch`: the default port becomes a free one
+print(f"FIRST_PORT {plan.main_port}", flush=True)
+code = run(plan)  # at the default level: a late move must still say why the script restarts
 print(f"LAUNCHER_IMPORTED_TORCH {'torch' in sys.modules}", flush=True)
 sys.exit(code)

@@ -20,7 +20,10 @@ if os.environ["RANK"] == "0" and marker and not os.path.exists(marker):
 dist.init_process_group("gloo")
 total = torch.tensor([float(dist.get_rank())])
 dist.all_reduce(total)
-elastic = {k: v for k, v in os.environ.items() if k.startswith("TORCHELASTIC_")}
+names = ("RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "WORLD_SIZE")
+names += ("LOCAL_WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR")
+names += ("TORCH_NCCL_ASYNC_ERROR_HANDLING",)
+elastic = {k: v for k, v in os.environ.items() if k.startswith("TORCHELASTIC_") or k in names}
 row = {"rank": dist.get_rank(), "sum": total.item(), "port": os.environ["MASTER_PORT"]}
 sys.stdout.write("RESULT " + json.dumps({**row, "elastic": elastic}) + "\n")
 sys.stdout.flush()
