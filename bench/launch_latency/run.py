@@ -20,6 +20,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "form_group.py"
 BIN = Path(sys.executable).parent
+COMPAT_SITE = HERE.parents[1] / ".compat" / "site"
 
 
 def launchers(nprocs: int) -> dict[str, list[str]]:
@@ -52,11 +53,22 @@ def launchers(nprocs: int) -> dict[str, list[str]]:
             str(SCRIPT),
         ],
     }
+    if not shutil.which(found["accelerate"][0]) and (COMPAT_SITE / "accelerate").is_dir():
+        # the test-only install `make compat-site` makes, run as a module from its folder
+        module = [sys.executable, "-m", "accelerate.commands.accelerate_cli"]
+        found["accelerate"] = module + found["accelerate"][1:]
     return {name: cmd for name, cmd in found.items() if shutil.which(cmd[0])}
 
 
-def time_once(cmd: list[str], nprocs: int) -> float:
+def _env(cmd: list[str]) -> dict[str, str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    if "accelerate.commands.accelerate_cli" in cmd:
+        env["PYTHONPATH"] = str(COMPAT_SITE)
+    return env
+
+
+def time_once(cmd: list[str], nprocs: int) -> float:
+    env = _env(cmd)
     start = time.perf_counter()
     result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     elapsed = time.perf_counter() - start
