@@ -64,11 +64,20 @@ class WorkerEnd:
 
 
 class GroupFailed(Exception):
-    """Some worker ended with a non-zero code; every failed worker, by global rank."""
+    """Some worker ended with a non-zero code; every failed worker, by global rank. When the
+    launcher started the workers itself it also knows the local ranks it then stopped and how
+    every worker ended (exit code by local rank)."""
 
-    def __init__(self, failures: dict[int, WorkerEnd]) -> None:
+    def __init__(
+        self,
+        failures: dict[int, WorkerEnd],
+        stopped: frozenset[int] | None = None,
+        ended: dict[int, int] | None = None,
+    ) -> None:
         super().__init__(sorted(failures))
         self.failures = failures
+        self.stopped = stopped
+        self.ended = ended or {}
 
 
 class PortTaken(Exception):
@@ -136,6 +145,7 @@ class _Workers:
         self.extra_env = dict(extra_env)
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.error_files: dict[int, str] = {}
+        self.signalled: set[int] = set()  # local ranks alive when the stop signal went out
 
     def start(self, relay: Relay) -> None:
         command = self.plan.worker_command()
@@ -160,15 +170,18 @@ class _Workers:
             codes = [proc.poll() for proc in self.procs.values()]
             if any(code not in (None, 0) for code in codes):
                 self.stop(signal.SIGTERM, grace=FAILURE_GRACE_S)
-                raise GroupFailed(self.failures())
+                ended = {r: int(p.returncode) for r, p in self.procs.items()}
+                raise GroupFailed(self.failures(), frozenset(self.signalled), ended)
             if all(code == 0 for code in codes):
                 return
             time.sleep(self.plan.monitor_interval)
 
-    def stop(self, sig: signal.Signals, grace: float = SHUTDOWN_GRACE_S) -> None:
+    def stop(self, sig: signal.Signals, grace: float | None = None) -> None:
         """``sig`` to every live worker's process group; SIGKILL to those alive after the
-        grace, or at once when another signal comes meanwhile."""
+        grace (``SHUTDOWN_GRACE_S`` unless given), or at once when another signal comes."""
+        grace = SHUTDOWN_GRACE_S if grace is None else grace
         try:
+            self.signalled |= {r for r, p in self.procs.items() if p.poll() is None}
             self._signal_all(sig)
             deadline = time.monotonic() + grace
             while self._alive() and time.monotonic() < deadline:

@@ -17,13 +17,14 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 ERROR_FILE_VARIABLE = "TORCHELASTIC_ERROR_FILE"
 # Signals the launcher itself sends when it stops the other ranks (SIGKILL after a grace).
 _STOP_SIGNALS = {s.value for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGKILL)}
+_STOPPED_TAG = " (stopped by the launcher)"
 # Errors a rank raises because a peer went away or failed first: effects, not causes.
 _LOST_PEER = (
     "connection reset by peer",
@@ -227,15 +228,18 @@ def exit_status_lines(
     exits: Iterable[RankExit],
     cause: Failure | None,
     hang_tag: Callable[[int], str] | None = None,
+    stopped: Collection[int] | None = None,
 ) -> list[str]:
     """One line per rank: its exit status, and whether it was the cause or was stopped.
 
     After a hang (``hang_tag`` gives each rank's part in it) the launcher stopped every rank.
+    ``stopped``: the local ranks the launcher signalled, when it knows them.
     """
     failed = {f.local_rank: f for f in failures}
     rows: dict[int, tuple[int, str]] = {}
     for end in exits:
-        rows[end.local_rank] = (end.rank, how(end.exitcode))
+        told = stopped is not None and end.local_rank in stopped and end.exitcode == 0
+        rows[end.local_rank] = (end.rank, how(end.exitcode) + (_STOPPED_TAG if told else ""))
     for f in failures:
         tags = []
         if hang_tag is not None:
@@ -300,10 +304,17 @@ def _headline(cause: Failure, nproc: int, restarts: int, stopped: int) -> str:
 
 
 def _stopped_count(
-    failures: list[Failure], cause: Failure, nproc: int, exits: list[RankExit]
+    failures: list[Failure],
+    cause: Failure,
+    nproc: int,
+    exits: list[RankExit],
+    stopped: Collection[int] | None,
 ) -> int:
-    """Ranks the launcher stopped: failed by its stop signal, or not seen to end on their own
-    (a rank that failed by itself, or ended well before the failure, was not stopped)."""
+    """Ranks the launcher stopped: those it signalled when it knows them (one that handled the
+    signal and exited 0 included), else those failed by its stop signal or not seen to end on
+    their own (a rank that failed by itself, or ended well before the failure, was not)."""
+    if stopped is not None:
+        return len(set(stopped) - {cause.local_rank})
     by_signal = sum(stopped_by_launcher(f, failures) for f in failures if f is not cause)
     failed = {f.local_rank for f in failures}
     ended_well = {e.local_rank for e in exits if e.exitcode == 0} - failed
@@ -317,14 +328,16 @@ def format_report(
     nproc: int,
     restarts: int = 0,
     exits: Iterable[RankExit] = (),
+    stopped: Collection[int] | None = None,
 ) -> str:
     """The launcher's closing words: who failed first and why, then one line per rank; the
     first failure's traceback only when its worker did not print it already."""
     cause = root_cause(failures)
     exits = list(exits)
-    lines = [_headline(cause, nproc, restarts, _stopped_count(failures, cause, nproc, exits))]
+    count = _stopped_count(failures, cause, nproc, exits, stopped)
+    lines = [_headline(cause, nproc, restarts, count)]
     if nproc > 1:
-        lines += exit_status_lines(failures, exits, cause)
+        lines += exit_status_lines(failures, exits, cause, stopped=stopped)
     if cause.traceback and not cause.printed:
         lines.append(f"overdrive: traceback of rank {cause.rank}:")
         lines.append(cause.traceback.rstrip("\n"))

@@ -26,6 +26,7 @@ from overdrive.errors import LaunchError
 from overdrive.launch import direct, watchdog
 from overdrive.launch.failure import (
     Failure,
+    RankExit,
     exit_code,
     exit_status_lines,
     failure_from_parts,
@@ -173,9 +174,19 @@ def _failure_text(
     else the first failure (its own exit code when it exited with one)."""
     failures = _failures(error, watch)
     exits = watch.exits() if watch else []
+    seen = {e.local_rank for e in exits}
+    base = plan.machine_rank * plan.nproc_per_node
+    ended: dict[int, int] = getattr(error, "ended", {})
+    exits += [RankExit(base + r, r, code) for r, code in ended.items() if r not in seen]
     hang = watch.hang if watch else None
     if hang is None:
-        report = format_report(failures, nproc=plan.nproc_per_node, restarts=restarts, exits=exits)
+        report = format_report(
+            failures,
+            nproc=plan.nproc_per_node,
+            restarts=restarts,
+            exits=exits,
+            stopped=getattr(error, "stopped", None),
+        )
         return report, exit_code(failures)
     lines = exit_status_lines(failures, exits, cause=None, hang_tag=hang.tag)
     return "\n".join([hang.headline(), *hang.verdict(), *lines]), 1
