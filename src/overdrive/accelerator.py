@@ -147,7 +147,7 @@ class Accelerator(AcceleratorCompat):
 
         in_code = (fsdp_plugin, deepspeed_plugin, parallelism_config, megatron_lm_plugin)
         self.strategy = strategy_for(self.state, self.settings, handlers, *in_code)
-        export_for_transformers(self.settings, self.state.distributed_type)
+        export_for_transformers(self.state.decision)
         # transformers' Trainer reads the plugins off the state to pick its checkpoint formats
         self.fsdp_plugin, self.deepspeed_plugin = expose_plugins(
             self.state, self.settings, self.strategy, fsdp_plugin, deepspeed_plugin
@@ -158,7 +158,7 @@ class Accelerator(AcceleratorCompat):
             autocast_kwargs=handlers.get(AutocastKwargs),
             scaler_kwargs=handlers.get(GradScalerKwargs),
             fp8_recipe=handlers.get(FP8RecipeKwargs),
-            precision_owner=self.strategy.precision_owner,
+            precision_owner=self.state.decision.precision_owner,
             source=str(self.settings.source("mixed_precision")),
             sharded_grads=self.strategy.sharded_grads,
             fp16_on_cpu=self.settings["fp16_on_cpu"],
@@ -257,28 +257,28 @@ class Accelerator(AcceleratorCompat):
         loaders, rest = prepare_order(objects)
         out = list(objects)
         for i in loaders:
-            out[i] = self._prepare_one(objects[i], placements[i])
+            out[i] = self._preparer(objects[i])(objects[i], placements[i])
         loop = TrainingLoop.of(self.num_processes, self.gradient_state, self._dataloaders)
         decision = self.strategy.prepare_engine(objects, out, loop)  # placed already
         if decision.accumulation_steps is not None:  # the engine's window
             self.gradient_state.num_steps = decision.accumulation_steps
-        built = decision.built
         for i in rest:
-            out[i] = self._prepare_one(built.get(i, objects[i]), placements[i] and i not in built)
+            obj = decision.built.get(i, objects[i])
+            out[i] = self._preparer(obj)(obj, placements[i] and i not in decision.built)
         mark_prepared(objects, out)
         return out[0] if len(out) == 1 else tuple(out)
 
-    def _prepare_one(self, obj: Any, place: bool) -> Any:
-        """One object of a ``prepare`` call, by its kind."""
+    def _preparer(self, obj: Any) -> Callable[[Any, bool], Any]:
+        """What prepares ``obj`` by its kind, called as (obj, device_placement) by ``prepare``."""
         if is_scheduler(obj):
-            return self.prepare_scheduler(obj)
+            return lambda scheduler, _: self.prepare_scheduler(scheduler)
         if isinstance(obj, nn.Module):
-            return self.prepare_model(obj, device_placement=place)
+            return self.prepare_model
         if isinstance(obj, torch.optim.Optimizer):
-            return self.prepare_optimizer(obj, device_placement=place)
+            return self.prepare_optimizer
         if isinstance(obj, DataLoader):
-            return self.prepare_data_loader(obj, device_placement=place)
-        return obj
+            return self.prepare_data_loader
+        return lambda same, _: same
 
     def prepare_model(
         self, model: nn.Module, device_placement: bool | None = None, evaluation_mode: bool = False
@@ -369,11 +369,7 @@ class Accelerator(AcceleratorCompat):
         """Build a model inside: with FSDP's ``cpu_ram_efficient_loading`` on, processes other
         than the main one create it empty (meta device) and ``prepare`` fills their shards
         from the main process; otherwise nothing changes."""
-        efficient = (
-            self.distributed_type == "FSDP"
-            and self.settings["fsdp_config.fsdp_cpu_ram_efficient_loading"]
-            and not self.is_main_process
-        )
+        efficient = self.state.decision.chain.fill_from_main and not self.is_main_process
         # Otherwise the backend's own way, if it has one (DeepSpeed ZeRO-3: zero3_init_flag).
         return init_empty_weights() if efficient else self.strategy.model_init_context()
 

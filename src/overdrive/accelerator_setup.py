@@ -22,6 +22,7 @@ from overdrive.precision import FP8RecipeKwargs
 from overdrive.strategies import StrategyOptions, select_strategy
 
 if TYPE_CHECKING:
+    from overdrive.parallel.decide import Decision
     from overdrive.strategies import ProcessInfo, Strategy
 
 _HANDLER_TYPES = (
@@ -185,10 +186,10 @@ def checked_accumulation_plugin(plugin: GradientAccumulationPlugin | None) -> An
     return plugin
 
 
-def export_for_transformers(settings: Settings, distributed_type: Any) -> None:
+def export_for_transformers(decision: Decision) -> None:
     """Tell transformers' ``from_pretrained`` to build empty models on processes other than
     the main one when FSDP loads CPU-RAM-efficiently (the variables it reads; we only write)."""
-    if distributed_type == "FSDP" and settings["fsdp_config.fsdp_cpu_ram_efficient_loading"]:
+    if decision.chain.fill_from_main:
         os.environ["ACCELERATE_USE_FSDP"] = "true"
         os.environ["FSDP_CPU_RAM_EFFICIENT_LOADING"] = "true"
 

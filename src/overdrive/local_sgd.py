@@ -22,6 +22,9 @@ import torch
 from torch import nn
 
 from overdrive.errors import ConfigError
+from overdrive.types import DistributedType
+
+_REPLICAS = (DistributedType.NO, DistributedType.MULTI_CPU, DistributedType.MULTI_GPU)
 
 
 class LocalSGD:
@@ -38,7 +41,7 @@ class LocalSGD:
                 fix="pass the number of optimizer steps between averages, e.g. 8",
             )
         name = str(accelerator.distributed_type)
-        if enabled and name not in ("NO", "MULTI_CPU", "MULTI_GPU"):
+        if enabled and accelerator.distributed_type not in _REPLICAS:
             raise ConfigError(
                 f"LocalSGD under distributed_type = {name}: it averages whole parameters, "
                 "which a sharded or engine-managed model does not hold on each process",

@@ -12,11 +12,13 @@ from collections.abc import Callable, Mapping, Sequence
 
 from overdrive.backends import check_available
 from overdrive.config import Settings
+from overdrive.config.backend import requested_backend
 from overdrive.config.inert import inert_sections, no_effect_notes
 from overdrive.ds.config import build
 from overdrive.errors import ConfigError
 from overdrive.launch.plan import LaunchPlan, build_plan
 from overdrive.parallel.fsdp_policy import policy_from_settings
+from overdrive.types import DistributedType
 
 
 def _stderr_warning(text: str) -> None:
@@ -48,7 +50,7 @@ def _check_precision(settings: Settings, device: str) -> None:
 
 def _check_fsdp(settings: Settings) -> None:
     """The fsdp_config settings hold together (each worker builds the same policy again)."""
-    if settings["distributed_type"] != "FSDP":
+    if requested_backend(settings) is not DistributedType.FSDP:
         return
 
     policy_from_settings(settings)
@@ -56,7 +58,7 @@ def _check_fsdp(settings: Settings) -> None:
 
 def _check_deepspeed(settings: Settings, warn: Callable[[str], None]) -> None:
     """DeepSpeed is installed and its config holds together (the JSON against the settings)."""
-    if settings["distributed_type"] != "DEEPSPEED":
+    if requested_backend(settings) is not DistributedType.DEEPSPEED:
         return
     import importlib.util
 

@@ -29,10 +29,12 @@ import torch.distributed as dist
 
 from overdrive import ops, state_reset
 from overdrive.config import Settings, load_settings
+from overdrive.config.backend import requested_backend
 from overdrive.errors import ConfigError
 from overdrive.kwargs_handlers import InitProcessGroupKwargs
 from overdrive.launch.suggest import suggest_command
 from overdrive.logging import get_logger
+from overdrive.parallel.decide import Decision, decide_layout
 from overdrive.process_env import DEFAULT_MASTER_PORT, ProcessEnv, detect_process_env
 from overdrive.types import DistributedType
 
@@ -84,7 +86,8 @@ class PartialState:
         self._created_group = False
         self._debug: bool | None = None  # set through the ``debug`` property
         self._check_requested_world()
-        self._distributed_type = self._resolve_distributed_type()
+        self._decision = self._decide()
+        self._distributed_type = self._decision.backend  # what is reported (see the setter)
         self._device = self._pick_device()
         self._backend: str | None = None
         if self._env.world_size > 1 or self._distributed_type in _GROUP_EVEN_ALONE:
@@ -133,15 +136,12 @@ class PartialState:
                 )
             warnings.warn(f"{message}; the running world wins", UserWarning, stacklevel=3)
 
-    def _resolve_distributed_type(self) -> DistributedType:
+    def _decide(self) -> Decision:
+        """This process's one decision (``parallel/decide.py``), once the backend asked for
+        is known to run here."""
         s, world = self._settings, self._env.world_size
-        requested = s["distributed_type"]
         cuda = torch.cuda.is_available() and not s["use_cpu"]
-        if requested is None:
-            if world == 1:
-                return DistributedType.NO
-            return DistributedType.MULTI_GPU if cuda else DistributedType.MULTI_CPU
-        dtype = DistributedType(requested)
+        dtype = requested_backend(s)
         where = s.source("distributed_type")
         if dtype == DistributedType.MULTI_GPU and not cuda:
             why = (
@@ -161,9 +161,7 @@ class PartialState:
                 key="distributed_type",
                 fix="remove distributed_type (automatic) or set it to MULTI_CPU / MULTI_GPU",
             )
-        if dtype in (DistributedType.MULTI_CPU, DistributedType.MULTI_GPU) and world == 1:
-            return DistributedType.NO
-        return dtype
+        return decide_layout(s, world, cuda=cuda)
 
     def _pick_device(self) -> torch.device:
         s = self._settings
@@ -279,6 +277,11 @@ class PartialState:
     @property
     def backend(self) -> str | None:
         return self._backend
+
+    @property
+    def decision(self) -> Decision:
+        """How this process runs (layout, backend, chain, precision owner): decided once."""
+        return self._decision
 
     @property
     def distributed_type(self) -> DistributedType:

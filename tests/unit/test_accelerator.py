@@ -326,12 +326,13 @@ def test_select_strategy_by_world_size() -> None:
     from types import SimpleNamespace
 
     from overdrive.config import load_settings
+    from overdrive.parallel.decide import decide_layout
     from overdrive.strategies import DDPStrategy, StrategyOptions, select_strategy
 
     settings = load_settings()  # the autouse fixture cleared the environment
     cpu = torch.device("cpu")
     two = select_strategy(
-        SimpleNamespace(num_processes=2, device=cpu),
+        SimpleNamespace(num_processes=2, device=cpu, decision=decide_layout(settings, 2)),
         settings,
         StrategyOptions(
             ddp_kwargs=DistributedDataParallelKwargs(bucket_cap_mb=5, static_graph=True)
@@ -339,7 +340,8 @@ def test_select_strategy_by_world_size() -> None:
     )
     assert isinstance(two, DDPStrategy)
     assert two.ddp_kwargs == {"bucket_cap_mb": 5, "static_graph": True}  # only changed fields
-    one = select_strategy(SimpleNamespace(num_processes=1, device=cpu), settings)
+    state = SimpleNamespace(num_processes=1, device=cpu, decision=decide_layout(settings, 1))
+    one = select_strategy(state, settings)
     assert isinstance(one, SingleDeviceStrategy)
 
 

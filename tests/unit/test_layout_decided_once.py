@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import torch
 
-from overdrive.config import load_settings
+from overdrive.config import Settings, load_settings
+from overdrive.parallel.decide import decide_layout
 from overdrive.parallel.layout import ParallelLayout
 from overdrive.parallel.mesh_shape import mesh_shape
 from overdrive.parallel.topology import Topology
@@ -42,17 +43,16 @@ def _call_sites(name: str) -> dict[str, int]:
 
 def test_the_layout_is_decided_at_one_call_site() -> None:
     # layout_from_settings runs in one place, decide_layout; the launcher's plan (which hands
-    # the layout to preflight's checks and the dry run) and a worker's select_strategy each
-    # ask it once
+    # the decision to preflight's checks and the dry run) and a worker's PartialState (whose
+    # decision select_strategy reads) each ask it once
     assert _call_sites("layout_from_settings") == {"overdrive/parallel/decide.py": 1}
     assert _call_sites("decide_layout") == {
         "overdrive/launch/plan.py": 1,
-        "overdrive/strategies/__init__.py": 1,
+        "overdrive/process_state.py": 1,
     }
 
 
 def test_the_launchers_plan_carries_the_layout_a_worker_decides() -> None:
-    from overdrive.config import Settings
     from overdrive.errors import ConfigError
     from overdrive.preflight import plan_launch
 
@@ -62,7 +62,7 @@ def test_the_launchers_plan_carries_the_layout_a_worker_decides() -> None:
 
     plan = plan_launch(settings(), "train.py", environ={}, warn=lambda _: None)
     assert plan.layout == ParallelLayout(dp_shard=4)
-    topology = select_strategy(_state(4), settings()).topology
+    topology = select_strategy(_state(4, settings()), settings()).topology
     assert topology is not None and topology.layout == plan.layout
     # a layout that does not factor is refused alike, before and in a worker
     odd = {
@@ -72,7 +72,7 @@ def test_the_launchers_plan_carries_the_layout_a_worker_decides() -> None:
     with pytest.raises(ConfigError) as launcher:
         plan_launch(settings(**odd), "train.py", environ={}, warn=lambda _: None)
     with pytest.raises(ConfigError) as worker:
-        select_strategy(_state(4), settings(**odd))
+        decide_layout(settings(**odd), 4)  # what a worker's PartialState asks
     assert "does not fit 4 processes" in str(launcher.value)
     assert str(launcher.value) == str(worker.value)
     assert launcher.value.key == worker.value.key
@@ -150,8 +150,9 @@ def test_build_device_mesh_and_the_topology_build_through_the_same_call(
     ]
 
 
-def _state(n: int) -> SimpleNamespace:
-    return SimpleNamespace(num_processes=n, device=torch.device("cpu"))
+def _state(n: int, settings: Settings) -> SimpleNamespace:
+    decision = decide_layout(settings, n)
+    return SimpleNamespace(num_processes=n, device=torch.device("cpu"), decision=decision)
 
 
 @pytest.mark.parametrize(
@@ -182,7 +183,8 @@ def _state(n: int) -> SimpleNamespace:
 def test_the_table_picks_the_strategy_and_hands_it_the_layouts_topology(
     code: dict[str, Any], nprocs: int, name: str, degrees: dict[str, int]
 ) -> None:
-    strategy = select_strategy(_state(nprocs), load_settings(code=code, environ={}))
+    settings = load_settings(code=code, environ={})
+    strategy = select_strategy(_state(nprocs, settings), settings)
     assert strategy.name == name
     assert strategy.topology is not None
     assert strategy.topology.layout == ParallelLayout(**degrees)
@@ -190,10 +192,12 @@ def test_the_table_picks_the_strategy_and_hands_it_the_layouts_topology(
 
 def test_the_mesh_strategy_takes_its_policy_from_the_case() -> None:
     megatron = {"distributed_type": "MEGATRON_LM", "megatron_lm_config.tp_degree": 2}
-    replicas = select_strategy(_state(4), load_settings(code=megatron, environ={}))
+    megatron_settings = load_settings(code=megatron, environ={})
+    replicas = select_strategy(_state(4, megatron_settings), megatron_settings)
     assert replicas.policy.sharding_strategy == "NO_SHARD"  # type: ignore[attr-defined]
     sharded = {**megatron, "megatron_lm_config.use_distributed_optimizer": True}
-    zero2 = select_strategy(_state(4), load_settings(code=sharded, environ={}))
+    sharded_settings = load_settings(code=sharded, environ={})
+    zero2 = select_strategy(_state(4, sharded_settings), sharded_settings)
     assert zero2.policy.sharding_strategy == "SHARD_GRAD_OP"  # type: ignore[attr-defined]
 
 
@@ -205,10 +209,13 @@ def test_in_code_options_reach_the_strategy() -> None:
         tp_plan={"fc": "colwise"},
     )
     with pytest.warns(UserWarning, match=r"tp_plan=\.\.\.\) cannot take effect"):
-        ddp = select_strategy(_state(2), load_settings(environ={}), options)
+        ddp = select_strategy(
+            _state(2, load_settings(environ={})), load_settings(environ={}), options
+        )
     assert ddp.ddp_kwargs == {"bucket_cap_mb": 7}  # type: ignore[attr-defined]
     tp = {"distributed_type": "MEGATRON_LM", "megatron_lm_config.tp_degree": 2}
-    split = select_strategy(_state(2), load_settings(code=tp, environ={}), options)
+    tp_settings = load_settings(code=tp, environ={})
+    split = select_strategy(_state(2, tp_settings), tp_settings, options)
     assert split.tp.plan == {"fc": "colwise"}  # type: ignore[attr-defined]
     with pytest.raises(AttributeError):
         options.tp_plan = None  # type: ignore[misc]  # frozen: built once, read only
@@ -217,5 +224,6 @@ def test_in_code_options_reach_the_strategy() -> None:
 def test_a_pipeline_loss_without_a_pipeline_warns_and_changes_nothing() -> None:
     options = StrategyOptions(pp_loss_fn=lambda out, target: out, pp_split_points=[1])
     with pytest.warns(UserWarning, match=r"ParallelismConfig\(pp_loss_fn=.*there is no pipeline"):
-        strategy = select_strategy(_state(2), load_settings(environ={}), options)
+        plain = load_settings(environ={})
+        strategy = select_strategy(_state(2, plain), plain, options)
     assert strategy.name == "ddp"

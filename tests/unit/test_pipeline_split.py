@@ -163,19 +163,23 @@ def test_what_the_schedule_cannot_do_yet_is_refused_by_name(
 ) -> None:
     import torch
 
+    from overdrive.parallel.decide import decide_layout
     from overdrive.preflight import plan_launch
     from overdrive.strategies import select_strategy
 
-    state = SimpleNamespace(num_processes=2, device=torch.device("cpu"))
-    with pytest.raises(ConfigError) as info:
-        select_strategy(state, _pp(**{key: value}))
+    with pytest.raises(ConfigError) as info:  # a worker's PartialState decides its layout
+        decide_layout(_pp(**{key: value}), 2)
     assert info.value.key == key and fix in str(info.value)
     # what a worker refuses, the launcher and `config validate` refuse before it starts
     launch = {"num_processes": 2, "use_cpu": True, key: value}
     with pytest.raises(ConfigError) as before:
         plan_launch(_pp(**launch), "train.py", warn=lambda _: None)
     assert str(before.value) == str(info.value)
-    strategy = select_strategy(state, _pp(**{"megatron_lm_config.pipeline_schedule": "gpipe"}))
+    gpipe = _pp(**{"megatron_lm_config.pipeline_schedule": "gpipe"})
+    state = SimpleNamespace(
+        num_processes=2, device=torch.device("cpu"), decision=decide_layout(gpipe, 2)
+    )
+    strategy = select_strategy(state, gpipe)
     assert strategy.name == "pipeline_parallel" and strategy.pp.schedule == "GPipe"  # type: ignore[attr-defined]
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from overdrive.config import load_settings
+from overdrive.config import Settings, load_settings
 from overdrive.errors import ConfigError
 from overdrive.parallel.tp import TPSettings, layout_for
 from overdrive.parallel.tp_plan import check_plan
@@ -112,10 +112,13 @@ def test_a_sequence_length_the_degree_does_not_divide_is_refused_at_the_forward(
         check_length(2, where, "fc", nn.Linear(6, 4), (torch.zeros(2, 6),), {})
 
 
-def _state(n: int = 2) -> object:
+def _state(settings: Settings, n: int = 2) -> object:
     from types import SimpleNamespace
 
-    return SimpleNamespace(num_processes=n, device=torch.device("cpu"))
+    from overdrive.parallel.decide import decide_layout
+
+    decision = decide_layout(settings, n)
+    return SimpleNamespace(num_processes=n, device=torch.device("cpu"), decision=decision)
 
 
 def test_megatron_sequence_parallelism_reaches_the_strategy_with_its_source() -> None:
@@ -123,18 +126,18 @@ def test_megatron_sequence_parallelism_reaches_the_strategy_with_its_source() ->
     s = load_settings(
         code={"distributed_type": "MEGATRON_LM", "megatron_lm_config.tp_degree": 2}, environ=env
     )
-    strategy = select_strategy(_state(), s)
+    strategy = select_strategy(_state(s), s)
     tp = strategy.tp  # type: ignore[union-attr]
     assert tp.sequence_parallel and tp.sp_key == SP_KEY
     assert tp.sp_source == "env ACCELERATE_MEGATRON_LM_SEQUENCE_PARALLELISM"
-    coded = select_strategy(_state(), s, StrategyOptions(sequence_parallel=True))
+    coded = select_strategy(_state(s), s, StrategyOptions(sequence_parallel=True))
     assert coded.tp.sp_source.startswith("ParallelismConfig(sequence_parallel")  # type: ignore[union-attr]
 
 
 def test_sequence_parallelism_without_a_tensor_parallel_degree_warns() -> None:
     s = load_settings(code={"distributed_type": "MEGATRON_LM", SP_KEY: True}, environ={})
     with pytest.warns(UserWarning, match="sequence parallelism .* cannot take effect"):
-        assert select_strategy(_state(), s).name == "ddp"
+        assert select_strategy(_state(s), s).name == "ddp"
 
 
 def test_an_embedding_split_over_features_is_refused() -> None:

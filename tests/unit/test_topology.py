@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from overdrive.config import load_settings
+from overdrive.parallel.decide import decide_layout
 from overdrive.parallel.layout import ParallelLayout
 from overdrive.parallel.topology import Topology
 from overdrive.strategies import select_strategy
@@ -54,8 +55,10 @@ def test_pipeline_and_tensor_dimensions_share_data_ranks() -> None:
 def test_every_strategy_answers_from_its_topology(
     code: dict, nprocs: int, name: str, dp: list
 ) -> None:
-    state = SimpleNamespace(num_processes=nprocs, device=torch.device("cpu"))
-    strategy = select_strategy(state, load_settings(code=code, environ={}))
+    settings = load_settings(code=code, environ={})
+    decision = decide_layout(settings, nprocs)
+    state = SimpleNamespace(num_processes=nprocs, device=torch.device("cpu"), decision=decision)
+    strategy = select_strategy(state, settings)
     assert strategy.name == name and strategy.topology is not None
     assert [strategy.data_parallel_coordinates(r, nprocs) for r in range(nprocs)] == dp
     assert strategy.topology.layout.world_size == nprocs

@@ -18,6 +18,7 @@ from overdrive.cli.simulate_validate import (
     simulate_validated,
 )
 from overdrive.config import load_settings, resolve
+from overdrive.config.backend import requested_backend
 from overdrive.config.prompts import MenuPrompter, StreamPrompter
 from overdrive.config.schema import MIXED_PRECISIONS
 from overdrive.config.settings import Settings, display_value
@@ -29,6 +30,9 @@ from overdrive.errors import ConfigError
 from overdrive.launch import cluster
 from overdrive.launch.plan import process_limit
 from overdrive.preflight import plan_launch, warn_inert
+from overdrive.types import DistributedType
+
+_NO_GPUS = (DistributedType.NO, DistributedType.MULTI_CPU)
 
 
 def register(commands: Any) -> None:
@@ -181,7 +185,7 @@ def _show(args: argparse.Namespace) -> int:
     print(f"config file: {file_used}{'' if file_used.is_file() else ' (not found, not used)'}")
     print("precedence: code > launch flag > environment > config file > default\n")
     print(render_table(settings, changed_only=args.changed))
-    if settings["distributed_type"] == "DEEPSPEED":
+    if requested_backend(settings) is DistributedType.DEEPSPEED:
         print()
         print("\n".join(describe(build(settings))))
     return 0
@@ -194,7 +198,7 @@ VALIDATE_TARGET = "train.py"
 def _gpus_described(settings: Settings) -> int:
     """GPUs per machine the file is written for: one per process of a backend run on GPUs
     (anything but NO / MULTI_CPU, unless it asks for the CPU)."""
-    if settings["use_cpu"] or settings["distributed_type"] in ("NO", "MULTI_CPU"):
+    if settings["use_cpu"] or requested_backend(settings) in _NO_GPUS:
         return 0
     total = settings["num_processes"]
     return max(1, (total or 1) // max(1, settings["num_machines"]))

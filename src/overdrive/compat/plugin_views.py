@@ -9,6 +9,7 @@ from typing import Any
 
 from overdrive.config import Settings
 from overdrive.plugins import DeepSpeedPlugin, FullyShardedDataParallelPlugin
+from overdrive.types import DistributedType
 from overdrive.utils.deepspeed import HfDeepSpeedConfig
 
 
@@ -17,7 +18,7 @@ def effective_fsdp_plugin(
 ) -> FullyShardedDataParallelPlugin | None:
     """The FSDP plugin in force: a copy of ``given`` (or a new one) with every field it left
     unset taken from the settings; None when this run is not FSDP."""
-    if distributed_type != "FSDP":
+    if distributed_type != DistributedType.FSDP:
         return None
     # A copy: the user's object may configure another Accelerator later, and must not carry
     # this run's resolved values into it as if they were given in code.

@@ -12,6 +12,7 @@ from typing import Any
 from torch.nn.parallel import DistributedDataParallel
 
 from overdrive.kwargs_handlers import ProfileKwargs
+from overdrive.types import DistributedType
 
 
 class ProcessControlMixin:
@@ -67,7 +68,10 @@ class ProcessControlMixin:
         Only DDP (several CPU or GPU processes) supports it; elsewhere it warns and does
         nothing.
         """
-        if str(self.state.distributed_type) not in ("MULTI_CPU", "MULTI_GPU"):
+        if self.state.distributed_type not in (
+            DistributedType.MULTI_CPU,
+            DistributedType.MULTI_GPU,
+        ):
             warnings.warn(
                 "join_uneven_inputs is only supported for multi-GPU (and multi-CPU) DDP "
                 f"training; with {self.state.distributed_type} it does nothing",

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any
 
 from overdrive.compat.process_control import _set_even
 from overdrive.config.provenance import Resolved, Source
 from overdrive.config.settings import Settings
+from overdrive.parallel.cp_rules import CP_COMM_KEY
+from overdrive.parallel_handlers import TorchContextParallelConfig
 from overdrive.plugins import ParallelismConfig
 
 
@@ -68,10 +71,7 @@ class PropertiesMixin:
     # --- backend facts ------------------------------------------------------------------
     @property
     def is_fsdp2(self) -> bool:
-        return (
-            str(self.state.distributed_type) == "FSDP"
-            and self.settings["fsdp_config.fsdp_version"] == 2
-        )
+        return bool(self.state.decision.chain.fsdp2)
 
     @property
     def fp8_backend(self) -> str | None:
@@ -95,21 +95,24 @@ class PropertiesMixin:
     def torch_device_mesh(self) -> Any:
         return getattr(self.strategy, "mesh", None)
 
-    @property
-    def parallelism_config(self) -> Any:
-        keys = ("dp_replicate_size", "dp_shard_size", "tp_size")
-        unset = all(
-            self.settings[f"parallelism_config.parallelism_config_{k}"] is None for k in keys
-        )
-        parallel = any(getattr(self.strategy, k, None) is not None for k in ("tp", "pp"))
-        if unset and not parallel:
+    @cached_property
+    def parallelism_config(self) -> ParallelismConfig | None:
+        """The decision's layout as a ``ParallelismConfig`` (every size, cp and pp included),
+        built on the first read and kept: the layout is fixed for the Accelerator's life."""
+        layout = self.state.decision.layout
+        unset = all(self.settings[key] is None for key in ParallelismConfig.KEYS.values())
+        if unset and layout.tp == layout.pp == layout.cp == 1:
             return None  # nothing asked for a parallel layout (Trainer reads None as "plain")
+        cp_handler = None
+        if layout.cp > 1:  # the settings' comm strategy, else the handler's default
+            cp_handler = TorchContextParallelConfig(cp_comm_strategy=self.settings[CP_COMM_KEY])
         return ParallelismConfig(
-            dp_replicate_size=self.settings[
-                "parallelism_config.parallelism_config_dp_replicate_size"
-            ],
-            dp_shard_size=self.settings["parallelism_config.parallelism_config_dp_shard_size"],
-            tp_size=self.settings["parallelism_config.parallelism_config_tp_size"],
+            dp_replicate_size=layout.dp_replicate,
+            dp_shard_size=layout.dp_shard,
+            tp_size=layout.tp,
+            cp_size=layout.cp,
+            cp_handler=cp_handler,
+            pp_size=layout.pp,
             sequence_parallel=bool(
                 getattr(getattr(self.strategy, "tp", None), "sequence_parallel", False)
             ),

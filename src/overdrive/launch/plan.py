@@ -13,10 +13,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from overdrive.config import HANDOVER_VARIABLE, Settings
+from overdrive.config.backend import requested_backend
 from overdrive.errors import LaunchError
 from overdrive.launch.described_env import described_variables
-from overdrive.parallel.decide import decide_layout
+from overdrive.parallel.decide import Decision, decide_layout
 from overdrive.parallel.layout import ParallelLayout
+from overdrive.types import DistributedType
 
 DEFAULT_PORT = 29500
 BOOTSTRAP_MODULE = "overdrive.launch.bootstrap"
@@ -59,7 +61,7 @@ class LaunchPlan:
     main_addr: str
     main_port: int
     rdzv_backend: str
-    layout: ParallelLayout  # the parallel layout of the world, decided here for the launcher
+    decision: Decision  # how the world runs (its layout, backend), decided here for the launcher
     cuda_visible_devices: str | None = None
     omp_num_threads: int | None = None
     max_restarts: int = 0
@@ -73,6 +75,11 @@ class LaunchPlan:
     @property
     def world_size(self) -> int:
         return self.nproc_per_node * self.num_machines
+
+    @property
+    def layout(self) -> ParallelLayout:
+        """The parallel layout of the world (the decision's)."""
+        return self.decision.layout
 
     @property
     def is_main_machine(self) -> bool:
@@ -108,7 +115,7 @@ class LaunchPlan:
             env["ACCELERATE_USE_CPU"] = "true"
         if self.settings["use_cpu"]:
             env.update(INTEL_OPENMP_CPU)  # as Hugging Face Accelerate's launcher, on --cpu only
-        if self.device == "cpu" and self.settings["distributed_type"] == "DEEPSPEED":
+        if self.device == "cpu" and self.decision.backend is DistributedType.DEEPSPEED:
             env["DS_ACCELERATOR"] = "cpu"  # DeepSpeed's CPU accelerator on CPU processes
         return env
 
@@ -187,7 +194,7 @@ def _pick_device(settings: Settings, gpus: int) -> str:
         return "cpu"
     if gpus > 0:
         return "cuda"
-    if settings["distributed_type"] == "MULTI_GPU":
+    if requested_backend(settings) is DistributedType.MULTI_GPU:
         raise LaunchError(
             f"distributed_type = MULTI_GPU ({settings.source('distributed_type')}) but this "
             "machine has no visible CUDA GPU\n"
@@ -255,7 +262,7 @@ def build_plan(
         # One thread pool per process would oversubscribe the cores; split them instead.
         omp = max(1, cores // nproc) if device == "cpu" else 1
     machines = settings["num_machines"]
-    layout = decide_layout(settings, nproc * machines)
+    decision = decide_layout(settings, nproc * machines, cuda=device == "cuda")
     return LaunchPlan(
         settings=settings,
         target=target,
@@ -269,7 +276,7 @@ def build_plan(
         main_addr=settings["main_process_ip"] or "127.0.0.1",
         main_port=settings["main_process_port"] or DEFAULT_PORT,
         rdzv_backend=settings["rdzv_backend"],
-        layout=layout,
+        decision=decision,
         cuda_visible_devices=visible,
         omp_num_threads=omp,
         max_restarts=max_restarts,

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from overdrive.errors import ConfigError
 from overdrive.parallel.degree_rules import Rule, refuse_by_rules, refuse_not_dividing
+from overdrive.types import DistributedType
 
 if TYPE_CHECKING:
     from overdrive.config.settings import Settings
@@ -31,7 +32,7 @@ SP_KEY = "parallelism_config.parallelism_config_sp_size"
 RULES: tuple[Rule, ...] = (
     (
         "distributed_type",
-        lambda v, s: v != "FSDP",
+        lambda v, s: v != DistributedType.FSDP,
         "use distributed_type FSDP with fsdp_version 2 (--use_fsdp --fsdp_version 2): the "
         "context-parallel ranks' gradients are reduced by FSDP2 over dp_shard x cp, as "
         "Hugging Face Accelerate does",

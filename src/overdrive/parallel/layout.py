@@ -11,11 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from overdrive.config.backend import requested_backend
 from overdrive.errors import ConfigError
 from overdrive.parallel.cp_rules import cp_degree
 from overdrive.parallel.degree_rules import refuse_not_dividing
 from overdrive.parallel.mesh_shape import MESH_ORDER, mesh_shape
 from overdrive.parallel.pipeline_rules import check_pipeline_settings
+from overdrive.types import DistributedType
 
 if TYPE_CHECKING:
     from overdrive.config.settings import Settings
@@ -112,7 +114,7 @@ def _hybrid_degrees(settings: Settings, world: int) -> tuple[int, int]:
 
 def _distributed_optimizer(settings: Settings) -> bool:
     """MEGATRON_LM's ``use_distributed_optimizer``: the data-parallel processes shard."""
-    return settings["distributed_type"] == "MEGATRON_LM" and bool(
+    return requested_backend(settings) is DistributedType.MEGATRON_LM and bool(
         settings["megatron_lm_config.use_distributed_optimizer"]
     )
 
@@ -123,7 +125,7 @@ TP_KEYS = ("megatron_lm_config.tp_degree", "parallelism_config.parallelism_confi
 def tp_setting(settings: Settings) -> tuple[int, str]:
     """(tensor-parallel degree, the key that set it): ``megatron_lm_config.tp_degree`` under
     MEGATRON_LM, else ``parallelism_config.parallelism_config_tp_size``; 1 when neither."""
-    megatron = settings["distributed_type"] == "MEGATRON_LM"
+    megatron = requested_backend(settings) is DistributedType.MEGATRON_LM
     given = {
         key: settings[key]
         for key in TP_KEYS
@@ -143,13 +145,12 @@ def tp_setting(settings: Settings) -> tuple[int, str]:
 
 def _tp_degree(settings: Settings, world: int) -> int:
     tp, key = tp_setting(settings)
-    backend = settings["distributed_type"]
-    if tp > 1 and (
-        backend == "DEEPSPEED" or (backend == "FSDP" and settings["fsdp_config.fsdp_version"] == 1)
-    ):
+    backend = requested_backend(settings)
+    fsdp1 = backend is DistributedType.FSDP and settings["fsdp_config.fsdp_version"] == 1
+    if tp > 1 and (backend is DistributedType.DEEPSPEED or fsdp1):
         what = (
-            "DEEPSPEED"
-            if backend == "DEEPSPEED"
+            str(backend)
+            if backend is DistributedType.DEEPSPEED
             else (f"FSDP with fsdp_version 1 ({settings.source('fsdp_config.fsdp_version')})")
         )
         raise ConfigError(
@@ -172,7 +173,7 @@ MICRO_BATCHES_KEY = "megatron_lm_config.num_micro_batches"
 def pp_key(settings: Settings) -> str:
     """The key that sets the pipeline degree here: ``megatron_lm_config.pp_degree`` under
     MEGATRON_LM, else ``parallelism_config.parallelism_config_pp_size``."""
-    return PP_KEY if settings["distributed_type"] == "MEGATRON_LM" else PP_SIZE_KEY
+    return PP_KEY if requested_backend(settings) is DistributedType.MEGATRON_LM else PP_SIZE_KEY
 
 
 def pp_setting(settings: Settings) -> int:
@@ -239,7 +240,7 @@ def layout_from_settings(settings: Settings, world: int) -> ParallelLayout:
     others = {"tensor-parallel": (tp, tp_setting(settings)[1]), "pipeline": (pp, pp_key(settings))}
     cp = cp_degree(settings, world, others)
     dp_world = world // (tp * pp * cp)
-    fsdp = settings["distributed_type"] == "FSDP"
+    fsdp = requested_backend(settings) is DistributedType.FSDP
     hybrid = fsdp and settings["fsdp_config.fsdp_sharding_strategy"] in (
         "HYBRID_SHARD",
         "HYBRID_SHARD_ZERO2",

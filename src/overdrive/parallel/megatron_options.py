@@ -8,7 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from overdrive.config.backend import requested_backend
 from overdrive.parallel.activation_checkpointing import RecomputeLayers
+from overdrive.types import DistributedType
 
 if TYPE_CHECKING:
     from overdrive.config.settings import Settings
@@ -29,7 +31,7 @@ class MegatronRules:
 def megatron_rules(settings: Settings) -> MegatronRules:
     """The rules under ``distributed_type: MEGATRON_LM``; none under any other backend
     (where ``megatron_lm_config`` is reported as unable to take effect)."""
-    if settings["distributed_type"] != "MEGATRON_LM":
+    if requested_backend(settings) is not DistributedType.MEGATRON_LM:
         return MegatronRules()
     clip = settings[CLIP_KEY]
     source = str(settings.source(RECOMPUTE_KEY))

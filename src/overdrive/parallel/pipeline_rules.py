@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from overdrive.config.backend import requested_backend
 from overdrive.parallel.degree_rules import Rule, refuse_by_rules
+from overdrive.types import DistributedType
 
 if TYPE_CHECKING:
     from overdrive.config.settings import Settings
@@ -18,13 +20,13 @@ if TYPE_CHECKING:
 RULES: tuple[Rule, ...] = (
     (
         "distributed_type",
-        lambda v, s: v == "DEEPSPEED",
+        lambda v, s: v == DistributedType.DEEPSPEED,
         "use FSDP (fsdp_version 2) or MEGATRON_LM with a pipeline; DeepSpeed's own pipeline "
         "engine is not driven by overdrive",
     ),
     (
         "fsdp_config.fsdp_version",
-        lambda v, s: s["distributed_type"] == "FSDP" and v == 1,
+        lambda v, s: requested_backend(s) is DistributedType.FSDP and v == 1,
         "set fsdp_version 2 (each pipeline stage is sharded with fully_shard)",
     ),
     (
@@ -40,7 +42,7 @@ RULES: tuple[Rule, ...] = (
     ),
     (
         "megatron_lm_config.sequence_parallelism",
-        lambda v, s: s["distributed_type"] == "MEGATRON_LM" and v is True,
+        lambda v, s: requested_backend(s) is DistributedType.MEGATRON_LM and v is True,
         "turn it off (sequence-parallel activations between pipeline stages are not available yet)",
     ),
     (

@@ -17,27 +17,32 @@ from overdrive.parallel.tp_settings import TPSettings
 
 if TYPE_CHECKING:
     from overdrive.config.settings import Settings
+    from overdrive.parallel.decide import Decision
     from overdrive.strategies.options import StrategyOptions
     from overdrive.strategies.pipeline import PPSettings
 
 _STACKLEVEL = 4  # this function, select_strategy, strategy_for, Accelerator.__init__
 
 
-def _sequence_setting(settings: Settings, in_code: bool) -> tuple[bool, str, str]:
+def _sequence_setting(
+    settings: Settings, decision: Decision, in_code: bool
+) -> tuple[bool, str, str]:
     """(asked for, key, source) of sequence parallelism: in code, or (under MEGATRON_LM)
     ``megatron_lm_config.sequence_parallelism``."""
     key = "megatron_lm_config.sequence_parallelism"
     if in_code:
         return True, "sequence_parallel", "ParallelismConfig(sequence_parallel=True), in code"
-    on = settings["distributed_type"] == "MEGATRON_LM" and settings[key] is True
-    return on, key, str(settings.source(key))
+    return decision.chain.sequence_parallel, key, str(settings.source(key))
 
 
-def tp_settings(settings: Settings, degree: int, options: StrategyOptions) -> TPSettings | None:
-    """The tensor-parallel settings when the layout's ``degree`` is above 1, else None (saying
+def tp_settings(
+    settings: Settings, decision: Decision, options: StrategyOptions
+) -> TPSettings | None:
+    """The tensor-parallel settings when the layout's degree is above 1, else None (saying
     what a plan or sequence parallelism given without a degree cannot do)."""
+    degree = decision.layout.tp
     _, key = tp_setting(settings)
-    sp, sp_key, sp_source = _sequence_setting(settings, options.sequence_parallel)
+    sp, sp_key, sp_source = _sequence_setting(settings, decision, options.sequence_parallel)
     if degree <= 1:
         for what, given in (
             ("ParallelismConfig(tp_plan=...)", options.tp_plan is not None),
@@ -62,15 +67,16 @@ def tp_settings(settings: Settings, degree: int, options: StrategyOptions) -> TP
     )
 
 
-def pp_settings(settings: Settings, degree: int, options: StrategyOptions) -> PPSettings | None:
-    """The pipeline settings when the layout's ``degree`` is above 1, else None (saying that
+def pp_settings(
+    settings: Settings, decision: Decision, options: StrategyOptions
+) -> PPSettings | None:
+    """The pipeline settings when the layout's degree is above 1, else None (saying that
     a loss or split points given in code cannot take effect)."""
+    degree = decision.layout.pp
     # where a pipeline's loss and split points are given in code: the plugin that chose
     # MEGATRON_LM, else ParallelismConfig (which chooses no backend)
     owner, prefix = (
-        ("MegatronLMPlugin", "pipeline")
-        if settings["distributed_type"] == "MEGATRON_LM"
-        else ("ParallelismConfig", "pp")
+        ("MegatronLMPlugin", "pipeline") if decision.chain.megatron else ("ParallelismConfig", "pp")
     )
     if degree <= 1:
         if options.pp_loss_fn is not None or options.pp_split_points is not None:

@@ -1,5 +1,6 @@
-"""Which strategy class runs, from a table: the layout is decided once (``select_strategy``),
-then its kind picks a builder that hands the strategy the ``Topology``.
+"""Which strategy class runs, from a table: the process's ``Decision`` (made once, with its
+``PartialState``) gives the kind, which picks a builder that hands the strategy the
+``Topology``.
 
 Kinds: ``pipeline`` (a pipeline degree above 1), ``deepspeed`` (its engine), ``mesh`` (the
 DTensor mesh strategy: FSDP1/2, HSDP, tensor parallelism, Megatron-LM's distributed
@@ -20,11 +21,13 @@ from overdrive.parallel.fsdp_policy import policy_from_settings
 from overdrive.strategies.ddp import DDPStrategy
 from overdrive.strategies.options import StrategyOptions
 from overdrive.strategies.single import SingleDeviceStrategy
+from overdrive.types import DistributedType
 
 if TYPE_CHECKING:
     import torch
 
     from overdrive.config.settings import Settings
+    from overdrive.parallel.decide import Decision
     from overdrive.parallel.fsdp_policy import FSDPPolicy
     from overdrive.parallel.topology import Topology
     from overdrive.parallel.tp_settings import TPSettings
@@ -39,6 +42,7 @@ class Choice:
 
     device: torch.device
     settings: Settings
+    decision: Decision
     topology: Topology
     options: StrategyOptions
     tp: TPSettings | None
@@ -48,14 +52,14 @@ class Choice:
 
 def kind(choice: Choice) -> str:
     """The row of ``BUILDERS`` for ``choice``."""
-    layout = choice.topology.layout
-    backend = choice.settings["distributed_type"]
+    decision = choice.decision
     if choice.pp is not None:
         return "pipeline"
-    if backend == "DEEPSPEED":
+    if decision.backend is DistributedType.DEEPSPEED:
         return "deepspeed"
     # dp_shard above 1 outside FSDP: MEGATRON_LM's use_distributed_optimizer
-    if choice.tp is not None or backend == "FSDP" or layout.dp_shard > 1:
+    layout = decision.layout
+    if choice.tp is not None or decision.chain.fsdp or layout.dp_shard > 1:
         return "mesh"
     return "ddp" if layout.world_size > 1 else "single"
 
@@ -74,7 +78,7 @@ def _pipeline(c: Choice) -> Strategy:
             key=c.tp.sp_key,
             fix="turn sequence parallelism off, or drop the pipeline degree",
         )
-    fsdp = _fsdp_policy(c) if c.settings["distributed_type"] == "FSDP" else None
+    fsdp = _fsdp_policy(c) if c.decision.chain.fsdp else None
     chain = Chain(tp=c.tp, recompute=c.rules.recompute, fsdp=fsdp)
     return PipelineParallelStrategy(c.device, c.topology, c.pp, chain, rules=c.rules)
 
@@ -115,7 +119,7 @@ def _mesh(c: Choice) -> Strategy:
         replicate_policy,
     )
 
-    if c.settings["distributed_type"] == "FSDP":
+    if c.decision.chain.fsdp:
         policy = _fsdp_policy(c)
     elif c.topology.layout.dp_shard > 1:
         policy = distributed_optimizer_policy()

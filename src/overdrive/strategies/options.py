@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     import torch
 
     from overdrive.kwargs_handlers import DistributedDataParallelKwargs
+    from overdrive.parallel.decide import Decision
 
 
 class ProcessInfo(Protocol):
@@ -21,6 +22,9 @@ class ProcessInfo(Protocol):
 
     @property
     def device(self) -> torch.device: ...
+
+    @property
+    def decision(self) -> Decision: ...
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from typing import Any
 from overdrive.ds.dummies import DummyOptim, DummyScheduler
 from overdrive.ds.helpers import DeepSpeedEngineWrapper, map_pytorch_optim_to_deepspeed
 from overdrive.errors import ConfigError
+from overdrive.types import DistributedType
 
 __all__ = [
     "DeepSpeedEngineWrapper",
@@ -26,7 +27,7 @@ __all__ = [
 def get_active_deepspeed_plugin(state: Any) -> Any:
     """The DeepSpeed plugin ``state`` (an ``AcceleratorState``/``PartialState``) runs with: the
     selected one of several, or the only one. ValueError when the state is not DeepSpeed."""
-    if state.distributed_type != "DEEPSPEED":
+    if state.distributed_type != DistributedType.DEEPSPEED:
         raise ValueError(
             "Couldn't retrieve the active `DeepSpeedPlugin` as none were enabled. Please make "
             "sure that either `Accelerator` is configured for `deepspeed` or make sure that the "

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any, TypeVar
 
+from overdrive.types import DistributedType
 from overdrive.utils.environment import parse_flag_from_env, patch_environment
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -372,7 +373,7 @@ def deepspeed_required(func: _F) -> _F:
         from overdrive.process_state import current_accelerator
 
         accelerator = current_accelerator()
-        if accelerator is not None and accelerator.distributed_type != "DEEPSPEED":
+        if accelerator is not None and accelerator.distributed_type != DistributedType.DEEPSPEED:
             raise ValueError(
                 "DeepSpeed is not enabled, please make sure that an `Accelerator` is configured "
                 "for `deepspeed` before calling this function."

@@ -13,6 +13,7 @@ from shutil import which  # tests patch overdrive.utils.launch.which
 from typing import Any
 
 from overdrive.commands.launch import settings_from_args
+from overdrive.config.backend import requested_backend
 from overdrive.launch import cluster
 from overdrive.launch.plan import LaunchPlan
 from overdrive.launch.ports import free_port, settle_port
@@ -115,7 +116,7 @@ def prepare_deepspeed_cmd_env(args: argparse.Namespace) -> tuple[list[str], dict
     is never None). Sets ``args.master_port``."""
     _refuse_no_python(args)
     settings = getattr(args, "resolved_settings", None)
-    if settings is not None and settings["distributed_type"] != "DEEPSPEED":
+    if settings is not None and requested_backend(settings) is not DistributedType.DEEPSPEED:
         raise ValueError(
             f"prepare_deepspeed_cmd_env got launch arguments that resolve to distributed_type "
             f"{settings['distributed_type']} ({settings.source('distributed_type')}); pass "

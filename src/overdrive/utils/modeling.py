@@ -41,6 +41,7 @@ from overdrive.bigmodel.ties import (
     retie_parameters,
 )
 from overdrive.state import AcceleratorState
+from overdrive.types import DistributedType
 from overdrive.utils.other import extract_model_from_parallel
 
 WEIGHTS_INDEX_NAME = "pytorch_model.bin.index.json"
@@ -116,7 +117,7 @@ def get_mixed_precision_context_manager(
 def get_grad_scaler(distributed_type: Any = None, **kwargs: Any) -> Any:
     """The gradient scaler for fp16: FSDP's sharded one under FSDP, else torch's for the
     GPU here (the CPU one where there is none; overdrive trains fp16 on CPUs too)."""
-    if str(distributed_type) in ("FSDP", "DistributedType.FSDP"):
+    if str(distributed_type).rpartition(".")[2] == DistributedType.FSDP:  # member or its name
         from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
         return ShardedGradScaler(**kwargs)
