@@ -22,12 +22,17 @@ PP2 = ("--use_megatron_lm", "--megatron_lm_pp_degree", "2", "--megatron_lm_num_m
 
 
 def _run(nprocs: int, *args: str, launch_args: tuple[str, ...] = PP2) -> dict:
+    (row,) = _runs(nprocs, *args, launch_args=launch_args)
+    return row
+
+
+def _runs(nprocs: int, *args: str, launch_args: tuple[str, ...] = PP2) -> list[dict]:
+    """One launch; a row per optimizer of its ``--optimizer`` list, in that order."""
     result = run_launch(
         SCRIPT, nprocs=nprocs, args=list(args), launch_args=list(launch_args), timeout=420
     )
     assert_ok(result)
-    (row,) = result_rows(result.stdout)
-    return row
+    return result_rows(result.stdout)
 
 
 def _assert_matches_one_process(row: dict, steps: int = 10) -> None:
@@ -75,15 +80,25 @@ def _summation_noise(folder: Path) -> float:
     return noise
 
 
+@pytest.fixture(scope="module")
+def pp2_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dict]]:
+    """PP=2 (1F1B) on 2 processes, one launch training under AdamW with clipping and then
+    under plain SGD, each saved to its own subfolder: (the folder, the row of each)."""
+    folder = tmp_path_factory.mktemp("pp2")
+    rows = _runs(2, "--save", str(folder), "--optimizer", "adamw,sgd")
+    assert [row["optimizer"] for row in rows] == ["adamw", "sgd"]
+    return folder, {row["optimizer"]: row for row in rows}
+
+
 @pytest.mark.distributed
 def test_pp2_llama_1f1b_trains_as_one_process_resumes_and_saves_full_weights(
-    tmp_path: Path,
+    pp2_runs: tuple[Path, dict[str, dict]],
 ) -> None:
     """AdamW with clipping. Adam divides each gradient by its own size, so its weights hide
     a wrong gradient scale (the norms do not): the weights are held to the measured noise."""
     import torch
 
-    row = _run(2, "--save", str(tmp_path))
+    tmp_path, row = pp2_runs[0] / "adamw", pp2_runs[1]["adamw"]
     assert row["schedule"] == "1F1B" and row["pp_rank"] == 0
     assert row["stage_layers"] == [[0, 0, 2], [1, 2, 4]]  # (rank, first layer, end)
     _assert_matches_one_process(row)
@@ -104,28 +119,32 @@ def test_pp2_llama_1f1b_trains_as_one_process_resumes_and_saves_full_weights(
         torch.testing.assert_close(again[name], tensor, rtol=1e-5, atol=1e-7, msg=name)
 
 
-def _sgd_update_error(folder: Path, *args: str) -> tuple[float, float, dict]:
-    row = _run(2, "--save", str(folder), "--optimizer", "sgd", *args)
+def _sgd_update_error(folder: Path) -> tuple[float, float]:
     initial, saved, micro = _weights(folder, "initial", "pipelined", "reference_micro")
-    return _update_error(saved, micro, initial), _summation_noise(folder), row
+    return _update_error(saved, micro, initial), _summation_noise(folder)
 
 
 @pytest.mark.distributed
 def test_pp2_sgd_updates_are_one_process_and_a_wrong_gradient_scale_is_caught(
-    tmp_path: Path,
+    tmp_path: Path, pp2_runs: tuple[Path, dict[str, dict]]
 ) -> None:
     """Plain SGD without clipping: the update is the gradient times the learning rate, so a
     wrong scale shows in proportion. The pipeline sums micro-batches in the order of the
     micro-batched reference (equal here to the last bit), within the noise of another order
     at worst; a deliberate 1% scale error in the pipeline's loss division is far outside it,
     and the AdamW run's norm check catches the same error."""
-    error, noise, row = _sgd_update_error(tmp_path / "right")
-    _assert_matches_one_process(row)
+    error, noise = _sgd_update_error(pp2_runs[0] / "sgd")
+    _assert_matches_one_process(pp2_runs[1]["sgd"])
     assert error <= NOISE_FACTOR * noise, (error, noise)
 
-    wrong, noise, _ = _sgd_update_error(tmp_path / "wrong", "--scale_error", "1.01")
+    # the wrong scale under SGD, then under AdamW, in one launch
+    folder = tmp_path / "wrong"
+    sgd, adamw = _runs(
+        2, "--save", str(folder), "--optimizer", "sgd,adamw", "--scale_error", "1.01"
+    )
+    assert (sgd["optimizer"], adamw["optimizer"]) == ("sgd", "adamw")
+    wrong, noise = _sgd_update_error(folder / "sgd")
     assert wrong > 100 * noise, (wrong, noise)
-    adamw = _run(2, "--scale_error", "1.01")
     drift = max(abs(a - b) / b for a, b in zip(adamw["norms"], adamw["ref_norms"], strict=True))
     assert drift > 2 * tolerance(adamw["noise_norms"], adamw["ref_norms"]), drift
 
@@ -211,10 +230,14 @@ def _assert_chain_trains_as_one_process(folder: Path, nprocs: int, *args: str, l
     in other orders stays within 5e-7), so the gradients themselves are held to the measured
     noise under SGD: norms, losses and the weights' updates (a 1% gradient scale error shows
     as 1e-2)."""
-    adamw = _run(nprocs, *args, launch_args=launch)
+    # one launch trains both (an Accelerator and model each): AdamW, then SGD
+    adamw, sgd = _runs(
+        nprocs, "--save", str(folder), "--optimizer", "adamw,sgd", *args, launch_args=launch
+    )
+    assert (adamw["optimizer"], sgd["optimizer"]) == ("adamw", "sgd")
     _assert_losses_within(adamw, 1e-4)
-    sgd = _run(nprocs, "--save", str(folder), "--optimizer", "sgd", *args, launch_args=launch)
     _assert_matches_one_process(sgd)
+    folder = folder / "sgd"
     initial, saved, micro, whole = _weights(
         folder, "initial", "pipelined", "reference_micro", "reference"
     )

@@ -12,6 +12,9 @@ measures the arithmetic noise); ``--resume DIR`` continues from that state and s
 weights again. ``--optimizer sgd`` trains with plain SGD and no clipping, so a wrong gradient
 scale shows in the weights in proportion; ``--scale_error F`` multiplies the pipeline's loss
 division by F (a deliberate bug, for the test that shows such a bug is caught).
+``--optimizer adamw,sgd`` trains once per optimizer in the same processes, each run with an
+Accelerator and model of its own (one launch instead of two), and prints a row for each; a
+``--save`` folder then gets a subfolder per optimizer.
 """
 
 from __future__ import annotations
@@ -110,7 +113,7 @@ def main() -> None:
     parser.add_argument("--mixed_precision", default="no")
     parser.add_argument("--split", default="", help="pipeline split points, e.g. 4")
     parser.add_argument("--accum", type=int, default=1, help="batches per optimizer step")
-    parser.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
+    parser.add_argument("--optimizer", default="adamw", help="adamw, sgd, or several: adamw,sgd")
     parser.add_argument("--scale_error", type=float, default=1.0)
     parser.add_argument("--parallelism", default="", help="ParallelismConfig sizes, k=v,...")
     parser.add_argument("--no_loss_fn", action="store_true", help="give no loss in code")
@@ -123,6 +126,17 @@ def main() -> None:
 
     if args.scale_error != 1.0:
         inject_scale_error(args.scale_error)
+    names = args.optimizer.split(",")
+    assert set(names) <= {"adamw", "sgd"}, names
+    for name in names:
+        save = args.save
+        if save and len(names) > 1:
+            save = str(Path(save) / name)
+        run(args, name, save)
+
+
+def run(args: argparse.Namespace, optimizer: str, save: str | None) -> None:
+    """Train the pipeline and the one-process reference with ``optimizer``; print the row."""
     split = [int(x) for x in args.split.split(",")] if args.split else None
     layout: dict = {}
     loss_fn = mse if args.case == "mlp" and not args.no_loss_fn else None
@@ -144,16 +158,16 @@ def main() -> None:
     model = build_llama() if args.case == "llama" else build_mlp()
     ref = copy.deepcopy(model)
     initial = copy.deepcopy(model)
-    if args.save and acc.is_main_process:
-        save_weights(model, Path(args.save) / "initial")
+    if save and acc.is_main_process:
+        save_weights(model, Path(save) / "initial")
     # Calls of a module inside the first layer: twice per batch on its stage when
     # recomputed (a pre-hook: the recomputation stops inside the layer's last op).
     calls: list[int] = []
     probe = model.model.layers[0].mlp if args.case == "llama" else model[0]
     probe.register_forward_pre_hook(lambda *a: calls.append(1))
-    opt = optimizer_for(args.optimizer, model)
-    ref_opt = optimizer_for(args.optimizer, ref)
-    clip = float("inf") if args.optimizer == "sgd" else 1.0
+    opt = optimizer_for(optimizer, model)
+    ref_opt = optimizer_for(optimizer, ref)
+    clip = float("inf") if optimizer == "sgd" else 1.0
     loader = DataLoader(data, batch_size=args.batch)
     model, opt, loader = acc.prepare(model, opt, loader)
     assert loader.total_batch_size == args.global_batch, loader.total_batch_size
@@ -180,8 +194,8 @@ def main() -> None:
             torch.equal(per_rank[r], per_rank[first[layout.dp_rank(r)]])
             for r in range(acc.num_processes)
         )
-        if args.save and step + 1 == STEPS // 2:
-            acc.save_state(str(Path(args.save) / "half"))
+        if save and step + 1 == STEPS // 2:
+            acc.save_state(str(Path(save) / "half"))
 
     model.eval()
     with torch.no_grad():
@@ -206,8 +220,8 @@ def main() -> None:
     opt_params = sum(p.numel() for g in opt.param_groups for p in g["params"])
     stage_ok = torch.tensor([float(kept_params == opt_params)])
     stage_ok = acc.gather(stage_ok).min().item()
-    if args.save or args.resume:
-        out = Path(args.save or args.resume)
+    if save or args.resume:
+        out = Path(save or args.resume)
         acc.save_model(model, str(out / ("resumed" if args.resume else "pipelined")))
 
     if acc.is_main_process:
@@ -222,7 +236,7 @@ def main() -> None:
         micro_batches = acc.strategy.pp.micro_batches  # type: ignore[attr-defined]
         noise, others = train_other_orders(
             initial,
-            lambda m: optimizer_for(args.optimizer, m),
+            lambda m: optimizer_for(optimizer, m),
             ref_batches,
             lambda m, b: loss_of(args.case, m, b),
             args.accum,
@@ -230,11 +244,12 @@ def main() -> None:
             clip=clip,
             eval_batch=next(iter(loader)),
         )
-        if args.save:
-            save_weights(ref, Path(args.save) / "reference")
-            save_weights(others[micro_batches], Path(args.save) / "reference_micro")
+        if save:
+            save_weights(ref, Path(save) / "reference")
+            save_weights(others[micro_batches], Path(save) / "reference_micro")
         row = {
             "rank": acc.process_index,
+            "optimizer": optimizer,
             "strategy": acc.strategy.name,
             "schedule": acc.strategy.pp.schedule,  # type: ignore[attr-defined]
             "losses": losses,
