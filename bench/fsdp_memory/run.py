@@ -31,13 +31,13 @@ def estimated_total(world: int, backend: str, args: argparse.Namespace) -> int:
     import torch
     from model import Stack
 
-    from overdrive.memory_estimate import STRATEGIES, Layout, estimate
+    from overdrive.memory_estimate import STRATEGIES, estimate, layout_of
     from overdrive.memory_estimate.build import spec_from_module
 
     with torch.device("meta"):
         spec = spec_from_module(Stack(args.layers, args.width), source="model.py:Stack")
     strategy = next(s for s in STRATEGIES if s.name.split()[-1] == backend)
-    return estimate(spec, Layout(num_processes=world), "fp32", strategy).state
+    return estimate(spec, layout_of(num_processes=world), "fp32", strategy).state
 
 
 def run(nprocs: int, flags: list[str], args: argparse.Namespace) -> dict:

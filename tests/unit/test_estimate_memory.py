@@ -13,7 +13,7 @@ import pytest
 
 from overdrive.cli.main import main
 from overdrive.errors import ConfigError
-from overdrive.memory_estimate import STRATEGIES, Layout, ModelSpec, TensorSpec, estimate
+from overdrive.memory_estimate import STRATEGIES, ModelSpec, TensorSpec, estimate, layout_of
 from overdrive.memory_estimate.arithmetic import check_layout, stage_of
 from tests.helpers.dist import SCRIPTS, clean_env
 
@@ -127,7 +127,7 @@ HEAD = TensorSpec("head", (16, 8), "head")
 def test_zero_stages_shard_one_more_part_each() -> None:
     model = spec(EMBED, *LAYERS, HEAD)
     n = 16 * 8 * 2 + 8 * 8 * 2
-    layout = Layout(num_processes=4)
+    layout = layout_of(num_processes=4)
     rows = {name: estimate(model, layout, "fp32", STRATEGY[name]) for name in STRATEGY}
     assert (rows["DDP"].params, rows["DDP"].grads, rows["DDP"].optimizer) == (4 * n, 4 * n, 8 * n)
     assert rows["ZeRO-1"].optimizer == 8 * n // 4 and rows["ZeRO-1"].grads == 4 * n
@@ -145,7 +145,7 @@ def test_zero_stages_shard_one_more_part_each() -> None:
 def test_mixed_precision_per_backend() -> None:
     model = spec(EMBED, *LAYERS, HEAD)
     n = 16 * 8 * 2 + 8 * 8 * 2
-    layout = Layout(num_processes=2)
+    layout = layout_of(num_processes=2)
     ddp = estimate(model, layout, "bf16", STRATEGY["DDP"])
     zero1 = estimate(model, layout, "bf16", STRATEGY["ZeRO-1"])
     fsdp = estimate(model, layout, "bf16", STRATEGY["FSDP FULL_SHARD"])
@@ -157,22 +157,22 @@ def test_mixed_precision_per_backend() -> None:
 
 def test_tp_splits_only_planned_tensors_and_pp_splits_layers() -> None:
     model = spec(EMBED, *LAYERS, HEAD)
-    tp2 = estimate(model, Layout(num_processes=2, tp=2), "fp32", STRATEGY["DDP"])
+    tp2 = estimate(model, layout_of(num_processes=2, tp=2), "fp32", STRATEGY["DDP"])
     assert tp2.params == 4 * (16 * 8 * 2 + 8 * 8 * 2 // 2)  # embed and head replicated
     assert [stage_of(t, model, 2) for t in (EMBED, *LAYERS, HEAD)] == [0, 0, 1, 1]
-    pp2 = estimate(model, Layout(num_processes=2, pp=2), "fp32", STRATEGY["DDP"])
+    pp2 = estimate(model, layout_of(num_processes=2, pp=2), "fp32", STRATEGY["DDP"])
     assert pp2.params == 4 * (16 * 8 + 8 * 8)  # the fullest stage: one of each
     tied = TensorSpec("head", (16, 8), "embed")  # the LM head tied to the embedding
-    assert estimate(spec(EMBED, *LAYERS, tied), Layout(), "fp32", STRATEGY["DDP"]).params == (
+    assert estimate(spec(EMBED, *LAYERS, tied), layout_of(), "fp32", STRATEGY["DDP"]).params == (
         4 * (16 * 8 + 8 * 8 * 2)
     )
 
 
 def test_activations_follow_the_formula() -> None:
     model = spec(EMBED, *LAYERS, HEAD)
-    one = estimate(model, Layout(), "bf16", STRATEGY["DDP"], batch_size=1, seq_len=4)
-    two = estimate(model, Layout(), "bf16", STRATEGY["DDP"], batch_size=2, seq_len=4)
-    fp32 = estimate(model, Layout(), "fp32", STRATEGY["DDP"], batch_size=1, seq_len=4)
+    one = estimate(model, layout_of(), "bf16", STRATEGY["DDP"], batch_size=1, seq_len=4)
+    two = estimate(model, layout_of(), "bf16", STRATEGY["DDP"], batch_size=2, seq_len=4)
+    fp32 = estimate(model, layout_of(), "fp32", STRATEGY["DDP"], batch_size=1, seq_len=4)
     per_layer = 4 * 1 * 8 * (10 + 24 + 5 * 4 * 4 / 8)
     assert one.activations == int(2 * per_layer + 4 * 16 * 4)
     assert two.activations == 2 * one.activations
@@ -180,16 +180,16 @@ def test_activations_follow_the_formula() -> None:
 
 
 @pytest.mark.parametrize(
-    ("layout", "words"),
+    ("degrees", "words"),
     [
-        (Layout(num_processes=6, tp=4), "not a multiple of tp x pp"),
-        (Layout(num_processes=3, tp=3), "does not divide the model's 4 attention heads"),
-        (Layout(num_processes=4, pp=4), "needs at least 4 layers"),
+        ({"num_processes": 6, "tp": 4}, "not a multiple of tp x pp"),
+        ({"num_processes": 3, "tp": 3}, "does not divide the model's 4 attention heads"),
+        ({"num_processes": 4, "pp": 4}, "needs at least 4 layers"),
     ],
 )
-def test_layouts_that_do_not_fit_are_config_errors(layout: Layout, words: str) -> None:
+def test_layouts_that_do_not_fit_are_config_errors(degrees: dict[str, int], words: str) -> None:
     with pytest.raises(ConfigError, match=words) as info:
-        check_layout(spec(EMBED, *LAYERS, HEAD), layout)
+        check_layout(spec(EMBED, *LAYERS, HEAD), layout_of(**degrees))
     assert "fix:" in str(info.value)
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from overdrive.cli.flags import add_flag, positive_int
 from overdrive.errors import ConfigError
-from overdrive.memory_estimate import STRATEGIES, Layout, estimate, normalize_dtype
+from overdrive.memory_estimate import STRATEGIES, estimate, layout_of, normalize_dtype
 from overdrive.memory_estimate.arithmetic import check_layout
 from overdrive.memory_estimate.build import load_spec
 from overdrive.memory_estimate.render import as_json, table
@@ -105,10 +105,10 @@ def _strategies(names: list[str] | None) -> list[Any]:
 def handle(args: argparse.Namespace) -> int:
     dtypes = list(dict.fromkeys(normalize_dtype(d) for d in args.dtypes))
     strategies = _strategies(args.strategies)
-    layout = Layout(args.num_processes, args.tp, args.pp)
     spec = load_spec(
         args.model, library_name=args.library_name, trust_remote_code=args.trust_remote_code
     )
+    layout = layout_of(args.num_processes, args.tp, args.pp)
     check_layout(spec, layout)
     seq_len, seq_source = sequence_length(args.seq_len, spec)
     rows = [

@@ -9,9 +9,9 @@ from overdrive.memory_estimate.arithmetic import (
     DTYPE_BYTES,
     STRATEGIES,
     Estimate,
-    Layout,
     Strategy,
     estimate,
+    layout_of,
     normalize_dtype,
 )
 from overdrive.memory_estimate.spec import ModelSpec, TensorSpec
@@ -20,10 +20,10 @@ __all__ = [
     "DTYPE_BYTES",
     "STRATEGIES",
     "Estimate",
-    "Layout",
     "ModelSpec",
     "Strategy",
     "TensorSpec",
     "estimate",
+    "layout_of",
     "normalize_dtype",
 ]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from overdrive.errors import ConfigError
 from overdrive.memory_estimate.spec import ModelSpec, TensorSpec
+from overdrive.parallel.layout import ParallelLayout
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 _ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "no": "fp32"}
@@ -61,19 +62,6 @@ STRATEGIES = (
 
 
 @dataclass(frozen=True)
-class Layout:
-    """Process counts: num_processes = tp x pp x dp."""
-
-    num_processes: int = 1
-    tp: int = 1
-    pp: int = 1
-
-    @property
-    def dp(self) -> int:
-        return self.num_processes // (self.tp * self.pp)
-
-
-@dataclass(frozen=True)
 class Estimate:
     """Bytes on the fullest rank for one strategy and precision."""
 
@@ -100,22 +88,26 @@ class Estimate:
         return self.state + self.working + (self.activations or 0)
 
 
-def check_layout(spec: ModelSpec, layout: Layout) -> None:
-    """Degrees must factor the processes and fit the model; else a ConfigError with the fix."""
-    for name, value in (("num_processes", layout.num_processes), ("tp", layout.tp)):
+def layout_of(num_processes: int = 1, tp: int = 1, pp: int = 1) -> ParallelLayout:
+    """The parallel layout of ``num_processes`` = tp x pp x dp (the data-parallel degree is
+    what is left); a ConfigError with the fix when the degrees do not factor the processes."""
+    for name, value in (("num_processes", num_processes), ("tp", tp), ("pp", pp)):
         if value < 1:
             raise ConfigError(f"--{name} {value} must be 1 or more", key=name, fix=f"--{name} 1")
-    if layout.pp < 1:
-        raise ConfigError(f"--pp {layout.pp} must be 1 or more", key="pp", fix="--pp 1")
-    group = layout.tp * layout.pp
-    if layout.num_processes % group:
+    group = tp * pp
+    if num_processes % group:
         raise ConfigError(
-            f"--num_processes {layout.num_processes} is not a multiple of tp x pp = "
-            f"{layout.tp} x {layout.pp} = {group} (the data-parallel degree is what is left)",
+            f"--num_processes {num_processes} is not a multiple of tp x pp = "
+            f"{tp} x {pp} = {group} (the data-parallel degree is what is left)",
             key="num_processes",
             fix=f"pass --num_processes as a multiple of {group}, e.g. {group * 2}, "
             "or lower --tp/--pp",
         )
+    return ParallelLayout(dp_replicate=num_processes // group, tp=tp, pp=pp)
+
+
+def check_layout(spec: ModelSpec, layout: ParallelLayout) -> None:
+    """The layout's degrees must fit the model; else a ConfigError with the fix."""
     for what, heads in (
         ("attention heads", spec.num_heads),
         ("key/value heads", spec.num_kv_heads),
@@ -176,7 +168,7 @@ class StageCounts:
     layers: int
 
 
-def stage_counts(spec: ModelSpec, layout: Layout) -> StageCounts:
+def stage_counts(spec: ModelSpec, layout: ParallelLayout) -> StageCounts:
     """Counts for the stage with the most parameters."""
     best: StageCounts | None = None
     for stage in range(layout.pp):
@@ -195,7 +187,7 @@ def stage_counts(spec: ModelSpec, layout: Layout) -> StageCounts:
         counts = StageCounts(
             stage=stage,
             full=outside + sum(per_layer.values()),
-            sharded=sum(shard_numel(tp_shape(t, layout.tp), layout.dp) for t in seen.values()),
+            sharded=sum(shard_numel(tp_shape(t, layout.tp), layout.dp_size) for t in seen.values()),
             outside_layers=outside,
             largest_layer=max(per_layer.values(), default=0),
             layers=len(per_layer),
@@ -217,7 +209,7 @@ def activation_formula() -> str:
 
 
 def activation_bytes(
-    spec: ModelSpec, layout: Layout, dtype: str, batch_size: int, seq_len: int
+    spec: ModelSpec, layout: ParallelLayout, dtype: str, batch_size: int, seq_len: int
 ) -> int | None:
     """Rough activations kept for backward on the fullest rank; None without the dims.
 
@@ -241,7 +233,7 @@ def activation_bytes(
 
 def estimate(
     spec: ModelSpec,
-    layout: Layout,
+    layout: ParallelLayout,
     dtype: str,
     strategy: Strategy,
     *,

@@ -7,11 +7,11 @@ from typing import Any
 
 from overdrive.memory_estimate.arithmetic import (
     Estimate,
-    Layout,
     activation_formula,
     stage_counts,
 )
 from overdrive.memory_estimate.spec import ModelSpec
+from overdrive.parallel.layout import ParallelLayout
 
 
 def human_bytes(n: int | None) -> str:
@@ -26,7 +26,9 @@ def human_bytes(n: int | None) -> str:
     raise AssertionError("unreachable")
 
 
-def assumptions(spec: ModelSpec, layout: Layout, batch_size: int, seq_len: int) -> list[str]:
+def assumptions(
+    spec: ModelSpec, layout: ParallelLayout, batch_size: int, seq_len: int
+) -> list[str]:
     """What the figures assume, in words (printed under the table and in the JSON)."""
     counts = stage_counts(spec, layout)
     notes = [
@@ -70,14 +72,14 @@ def assumptions(spec: ModelSpec, layout: Layout, batch_size: int, seq_len: int) 
 
 
 def table(
-    spec: ModelSpec, layout: Layout, rows: list[Estimate], batch_size: int, seq_len: int
+    spec: ModelSpec, layout: ParallelLayout, rows: list[Estimate], batch_size: int, seq_len: int
 ) -> str:
     """The readable report: a header, one table per precision, the assumptions."""
     lines = [
         f"model: {spec.class_name} from {spec.source}: {spec.num_parameters:,} parameters"
         + (f", {spec.num_layers} layers" if spec.num_layers else ""),
-        f"layout: {layout.num_processes} processes = tp {layout.tp} x pp {layout.pp} x "
-        f"dp {layout.dp}; bytes per rank, AdamW",
+        f"layout: {layout.world_size} processes = tp {layout.tp} x pp {layout.pp} x "
+        f"dp {layout.dp_size}; bytes per rank, AdamW",
     ]
     head = ("strategy", "params", "grads", "optimizer", "working", "activations", "total")
     for dtype in dict.fromkeys(r.dtype for r in rows):
@@ -104,7 +106,7 @@ def table(
 
 
 def as_json(
-    spec: ModelSpec, layout: Layout, rows: list[Estimate], batch_size: int, seq_len: int
+    spec: ModelSpec, layout: ParallelLayout, rows: list[Estimate], batch_size: int, seq_len: int
 ) -> dict[str, Any]:
     """The same report as plain data (sizes in bytes)."""
     return {
@@ -118,10 +120,10 @@ def as_json(
             "vocab_size": spec.vocab_size,
         },
         "layout": {
-            "num_processes": layout.num_processes,
+            "num_processes": layout.world_size,
             "tp": layout.tp,
             "pp": layout.pp,
-            "dp": layout.dp,
+            "dp": layout.dp_size,
         },
         "batch_size": batch_size,
         "seq_len": seq_len,

@@ -26,7 +26,7 @@ from typing import Any
 
 from overdrive.config import load_settings
 from overdrive.errors import ConfigError, LaunchError
-from overdrive.memory_estimate import STRATEGIES, Layout, estimate
+from overdrive.memory_estimate import STRATEGIES, estimate, layout_of
 from overdrive.memory_estimate.arithmetic import check_layout
 from overdrive.memory_estimate.build import load_spec
 from overdrive.preflight import plan_launch
@@ -83,8 +83,8 @@ def candidates(spec: Any, gpus: int, per_machine: int) -> list[Candidate]:
         for tp in TP_DEGREES:
             if tp > per_machine or gpus % (tp * pp):
                 continue
-            layout = Layout(gpus, tp, pp)
             try:
+                layout = layout_of(gpus, tp, pp)
                 check_layout(spec, layout)
             except ConfigError:
                 continue
