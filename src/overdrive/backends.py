@@ -7,25 +7,27 @@ any worker.
 from __future__ import annotations
 
 from overdrive.config import Settings
+from overdrive.config.backend import requested_backend
 from overdrive.errors import ConfigError
+from overdrive.types import DistributedType
 
 _NOT_BUILT = {
-    "XLA": "XLA (TPU)",
+    DistributedType.XLA: "XLA (TPU)",
     # Other vendors' accelerators Hugging Face Accelerate names (overdrive runs CPU and CUDA).
-    "MULTI_NPU": "Ascend NPUs",
-    "MULTI_MLU": "Cambricon MLUs",
-    "MULTI_SDAA": "SDAA accelerators",
-    "MULTI_MUSA": "Moore Threads MUSA GPUs",
-    "MULTI_XPU": "Intel XPUs",
-    "MULTI_HPU": "Intel Gaudi HPUs",
-    "MULTI_NEURON": "AWS Neuron devices",
+    DistributedType.MULTI_NPU: "Ascend NPUs",
+    DistributedType.MULTI_MLU: "Cambricon MLUs",
+    DistributedType.MULTI_SDAA: "SDAA accelerators",
+    DistributedType.MULTI_MUSA: "Moore Threads MUSA GPUs",
+    DistributedType.MULTI_XPU: "Intel XPUs",
+    DistributedType.MULTI_HPU: "Intel Gaudi HPUs",
+    DistributedType.MULTI_NEURON: "AWS Neuron devices",
 }
 
 
 def check_available(settings: Settings) -> None:
     """Raise if the settings ask for a backend this version cannot run (before any set-up)."""
-    requested = settings["distributed_type"]
-    if requested not in _NOT_BUILT:
+    requested = requested_backend(settings)
+    if requested is None or requested not in _NOT_BUILT:
         return
     source = settings.source("distributed_type")
     raise ConfigError(
