@@ -50,14 +50,14 @@ def test_no_strategy_frame_is_below_the_accelerator_preparing_an_object(
 ) -> None:
     acc = Accelerator(cpu=True)
     seen: list[str] = []
-    original = Accelerator._prepare_one
+    original = Accelerator._preparer
 
-    def recording(self: Accelerator, obj: Any, place: bool) -> Any:
+    def recording(self: Accelerator, obj: Any) -> Any:
         callers = [Path(f.filename).resolve() for f in inspect.stack()[1:]]
         seen.extend(str(p) for p in callers if STRATEGIES in p.parents)
-        return original(self, obj, place)
+        return original(self, obj)
 
-    monkeypatch.setattr(Accelerator, "_prepare_one", recording)
+    monkeypatch.setattr(Accelerator, "_preparer", recording)
     sched, model, loader, opt = acc.prepare(*_objects())
     assert seen == []
     assert sched.scheduler.optimizer is opt.optimizer  # the scheduler found its optimizer
