@@ -103,4 +103,4 @@ def test_steps_that_need_a_mesh_are_refused_without_one() -> None:
     from overdrive.parallel.fsdp_policy import FSDPPolicy
 
     with pytest.raises(AssertionError, match="need a mesh"):
-        parallelize(Net(), Net(), None, Chain(fsdp=FSDPPolicy()))
+        parallelize(Net(), None, Chain(fsdp=FSDPPolicy()))

@@ -95,9 +95,9 @@ def test_the_chain_readies_a_model_for_the_ring_when_it_is_prepared() -> None:
     mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("cp",))
     eager = LlamaForCausalLM(LlamaConfig(**SMALL, attn_implementation="eager"))
     with pytest.raises(ConfigError, match="parallelism_config=") as caught:
-        parallelize(eager, eager, mesh, chain)
+        parallelize(eager, mesh, chain)
     assert 'attn_implementation="sdpa"' in str(caught.value)
     model = LlamaForCausalLM(LlamaConfig(**SMALL))
-    assert parallelize(model, model, mesh, chain).module is model
+    assert parallelize(model, mesh, chain).module is model
     attention = model.model.layers[0].self_attn
     assert attention._forward_pre_hooks and model._forward_pre_hooks

@@ -151,6 +151,35 @@ def split_model(
     return Stage(module, index, num_stages, (start, end), names, loss_fn)
 
 
+@dataclass(frozen=True)
+class PipelineSplit:
+    """The parallelize chain's split step: keep stage ``index`` of ``degree`` (at
+    ``split_points`` when given; ``key`` names the degree's setting). The last stage needs a
+    loss: the model's own, or one given in code (``loss_given``; ``loss_key`` and
+    ``loss_in_code`` say where it is given)."""
+
+    index: int
+    degree: int
+    split_points: Sequence[int] | None = None
+    key: str = PP_KEY
+    loss_given: bool = False
+    loss_key: str = "pp_loss_fn"
+    loss_in_code: str = "ParallelismConfig(pp_loss_fn=...)"
+
+    def apply(self, model: nn.Module) -> Stage:
+        """This process's stage of ``model`` (modified in place, see ``split_model``)."""
+        stage = split_model(model, self.index, self.degree, self.split_points, key=self.key)
+        if stage.is_last and stage.loss_fn is None and not self.loss_given:
+            raise ConfigError(
+                f"the last pipeline stage of a {type(model).__name__} needs a loss function: "
+                "a transformers causal LM computes its own from labels=, other models take "
+                "one in code",
+                key=self.loss_key,
+                fix=f"pass {self.loss_in_code} to the Accelerator",
+            )
+        return stage
+
+
 def _named_tensors(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
     return [
         *module.named_parameters(remove_duplicate=False),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -18,6 +18,7 @@ from overdrive.accumulation import steps_reader
 from overdrive.errors import ConfigError
 from overdrive.optimizer_steps import PlainSteps
 from overdrive.parallel.chain import Chain, parallelize
+from overdrive.parallel.placement import Placement
 from overdrive.strategies.rules import NO_RULES, LoopRules
 
 if TYPE_CHECKING:
@@ -129,13 +130,12 @@ class Strategy(PlainSteps):
         return contextlib.nullcontext()
 
     def setup_model(self, model: nn.Module, *, device_placement: bool) -> nn.Module:
-        """Move ``model`` to the device (when asked), then run the parallelize chain on it:
-        ``model_chain`` for a model that trains, its compile step only for one that does
-        not."""
-        if device_placement:
-            model = model.to(self.device)
+        """Run the parallelize chain on ``model``: ``model_chain`` for a model that trains,
+        its compile step only for one that does not; placed on the device first when
+        asked."""
         chain = self.model_chain() if _trains(model) else Chain(compile=self.rules.compile)
-        return parallelize(model, model, None, chain).module
+        place = Placement(self.device) if device_placement else None
+        return parallelize(model, None, replace(chain, place=place)).module
 
     def model_chain(self) -> Chain:
         """The parallelize chain for a model that trains: the loop's recomputation and

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, cast
 
 import torch
@@ -22,12 +22,13 @@ from overdrive.compile import uncompiled
 from overdrive.errors import OverdriveError
 from overdrive.parallel.chain import Chain, parallelize
 from overdrive.parallel.context_parallel import ContextParallelStep
-from overdrive.parallel.fill_from_main import broadcast_from_main, fill_from_main
+from overdrive.parallel.fill_from_main import BroadcastFromMain, FillFromMain
 from overdrive.parallel.fsdp_policy import FSDPPolicy
 from overdrive.parallel.grad_norm import clip_grad_norm
 from overdrive.parallel.layout import ParallelLayout
 from overdrive.parallel.meta_init import empty_ranks, is_empty
-from overdrive.parallel.rebind import named_params, rebind, replacement_map
+from overdrive.parallel.placement import Placement
+from overdrive.parallel.rebind import rebind
 from overdrive.parallel.topology import Topology
 from overdrive.parallel.tp_settings import TPSettings
 from overdrive.strategies.base import Params, Strategy, _raw
@@ -68,7 +69,6 @@ class FSDPStrategy(Strategy):
         self.plans: dict[int, dict[str, str]] = {}  # id(root) -> module name -> style
         self._roots: list[nn.Module] = []
         self._replaced: dict[int, nn.Parameter] = {}
-        self._fsdp1_source: dict[str, torch.Tensor] | None = None  # FSDP1 empty-model fill
         self._optimizers: list[torch.optim.Optimizer] = []
         self._owner: dict[int, nn.Module] = {}  # id(raw optimizer) -> its sharded model
         self.units: dict[int, list[str]] = {}  # id(root) -> module paths of its units
@@ -92,112 +92,52 @@ class FSDPStrategy(Strategy):
             return model
         if not any(p.requires_grad for p in model.parameters()):
             return super().setup_model(model, device_placement=device_placement)
-        before = named_params(model)
         empty = empty_ranks(model)  # processes that built the model on the meta device
         self._say_if_loading_is_not_efficient(empty)
-        full_state = model.state_dict() if empty and self._is_main() else {}
-        model, fill_later = self._place(model, empty, device_placement)
-        if self.tp is not None:
-            # Split first, then fill, then shard: filled after FSDP, the 2-D placements
-            # would need FSDP's own strided layout. Processes split locally when they hold
-            # the same weights already (rank 0's, or none yet).
-            split_locally = bool(empty) or self.policy.sync_module_states
-            fill = (lambda m: fill_from_main(m, full_state, self.device)) if fill_later else None
-            wrapped = self._shard(model, split_locally=split_locally, fill=fill)
-        else:
-            wrapped = self._shard(model)
-            if fill_later:
-                fill_from_main(uncompiled(wrapped), full_state, self.device)
-        root = uncompiled(wrapped)  # the FSDP module, inside the chain's compile step
+        done = parallelize(model, self.mesh, self._chain(model, bool(empty), device_placement))
+        root = uncompiled(done.module)  # the FSDP module, inside the chain's compile step
         self._roots.append(root)
-        mapping = replacement_map(before, named_params(root))
-        self._replaced.update(mapping)
+        self.units[id(done.module)] = done.units if self._shards() else []
+        if self.tp is not None:
+            self.plans[id(done.module)] = done.plan
+        self._replaced.update(done.replaced)
         for optimizer in self._optimizers:
-            if rebind(optimizer, mapping):
+            if rebind(optimizer, done.replaced):
                 self._owner[id(optimizer)] = root
-        return wrapped
+        return done.module
 
-    def _place(
-        self, model: nn.Module, empty: list[int], device_placement: bool
-    ) -> tuple[nn.Module, bool]:
-        """Move ``model`` to the device and give it rank 0's weights, or (empty models on
-        some processes) leave that until it is sharded; returns (model, FSDP2 fills later)."""
+    def _chain(self, model: nn.Module, empty: bool, device_placement: bool) -> Chain:
+        """The parallelize chain for ``model``: the main process's weights broadcast first
+        (``sync_module_states``); placed on the device (not when its parameters are
+        offloaded); tensor or context parallelism, activation checkpointing, regional
+        compile, FSDP1 or FSDP2; when some processes built it ``empty``, filled once wrapped,
+        so each process allocates only its part; compile."""
         p = self.policy
-        self._fsdp1_source = None
+        place: Placement | None = None
         if empty and p.version == 1:
-            # Every process goes empty; FSDP1 then fills each unit from the main process as
-            # it shards it (``_fsdp1_filler``), so no other process ever holds the model.
-            # detach(): the values, kept when ``to("meta")`` swaps the parameters' data.
-            main = self._is_main()
-            self._fsdp1_source = {n: t.detach() for n, t in _all_tensors(model)} if main else {}
-            return model.to("meta"), False
-        if device_placement and not p.offload_params and not is_empty(model):
-            model = model.to(self.device)
-        fill_later = bool(empty) and p.version == 2  # once sharded (or split, then sharded)
-        if p.sync_module_states and not fill_later:
-            # Done here for both versions: FSDP1's own sync refuses CPU (rehearsal) modules.
-            broadcast_from_main(model, self.device)
-        return model, fill_later
-
-    def _fsdp1_filler(self, root: nn.Module) -> Callable[[nn.Module], None] | None:
-        """FSDP1's ``param_init_fn`` for an all-empty model: allocate one module's own
-        tensors on this device and broadcast the main process's values into them, module by
-        module as each unit is sharded (a process holds its shards plus one unit)."""
-        import torch.distributed as dist
-
-        source = self._fsdp1_source
-        if source is None:
-            return None
-        paths = {id(m): name for name, m in root.named_modules()}
-        device, main = self.device, self._is_main()
-
-        def fill(module: nn.Module) -> None:
-            module.to_empty(device=device, recurse=False)
-            prefix = paths[id(module)]
-            with torch.no_grad():
-                for name, tensor in _all_tensors(module, recurse=False):
-                    if main:
-                        tensor.copy_(source[f"{prefix}.{name}" if prefix else name])
-                    if dist.is_initialized():
-                        dist.broadcast(tensor, src=0)
-
-        return fill
-
-    def _shard(
-        self,
-        model: nn.Module,
-        *,
-        split_locally: bool = True,
-        fill: Callable[[nn.Module], None] | None = None,
-    ) -> nn.Module:
-        """The parallelize chain on the whole model: tensor or context parallelism,
-        activation checkpointing, regional compile, FSDP1 or FSDP2, compile."""
-        p = self.policy
-        shard = p.version == 1 or self._fsdp_has_work()
-        chain = Chain(
+            # Every process goes empty; FSDP1 then fills each unit from the main process as it
+            # shards it, so no other process ever holds the model.
+            place = Placement(torch.device("meta"))
+        elif device_placement and not p.offload_params and not is_empty(model):
+            place = Placement(self.device)
+        # Broadcast in the chain for both versions: FSDP1's own sync refuses CPU modules.
+        sync = p.sync_module_states and not empty
+        return Chain(
+            broadcast=BroadcastFromMain(self.device) if sync else None,
+            place=place,
             tp=self.tp,
             cp=self.cp,
             recompute=self.rules.recompute,
             fsdp=p,
-            shard=shard,
+            shard=self._shards(),
+            fill=FillFromMain.of(model, self.device, per_unit=p.version == 1) if empty else None,
             compile=self.rules.compile,
-        )
-        done = parallelize(
-            model,
-            model,
-            self.mesh,
-            chain,
-            split_locally=split_locally,
-            fill=fill,
             device=self.device,
-            fsdp1_init=self._fsdp1_filler(model),
         )
-        self._fsdp1_source = None
-        wrapped = done.module
-        self.units[id(wrapped)] = done.units if shard else []
-        if self.tp is not None:
-            self.plans[id(wrapped)] = done.plan
-        return wrapped
+
+    def _shards(self) -> bool:
+        """Whether the wrap step is FSDP's (else tensor parallelism's replication)."""
+        return self.policy.version == 1 or self._fsdp_has_work()
 
     def _fsdp_has_work(self) -> bool:
         """Under tensor parallelism, FSDP2 is applied only when it shards, replicates,
@@ -371,9 +311,3 @@ def _full(tensor: torch.Tensor) -> torch.Tensor:
     """A DTensor result (FSDP2's norm) as the plain tensor every process agrees on."""
     full_tensor = getattr(tensor, "full_tensor", None)
     return full_tensor() if callable(full_tensor) else tensor
-
-
-def _all_tensors(module: nn.Module, recurse: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
-    """Parameters and buffers (non-persistent ones too), by name."""
-    yield from module.named_parameters(recurse=recurse)
-    yield from module.named_buffers(recurse=recurse)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -29,15 +29,16 @@ from overdrive.checkpoint.pipeline_stage import (
     whole_model_state,
     whole_optimizer_state,
 )
-from overdrive.errors import ConfigError, OverdriveError
+from overdrive.errors import OverdriveError
 from overdrive.parallel.chain import Chain, parallelize
-from overdrive.parallel.fill_from_main import broadcast_from_main
+from overdrive.parallel.fill_from_main import BroadcastFromMain
 from overdrive.parallel.grad_norm import total_norm
 from overdrive.parallel.layout import ParallelLayout
 from overdrive.parallel.mesh import groups_along
-from overdrive.parallel.pipeline import LossFn, Stage, split_model
+from overdrive.parallel.pipeline import LossFn, PipelineSplit, Stage
 from overdrive.parallel.pipeline_loss import LossChannel
-from overdrive.parallel.rebind import named_params, rebind, replacement_map
+from overdrive.parallel.placement import Placement
+from overdrive.parallel.rebind import rebind
 from overdrive.parallel.topology import Topology
 from overdrive.precision.autocast import AutocastForward
 from overdrive.strategies.base import EngineDecision, Params, Strategy, TrainingLoop, _raw
@@ -191,25 +192,27 @@ class PipelineParallelStrategy(Strategy):
             return super().setup_model(model, device_placement=device_placement)
         # Every stage starts from rank 0's weights (one tensor at a time through the device),
         # and only the stage moves to the device: the whole model never sits there.
-        broadcast_from_main(model, self.device)
         before = {id(p) for p in model.parameters()}
         pp = self.pp
-        stage = split_model(model, self.stage_index, pp.degree, pp.split_points, key=pp.key)
-        if stage.is_last and stage.loss_fn is None and pp.loss_fn is None:
-            raise ConfigError(
-                f"the last pipeline stage of a {type(model).__name__} needs a loss function: "
-                "a transformers causal LM computes its own from labels=, other models take "
-                "one in code",
-                key=pp.loss_fn_key,
-                fix=f"pass {pp.loss_fn_in_code('lambda output, target: ...')} to the Accelerator",
-            )
-        if device_placement:
-            stage.module.to(self.device)
-        kept = {id(p) for p in stage.module.parameters()}
+        split = PipelineSplit(
+            self.stage_index,
+            pp.degree,
+            pp.split_points,
+            key=pp.key,
+            loss_given=pp.loss_fn is not None,
+            loss_key=pp.loss_fn_key,
+            loss_in_code=pp.loss_fn_in_code("lambda output, target: ..."),
+        )
+        place = Placement(self.device) if device_placement else None
+        broadcast = BroadcastFromMain(self.device)
+        chain = replace(self.chain, broadcast=broadcast, split=split, place=place)
+        done = parallelize(model, self.mesh, chain)
+        stage = done.stage
+        assert stage is not None
+        # what this process's stage held before the chain replaced any of it
+        kept = set(done.replaced) | {id(p) for p in stage.module.parameters()}
         self._dropped |= before - kept
-        original = named_params(stage.module)
-        parallelize(stage.module, model, self.mesh, self.chain, whole=False)
-        self._replaced.update(replacement_map(original, named_params(stage.module)))
+        self._replaced.update(done.replaced)
         _keep_autocast(model, stage.module)
         wrapped = PipelinedModel(stage, model, self)
         self._models.append(wrapped)
