@@ -43,14 +43,23 @@ def _zero(stage: int) -> dict[str, Any]:
     }
 
 
+@pytest.fixture(scope="module")
+def zero2_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """ZeRO-2 from ``TrainingArguments(deepspeed=...)`` uninterrupted on 2 processes, 2
+    samples each, 10 steps: launched once for the tests of this file that resume it."""
+    spec = {"batch": 2, "deepspeed": _zero(2)}
+    return train(tmp_path_factory.mktemp("trainer-zero2"), "whole", spec, nprocs=2, env=DS_ENV)
+
+
 @pytest.mark.distributed
 @pytest.mark.deepspeed
 @pytest.mark.parametrize("stage", [2, pytest.param(3, marks=pytest.mark.extended)])
 def test_zero_under_trainer_resumes_mid_epoch_and_trains_like_ddp(
-    tmp_path: Path, stage: int, ddp_run: dict[str, Any]
+    tmp_path: Path, stage: int, ddp_run: dict[str, Any], request: pytest.FixtureRequest
 ) -> None:
     spec = {"batch": 2, "deepspeed": _zero(stage)}
-    whole, again, folder = resumed(tmp_path, spec, nprocs=2, env=DS_ENV)
+    uninterrupted = request.getfixturevalue("zero2_run") if stage == 2 else None
+    whole, again, folder = resumed(tmp_path, spec, nprocs=2, whole=uninterrupted, env=DS_ENV)
     assert (folder / "global_step4").is_dir()  # DeepSpeed's own checkpoint, as Trainer writes it
     assert again["losses"] == whole["losses"]
     assert again["weights"] == whole["weights"]
@@ -73,16 +82,24 @@ def test_zero2_accumulation_with_a_short_last_window_is_one_process(tmp_path: Pa
 
 @pytest.mark.distributed
 @pytest.mark.deepspeed
-def test_a_deepspeed_config_file_under_trainer_checkpoints_every_partition(tmp_path: Path) -> None:
+def test_a_deepspeed_config_file_under_trainer_checkpoints_every_partition(
+    tmp_path: Path, zero2_run: dict[str, Any]
+) -> None:
     """DeepSpeed from the launch's config file, with no ``deepspeed=`` in TrainingArguments:
     Trainer must still find the plugin (``state.deepspeed_plugin``) and checkpoint through the
     engine. Before, it saved rank 0's ``optimizer.pt``, a ZeRO-2 partition of the state, and
-    resumed 0.11 (relative) away from the uninterrupted run."""
+    resumed 0.11 (relative) away from the uninterrupted run.
+
+    The uninterrupted run is the JSON's ZeRO-2 (its "auto" clipping is Trainer's 1.0): the
+    same engine, so the interrupted and resumed runs from the config file must end exactly
+    there (measured: bitwise the same losses and weights as the config file's own run)."""
     config = (
         "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n"
         "  gradient_clipping: 1.0\nnum_processes: 2\n"
     )
-    whole, again, folder = resumed(tmp_path, {"batch": 2}, nprocs=2, config=config, env=DS_ENV)
+    whole, again, folder = resumed(
+        tmp_path, {"batch": 2}, nprocs=2, config=config, whole=zero2_run, env=DS_ENV
+    )
     assert (folder / "global_step4").is_dir() and not (folder / "optimizer.pt").exists()
     assert again["losses"] == whole["losses"]
     assert again["weights"] == whole["weights"]
