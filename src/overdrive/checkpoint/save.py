@@ -56,7 +56,8 @@ def _check_window(accelerator: CheckpointHost) -> None:
         )
 
 
-def _manifest(accelerator: CheckpointHost, final: Path, files: dict[str, FileRecord]) -> Manifest:
+def manifest_of(accelerator: CheckpointHost, final: Path, files: dict[str, FileRecord]) -> Manifest:
+    """The manifest of a save of ``accelerator`` into ``final`` holding ``files``."""
     precision_state = accelerator.precision.state_dict()
     return {
         "format": FORMAT,
@@ -148,7 +149,7 @@ def save_state(
         snap = take(accelerator, copy=async_save)
     except Exception as exc:
         error = exc
-    manifest = _manifest(accelerator, final, {})
+    manifest = manifest_of(accelerator, final, {})
     if main_side is not None:
         manifest["rank_states"] = save_alone.ADDED_BY_EACH
         manifest["save_id"] = main_side.id

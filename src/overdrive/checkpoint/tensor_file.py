@@ -55,6 +55,16 @@ DIRECT_MIN = 64 << 20  # smaller files go through the page cache
 _DIRECT = getattr(os, "O_DIRECT", 0)
 
 
+def safetensors_size(
+    tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None = None
+) -> int:
+    """The size in bytes of the file ``write_safetensors`` makes of ``tensors``, from their
+    shapes and dtypes alone (the tensors need hold no data)."""
+    return len(_header(tensors, metadata)) + sum(
+        t.numel() * t.element_size() for t in tensors.values()
+    )
+
+
 def _header(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None) -> bytes:
     entries: dict[str, object] = {}
     if metadata:

@@ -12,6 +12,7 @@ from typing import Any
 
 from overdrive.errors import LaunchError
 from overdrive.launch.plan import LaunchPlan
+from overdrive.simulate.checkpoint import whole_checkpoint
 from overdrive.simulate.cost import estimate, load_cost
 from overdrive.simulate.ranks import choose_ranks
 from overdrive.simulate.report import text
@@ -70,12 +71,17 @@ def run_simulation(
     if cost is not None:
         for report in reports:
             report["step_time"] = estimate(cost, report)
+    whole = whole_checkpoint(
+        {r["rank"]: r["checkpoint"] for r in reports if "own" in r.get("checkpoint", {})},
+        plan.world_size,
+    )
     layout = (
         f"{plan.world_size} processes ({plan.num_machines} machine(s) x {plan.nproc_per_node}), "
         f"layout {plan.decision.layout.describe()}"
     )
-    print(text(layout, reports))
+    print(text(layout, reports, whole))
     if json_path:
         with open(json_path, "w", encoding="utf-8") as handle:
-            json.dump({"world_size": plan.world_size, "ranks": reports}, handle, indent=2)
+            document = {"world_size": plan.world_size, "ranks": reports, "checkpoint": whole}
+            json.dump(document, handle, indent=2)
     return 0

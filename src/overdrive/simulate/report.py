@@ -52,7 +52,21 @@ def rank_text(report: dict[str, Any]) -> str:
         lines.append(f"  collectives sent by this rank, {label}: {_collectives(window)}")
     if "step_time" in report:
         lines.append(step_time_text(report["step_time"]))
+    lines += _checkpoint_lines(report.get("checkpoint", {}))
     return "\n".join(lines)
+
+
+def _checkpoint_lines(files: dict[str, Any]) -> list[str]:
+    if "not_measured" in files:
+        return [f"  save_state: not measured ({files['not_measured']})"]
+    if not files:
+        return []
+    own, main = files["own"], files["main"]
+    line = f"  save_state writes {len(own)} file(s) of this rank's own ({size(sum(own.values()))})"
+    if main:
+        line += f" and, as the main process, {len(main)} more ({size(sum(main.values()))})"
+    biggest = max({**own, **main}.items(), key=lambda item: item[1])
+    return [line + f"; the largest: {biggest[0]} ({size(biggest[1])})"]
 
 
 def step_time_text(estimate: dict[str, Any]) -> str:
@@ -67,6 +81,17 @@ def step_time_text(estimate: dict[str, Any]) -> str:
     )
 
 
-def text(layout: str, reports: list[dict[str, Any]]) -> str:
-    """The whole report: the layout line, then each rank."""
-    return "\n".join([f"overdrive: simulated {layout}", *map(rank_text, reports)])
+def text(
+    layout: str, reports: list[dict[str, Any]], checkpoint: dict[str, int] | None = None
+) -> str:
+    """The whole report: the layout line, each rank, then the whole checkpoint's size."""
+    lines = [f"overdrive: simulated {layout}", *map(rank_text, reports)]
+    if checkpoint:
+        lines.append(
+            f"the whole checkpoint (save_state): {checkpoint['files']} file(s), "
+            f"{size(checkpoint['bytes'])}, each rank's own files taken as the nearest "
+            "simulated rank's"
+        )
+    elif any("own" in r.get("checkpoint", {}) for r in reports):
+        lines.append("the whole checkpoint: simulate rank 0 too (--simulate_ranks) to size it")
+    return "\n".join(lines)

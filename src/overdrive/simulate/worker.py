@@ -12,6 +12,8 @@ import time
 from typing import Any
 
 from overdrive.alias import install
+from overdrive.process_state import current_accelerator
+from overdrive.simulate.checkpoint import checkpoint_files
 from overdrive.simulate.comms import Snapshot, difference
 from overdrive.simulate.fake_world import SimulatedRank, fake_world
 from overdrive.simulate.memory import training_state_bytes
@@ -56,7 +58,10 @@ def simulate_rank(
     flops: list[int] = []
     state: dict[str, int] = {}
 
+    held: list[Any] = []  # the script's accelerator, kept alive for the checkpoint after it
+
     def on_step(optimizer: Any, n: int) -> None:
+        held[:] = [current_accelerator()]
         marks.append(counter.snapshot())
         flops.append(counter.flops)
         state.update(training_state_bytes(stepper.optimizers))
@@ -66,12 +71,18 @@ def simulate_rank(
     stepper = Stepper(steps, on_step)
     started = time.monotonic()
     finished = "script ended"
+    checkpoint: dict[str, Any] = {}
     try:
-        with fake_world(rank, world), counter, tracker:
-            try:
-                _run_script(target, args, is_module)
-            except StepsDone:
-                finished = f"stopped after {steps} optimizer step(s)"
+        with fake_world(rank, world), counter:
+            with tracker:
+                try:
+                    _run_script(target, args, is_module)
+                except StepsDone:
+                    finished = f"stopped after {steps} optimizer step(s)"
+            stepper.close()
+            if held and held[0] is not None:
+                _say(f"rank {rank} of {world}: measuring what save_state would write")
+                checkpoint = _checkpoint(held[0])
     finally:
         stepper.close()
         tracker.close()
@@ -88,7 +99,17 @@ def simulate_rank(
         "collectives_per_step": windows,
         "flops_per_step": [b - a for a, b in zip([0, *flops], flops, strict=False)],
         "groups": _groups(counter.members),
+        "checkpoint": checkpoint,
     }
+
+
+def _checkpoint(accelerator: Any) -> dict[str, Any]:
+    """What this rank's ``save_state`` would write, or why it could not be measured (the
+    report says so rather than leaving it out)."""
+    try:
+        return checkpoint_files(accelerator)
+    except Exception as error:  # noqa: BLE001 - reported, the rest of the simulation stands
+        return {"not_measured": f"{type(error).__name__}: {error}".splitlines()[0]}
 
 
 def main(argv: list[str]) -> int:
