@@ -236,6 +236,7 @@ class Accelerator(AcceleratorCompat):
     @gradient_accumulation_steps.setter
     def gradient_accumulation_steps(self, steps: int) -> None:
         self.gradient_state.num_steps = int(steps)
+        self.strategy.set_accumulation_steps(int(steps))  # a pipeline divides inside its call
 
     @property
     def optimizer_step_was_skipped(self) -> bool:
@@ -261,7 +262,7 @@ class Accelerator(AcceleratorCompat):
         loop = TrainingLoop.of(self.num_processes, self.gradient_state, self._dataloaders)
         decision = self.strategy.prepare_engine(objects, out, loop)  # placed already
         if decision.accumulation_steps is not None:  # the engine's window
-            self.gradient_state.num_steps = decision.accumulation_steps
+            self.gradient_accumulation_steps = decision.accumulation_steps
         for i in rest:
             obj = decision.built.get(i, objects[i])
             out[i] = self._preparer(obj)(obj, placements[i] and i not in decision.built)
@@ -441,7 +442,8 @@ class Accelerator(AcceleratorCompat):
         if self.gradient_state.sync_gradients:
             for opt in self._optimizers:
                 opt.prepare_grads()
-        return self.strategy.clip_grad_norm_(parameters, max_norm, norm_type)
+        window = StepWindow(self.gradient_state, self.loop_state, self._dataloaders)
+        return self.strategy.clip_grad_norm_(parameters, max_norm, norm_type, window=window)
 
     def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
         """Unscale (fp16), then clamp each gradient to ``[-clip_value, clip_value]``."""

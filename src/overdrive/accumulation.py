@@ -16,7 +16,7 @@ and carries into the next epoch, as in plain PyTorch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence, Sized
+from collections.abc import Sequence, Sized
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -70,8 +70,8 @@ class GradientState:
 
 
 class StepWindow:
-    """A read-only view of the window at one backward, for a strategy that scales losses
-    itself (DeepSpeed): handed over at the call, kept by no one."""
+    """A read-only view of the window at one backward or clip, for a strategy that scales
+    losses or steps itself (DeepSpeed): handed over at the call, kept by no one."""
 
     __slots__ = ("_gs", "_loaders", "_loop")
 
@@ -80,7 +80,7 @@ class StepWindow:
     ) -> None:
         self._gs = gradient_state
         self._loop = loop_state
-        self._loaders = loaders  # the Accelerator's prepared dataloaders
+        self._loaders = tuple(loaders)  # the loaders prepared so far, not the live list
 
     @property
     def sync_gradients(self) -> bool:
@@ -111,8 +111,3 @@ class StepWindow:
                 except TypeError:  # an iterable dataset: no length
                     return None
         return None
-
-
-def steps_reader(gradient_state: GradientState) -> Callable[[], int]:
-    """A reader of the window's length that exposes nothing else of ``gradient_state``."""
-    return lambda: gradient_state.num_steps

@@ -312,10 +312,10 @@ def test_clip_grad_norm_with_another_max_norm_than_deepspeeds_is_said_once(
     cfg = build(settings_for(tmp_path, {"deepspeed_config": {"gradient_clipping": 1.0}}))
     strategy = DeepSpeedStrategy(torch.device("cpu"), cfg)
     strategy.engine = object()  # type: ignore[assignment]  # no engine call inside a window
-    strategy._boundary = False  # the last backward told the engine: inside a window
+    strategy._boundary_pending = False  # the last backward told the engine: inside a window
     params = [torch.nn.Parameter(torch.zeros(2))]
     for max_norm in (0.5, 0.5, math.inf):
-        assert math.isnan(float(strategy.clip_grad_norm_(params, max_norm)))
+        assert math.isnan(float(strategy.clip_grad_norm_(params, max_norm, window=None)))
     text = caplog.text
     assert text.count("clip_grad_norm_(max_norm=0.5") == 1
     assert "gradient_clipping = 1.0" in text and line_of(tmp_path, "gradient_clipping") in text

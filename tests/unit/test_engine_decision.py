@@ -63,7 +63,8 @@ def test_deepspeeds_backward_reads_the_window_handed_at_the_call(tmp_path: Path)
     gradient_state = GradientState(2)
     gradient_state.advance(end_of_dataloader=False)  # the first of 2 micro-batches
     strategy.backward(torch.tensor(1.0), StepWindow(gradient_state, LoopState(), []))
-    norm = strategy.clip_grad_norm_([torch.nn.Parameter(torch.zeros(2))], math.inf)
+    window = StepWindow(gradient_state, LoopState(), [])
+    norm = strategy.clip_grad_norm_([torch.nn.Parameter(torch.zeros(2))], math.inf, window=window)
     assert told == [False] and math.isnan(float(norm))  # no engine step was asked for
     gradient_state.advance(end_of_dataloader=False)
     strategy.backward(torch.tensor(1.0), StepWindow(gradient_state, LoopState(), []))

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from overdrive.accumulation import steps_reader
 from overdrive.errors import ConfigError
 from overdrive.optimizer_steps import PlainSteps
 from overdrive.parallel.chain import Chain, parallelize
@@ -35,11 +34,11 @@ Params = Iterable[torch.Tensor] | torch.Tensor
 @dataclass(frozen=True)
 class TrainingLoop:
     """What a strategy reads of the Accelerator's loop while it prepares objects: values taken
-    when ``prepare_engine`` is called, and one read-only reader of the window's length."""
+    when ``prepare_engine`` is called (a later change of the window's length is told through
+    ``Strategy.set_accumulation_steps``)."""
 
     num_processes: int
-    # gradient_accumulation_steps, read when called (a script may change it after prepare)
-    accumulation_steps: Callable[[], int]
+    accumulation_steps: int  # gradient_accumulation_steps at this prepare
     # the batch size of each dataloader the Accelerator prepared (this call's included)
     batch_sizes: tuple[int | None, ...] = ()
 
@@ -49,7 +48,7 @@ class TrainingLoop:
     ) -> TrainingLoop:
         """The view of a loop with ``gradient_state`` and these prepared dataloaders."""
         sizes = tuple(getattr(loader, "batch_size", None) for loader in loaders)
-        return cls(num_processes, steps_reader(gradient_state), sizes)
+        return cls(num_processes, gradient_state.num_steps, sizes)
 
 
 @dataclass(frozen=True)
@@ -179,14 +178,25 @@ class Strategy(PlainSteps):
         backward: Callable[..., None] = loss.backward  # the caller's arguments, as given
         backward(**kwargs)
 
+    def set_accumulation_steps(self, steps: int) -> None:
+        """The window's new length, told by the Accelerator when a script changes it after
+        ``prepare`` (a strategy that divides losses inside the model's call keeps it)."""
+        return None
+
     def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager[None]:
         """Skip gradient synchronisation inside the block (nothing to skip on one process)."""
         return contextlib.nullcontext()
 
     def clip_grad_norm_(
-        self, parameters: Params, max_norm: float, norm_type: float = 2.0
+        self,
+        parameters: Params,
+        max_norm: float,
+        norm_type: float = 2.0,
+        *,
+        window: StepWindow | None,
     ) -> torch.Tensor:
-        """Clip the gradients' total norm; return the norm before clipping."""
+        """Clip the gradients' total norm; return the norm before clipping. ``window``: the
+        accumulation window at this call (None: the step that closes one), read-only."""
         return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
 
     def clip_grad_value_(self, parameters: Params, clip_value: float) -> None:
@@ -204,7 +214,7 @@ class Strategy(PlainSteps):
         if clip is not None:
             precision.unscale_(optimizer)
             params = [p for group in optimizer.param_groups for p in group["params"]]
-            self.clip_grad_norm_(params, clip)
+            self.clip_grad_norm_(params, clip, window=None)
         return super().optimizer_step(optimizer, precision, closure)
 
     # --- state dicts (used by overdrive.checkpoint) -------------------------------------

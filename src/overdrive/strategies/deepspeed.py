@@ -83,7 +83,8 @@ class DeepSpeedStrategy(Strategy):
         self.engine: DeepSpeedEngine | None = None
         self.basic_optimizer: torch.optim.Optimizer | None = None
         self._deepspeed: ModuleType | None = None
-        self._boundary = True  # what the last backward told the engine: the window closes
+        # the last backward told the engine the window closes, and no step has run since
+        self._boundary_pending = False
         self._stepped: bool | None = None  # set when clip_grad_norm_ ran this window's step
         self._last_norm = torch.tensor(float("nan"))
         self._clip_noted = False  # a max_norm unlike gradient_clipping was said once
@@ -236,7 +237,7 @@ class DeepSpeedStrategy(Strategy):
         if self.config.caller_accumulates:
             return None
         steps = self.config.gradient_accumulation_steps
-        current = loop.accumulation_steps()
+        current = loop.accumulation_steps
         if current != steps:
             say(
                 f"gradient_accumulation_steps is {steps}, as {self.config.origin} fixes it "
@@ -282,8 +283,8 @@ class DeepSpeedStrategy(Strategy):
         window known to be shorter (m < k batches left in the epoch) is scaled to its mean."""
         engine = self._require_engine("backward")
         factor = self._window.factor(window) if window.exact else 1.0
-        self._boundary = window.sync_gradients
-        engine.set_gradient_accumulation_boundary(self._boundary)
+        self._boundary_pending = window.sync_gradients
+        engine.set_gradient_accumulation_boundary(window.sync_gradients)
         # The loss is already scaled for accumulation here (by the Accelerator, or by the
         # caller when it accumulates itself, as Trainer does and says with scale_wrt_gas=False).
         kwargs.pop("scale_wrt_gas", None)
@@ -302,6 +303,7 @@ class DeepSpeedStrategy(Strategy):
             return ran
         engine = self._require_engine("optimizer.step()")
         engine.step()
+        self._boundary_pending = False
         ran = bool(engine.was_step_applied())
         if ran and self._replaced is not None:
             # A torch scheduler watches the user's optimizer, which CPU Adam stands in for.
@@ -325,15 +327,22 @@ class DeepSpeedStrategy(Strategy):
         return None  # the engine clears gradients after its step
 
     def clip_grad_norm_(
-        self, parameters: Params, max_norm: float, norm_type: float = 2.0
+        self,
+        parameters: Params,
+        max_norm: float,
+        norm_type: float = 2.0,
+        *,
+        window: StepWindow | None,
     ) -> torch.Tensor:
         """DeepSpeed clips inside its step by ``gradient_clipping``; this runs that step now
         (the following ``optimizer.step()`` does nothing) and returns the global norm before
-        clipping. Inside a window (as the last backward told the engine) nothing is clipped;
-        the last step's norm is returned."""
+        clipping. It steps when ``window`` closes (None: the step closing one) after a backward
+        that told the engine so, once; otherwise (inside a window, a micro-batch that skipped
+        its backward, a second clip) nothing is clipped and the last step's norm is returned."""
         engine = self._require_engine("clip_grad_norm_")
         self._check_clipping(max_norm, norm_type)
-        if not self._boundary:
+        closes = window is None or window.sync_gradients
+        if not (closes and self._boundary_pending):
             return self._last_norm
         norm = None
         if not hasattr(engine.optimizer, "_global_grad_norm"):  # stage 0 in fp32: torch clips
@@ -412,7 +421,7 @@ class DeepSpeedStrategy(Strategy):
                 self.engine.destroy()
         self.engine = None
         self.basic_optimizer = None
-        self._boundary = True  # as the loop's window after a reset
+        self._boundary_pending = False
         if self._hf is not None:
             HfZero3Config.unregister()
             self._hf = None

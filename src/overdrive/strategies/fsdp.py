@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
 
+    from overdrive.accumulation import StepWindow
     from overdrive.checkpoint.records import StateDict
 
 
@@ -197,7 +198,12 @@ class FSDPStrategy(Strategy):
         return no_sync() if callable(no_sync) else contextlib.nullcontext()
 
     def clip_grad_norm_(
-        self, parameters: Params, max_norm: float, norm_type: float = 2.0
+        self,
+        parameters: Params,
+        max_norm: float,
+        norm_type: float = 2.0,
+        *,
+        window: StepWindow | None,
     ) -> torch.Tensor:
         """Clip by the norm over every shard of every process; return that global norm."""
         params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)

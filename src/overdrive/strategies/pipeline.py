@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -159,8 +159,8 @@ class PipelineParallelStrategy(Strategy):
         self._dropped: set[int] = set()  # ids of parameters other stages hold
         self._schedules: dict[tuple[object, ...], PipelineSchedule] = {}
         self._stepped = False  # the last call ran backward: accelerator.backward skips it
-        # gradient_accumulation_steps, read when the schedule runs (the loop's reader)
-        self._steps: Callable[[], int] = _one
+        # gradient_accumulation_steps as prepare saw it and the Accelerator tells it since
+        self._steps = 1
         self._in_window = False  # inside no_sync: replicas average at the window's end only
         self._micro_losses: list[torch.Tensor] = []
         self._loss_channel: LossChannel | None = None
@@ -184,6 +184,9 @@ class PipelineParallelStrategy(Strategy):
     ) -> EngineDecision:
         self._steps = loop.accumulation_steps  # the loss inside the schedule divides by k
         return EngineDecision()
+
+    def set_accumulation_steps(self, steps: int) -> None:
+        self._steps = steps
 
     def setup_model(self, model: nn.Module, *, device_placement: bool) -> nn.Module:
         if any(model is m or model is m.module for m in self._models):
@@ -336,7 +339,7 @@ class PipelineParallelStrategy(Strategy):
         def scaled(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
             loss = loss_fn(output, target)
             self._micro_losses.append(loss.detach().float())
-            return loss / (self.pp.micro_batches * self._steps())
+            return loss / (self.pp.micro_batches * self._steps)
 
         return scaled
 
@@ -380,7 +383,12 @@ class PipelineParallelStrategy(Strategy):
 
     # --- clipping ------------------------------------------------------------------------
     def clip_grad_norm_(
-        self, parameters: Params, max_norm: float, norm_type: float = 2.0
+        self,
+        parameters: Params,
+        max_norm: float,
+        norm_type: float = 2.0,
+        *,
+        window: StepWindow | None,
     ) -> torch.Tensor:
         """Clip by the norm over every stage's gradients; return that global norm."""
         import torch.distributed as dist
@@ -519,8 +527,3 @@ def _never(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """The loss other stages hand their schedule: only the last stage computes one, but a
     schedule without a loss function runs no backward passes."""
     raise AssertionError("only the last pipeline stage computes the loss")
-
-
-def _one() -> int:
-    """The window's length before the Accelerator prepared anything: one micro-batch."""
-    return 1
