@@ -93,3 +93,18 @@ def test_inside_a_window_a_clip_steps_nothing(tmp_path: Path) -> None:
     strategy.backward(torch.tensor(1.0), window)
     assert math.isnan(float(strategy.clip_grad_norm_(PARAMS, 1.0, window=window)))
     assert engine.steps == 0
+
+
+def test_an_optimizer_step_after_a_skipped_backward_steps_nothing(tmp_path: Path) -> None:
+    """Without a clip too: the engine steps once per backward that closed a window (as in
+    Hugging Face Accelerate, where the engine's step runs inside that backward)."""
+    engine = FakeEngine()
+    strategy = _strategy(tmp_path, engine)
+    gradient_state = GradientState(1)
+    window = StepWindow(gradient_state, LoopState(), [])
+    gradient_state.advance(end_of_dataloader=False)
+    strategy.backward(torch.tensor(1.0), window)
+    assert strategy.optimizer_step(None, None) and engine.steps == 1  # type: ignore[arg-type]
+    gradient_state.advance(end_of_dataloader=False)  # no backward this time
+    assert not strategy.optimizer_step(None, None)  # type: ignore[arg-type]
+    assert engine.steps == 1

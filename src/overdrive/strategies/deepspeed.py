@@ -302,6 +302,8 @@ class DeepSpeedStrategy(Strategy):
             ran, self._stepped = self._stepped, None
             return ran
         engine = self._require_engine("optimizer.step()")
+        if not self._boundary_pending:  # no backward closed a window since the last step
+            return False
         engine.step()
         self._boundary_pending = False
         ran = bool(engine.was_step_applied())
