@@ -15,8 +15,9 @@ import os
 import sys
 
 import torch
+from tiny_llama import smallest_llama_config
 from torch.utils.data import DataLoader, TensorDataset
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
 from overdrive.accelerator import Accelerator
 
@@ -33,15 +34,7 @@ def main() -> None:
     acc = Accelerator(cpu=True)
     ids = torch.randint(0, VOCAB, (STEPS * BATCH * acc.num_processes, SEQ))
     loader = DataLoader(TensorDataset(ids), batch_size=BATCH)
-    config = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=SEQ,
-    )
+    config = smallest_llama_config(vocab=VOCAB, seq=SEQ)
     model = LlamaForCausalLM(config)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)

@@ -10,13 +10,8 @@ import json
 import sys
 
 import torch
-from transformers import (
-    LlamaConfig,
-    LlamaForCausalLM,
-    Trainer,
-    TrainerCallback,
-    TrainingArguments,
-)
+from tiny_llama import smallest_llama_config
+from transformers import LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments
 
 from overdrive.simulate.comms import CollectiveCounter, difference
 from overdrive.simulate.memory import training_state_bytes
@@ -57,15 +52,7 @@ class Counted(TrainerCallback):
 
 def main() -> None:
     torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=SEQ,
-    )
+    config = smallest_llama_config(vocab=VOCAB, seq=SEQ)
     counted = Counted()
     training = TrainingArguments(
         output_dir=sys.argv[1],

@@ -22,3 +22,18 @@ def tiny_llama(*, layers: int, vocab: int, seq: int, tied: bool = False) -> nn.M
         tie_word_embeddings=tied,
     )
     return LlamaForCausalLM(config)
+
+
+def smallest_llama_config(*, vocab: int, seq: int) -> object:
+    """The config of the simulation checks' Llama: hidden 32, 2 layers, 2 KV heads."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=seq,
+    )
