@@ -25,6 +25,7 @@ PP = ["--parallelism_config_pp_size", "2"]
 FLAGS = {
     "ddp": [],
     "fsdp2": [*FSDP2, *LAYERS],
+    "fsdp1": ["--use_fsdp", "--fsdp_version", "1", *LAYERS],
     "tp": TP,
     "fsdp2_tp": [*TP, *FSDP2, *LAYERS],
     "pp": PP,
@@ -38,6 +39,7 @@ PROCESSES = {"fsdp2_tp": 4, "pp_fsdp2": 4, "pp_tp": 4}  # else 2
 KINDS = {
     "ddp": {"all_reduce", "broadcast"},
     "fsdp2": {"all_gather", "reduce_scatter"},
+    "fsdp1": {"all_gather", "reduce_scatter"},
     "tp": {"all_reduce", "all_gather"},  # the head's output gathered whole
     "fsdp2_tp": {"all_reduce", "all_gather", "reduce_scatter"},
     "pp": {"send", "recv"},
@@ -78,6 +80,7 @@ def _simulate(
     [
         "fsdp2",
         pytest.param("ddp", marks=pytest.mark.extended),
+        pytest.param("fsdp1", marks=pytest.mark.extended),
         pytest.param("tp", marks=pytest.mark.extended),
         pytest.param("fsdp2_tp", marks=[pytest.mark.extended, pytest.mark.four_processes]),
         pytest.param("pp", marks=pytest.mark.extended),

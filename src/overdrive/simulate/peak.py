@@ -72,6 +72,18 @@ class PeakTracker(MemTracker):
                 self._peak_mem[device] = snapshot["Total"]
                 self._peak_mem_snap[device] = dict(snapshot)
 
+    def _track_module_params_and_buffers(
+        self, module: Any, install_grad_hooks: bool = True
+    ) -> tuple[int, int]:
+        # FSDP1 (use_orig_params) shows each parameter as a view of its flat parameter: a
+        # view takes no post-accumulate hook; its gradient is counted where it is met.
+        if any(not p.is_leaf for p in module.parameters()):
+            install_grad_hooks = False
+        tracked: tuple[int, int] = super()._track_module_params_and_buffers(
+            module, install_grad_hooks
+        )
+        return tracked
+
     def _pre_fw_hook(self, module: Any, inputs: Any) -> None:
         # A module's later forward in the same step (a pipeline stage runs one per
         # micro-batch, outside any parent the tracker still follows) keeps nothing per module
