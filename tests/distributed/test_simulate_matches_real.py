@@ -1,9 +1,11 @@
 """`overdrive launch --simulate` against the real run it stands for: the same tiny Llama
 script, for real on gloo processes and simulated as ranks of the same world, sends the same
-collectives in a step (counted on the real group by the script itself, in every process) and
-holds the same parameter, gradient and optimizer bytes, under DDP, FSDP2, TP, FSDP2 x TP, PP,
-PP x FSDP2, PP x TP and DeepSpeed ZeRO-1/2/3; a Llama-3-8B shape simulated as one of 512
-processes holds 1/512 of the model."""
+collectives in a step (counted on the real group by the script itself, in every process),
+holds the same parameter, gradient and optimizer bytes, peaks within 10% of the real run's
+memory (the same tracker over real tensors) and says what its `save_state` writes (file by
+file against the real save), under one process, DDP, FSDP1, FSDP2 (full and sharded state
+dicts), TP, FSDP2 x TP, PP, PP x FSDP2, PP x TP and DeepSpeed ZeRO-1/2/3; a Llama-3-8B shape
+simulated as one of 512 processes holds 1/512 of the model."""
 
 from __future__ import annotations
 
@@ -23,9 +25,11 @@ LAYERS = ["--fsdp_transformer_layer_cls_to_wrap", "LlamaDecoderLayer"]
 TP = ["--parallelism_config_tp_size", "2"]
 PP = ["--parallelism_config_pp_size", "2"]
 FLAGS = {
+    "one_process": [],
     "ddp": [],
     "fsdp2": [*FSDP2, *LAYERS],
     "fsdp1": ["--use_fsdp", "--fsdp_version", "1", *LAYERS],
+    "fsdp2_sharded": [*FSDP2, *LAYERS, "--fsdp_state_dict_type", "SHARDED_STATE_DICT"],
     "tp": TP,
     "fsdp2_tp": [*TP, *FSDP2, *LAYERS],
     "pp": PP,
@@ -35,11 +39,13 @@ FLAGS = {
     "zero2": ["--use_deepspeed", "--zero_stage", "2"],
     "zero3": ["--use_deepspeed", "--zero_stage", "3"],
 }
-PROCESSES = {"fsdp2_tp": 4, "pp_fsdp2": 4, "pp_tp": 4}  # else 2
+PROCESSES = {"one_process": 1, "fsdp2_tp": 4, "pp_fsdp2": 4, "pp_tp": 4}  # else 2
 KINDS = {
+    "one_process": set(),
     "ddp": {"all_reduce", "broadcast"},
     "fsdp2": {"all_gather", "reduce_scatter"},
     "fsdp1": {"all_gather", "reduce_scatter"},
+    "fsdp2_sharded": {"all_gather", "reduce_scatter"},
     "tp": {"all_reduce", "all_gather"},  # the head's output gathered whole
     "fsdp2_tp": {"all_reduce", "all_gather", "reduce_scatter"},
     "pp": {"send", "recv"},
@@ -51,11 +57,19 @@ KINDS = {
 }
 BOTH_ENDS = {
     "fsdp2",
+    "fsdp2_sharded",
     "pp",
     "pp_fsdp2",
     "pp_tp",
 }  # simulated at the default ranks, the first and the last
 DEEPSPEED = {"zero1", "zero2", "zero3"}
+PIPELINE = {"pp", "pp_fsdp2", "pp_tp"}
+# Every process writes what rank 0 writes of its own: the whole checkpoint follows from rank 0.
+ALIKE = {"one_process", "ddp", "zero1", "zero2", "zero3"}
+# Not yet explained: pp x FSDP2's first stage holds 18% more activation bytes simulated than
+# real (12% of its peak, 290,606 against 246,940 bytes; docs/simulate.md).
+PEAK_BOUND = {"pp_fsdp2": 0.15}
+NOT_MEASURED = {"fsdp1"}  # its optimizer state dict needs object collectives (docs/simulate.md)
 
 
 def _simulate(
@@ -78,7 +92,9 @@ def _simulate(
 @pytest.mark.parametrize(
     "layout",
     [
-        "fsdp2",
+        "fsdp2_sharded",
+        pytest.param("fsdp2", marks=pytest.mark.extended),
+        pytest.param("one_process", marks=pytest.mark.extended),
         pytest.param("ddp", marks=pytest.mark.extended),
         pytest.param("fsdp1", marks=pytest.mark.extended),
         pytest.param("tp", marks=pytest.mark.extended),
@@ -90,14 +106,18 @@ def _simulate(
         pytest.param("zero2", marks=[pytest.mark.extended, pytest.mark.deepspeed]),
         pytest.param("zero3", marks=[pytest.mark.extended, pytest.mark.deepspeed]),
     ],
-)  # make test keeps the FSDP2 case (the others take 25-45 s; test_simulate_layouts.py
+)  # make test keeps the FSDP2 case, sharded (the others take 25-45 s; test_simulate_layouts.py
 # simulates FSDP2 x TP and PP alone in make test)
 def test_a_simulated_step_sends_and_holds_what_the_real_one_does(
     layout: str, tmp_path: Path
 ) -> None:
     nprocs = PROCESSES.get(layout, 2)
     env = DS_ENV if layout in DEEPSPEED else None
-    real = run_launch(SCRIPT, nprocs=nprocs, launch_args=FLAGS[layout], env=env, timeout=300)
+    saved = tmp_path / "saved"
+    real = run_launch(
+        SCRIPT, nprocs=nprocs, args=[str(saved)], launch_args=FLAGS[layout], timeout=300,
+        env={**(env or {}), "REAL_PEAK": "1"},
+    )  # fmt: skip
     assert_ok(real)
     measured = {row["rank"]: row for row in result_rows(real.stdout)}
     assert sorted(measured) == list(range(nprocs))
@@ -118,10 +138,41 @@ def test_a_simulated_step_sends_and_holds_what_the_real_one_does(
                 continue
             assert real_bytes > 0
             assert abs(mine["state_bytes"][key] - real_bytes) <= 0.1 * real_bytes, key
+        mine_peak, real_peak = mine["peak_bytes"]["Total"], theirs["peak"]["Total"]
+        bound = PEAK_BOUND.get(layout, 0.1)
+        assert abs(mine_peak - real_peak) <= bound * real_peak, (mine["rank"], mine_peak, real_peak)
+    _check_checkpoint(simulated, saved, layout)
     if layout == "pp":  # the first step's shape messages too (prepare's broadcasts aside)
         for mine in simulated["ranks"]:
             first = {k: v for k, v in mine["collectives_per_step"][0].items() if k != "broadcast"}
             assert first == measured[mine["rank"]]["collectives_per_step"][0]
+
+
+def _check_checkpoint(document: dict, saved: Path, layout: str) -> None:
+    """Each simulated rank's files are in the real checkpoint with their sizes; the whole
+    checkpoint's count and bytes follow when the simulated ranks stand for every rank."""
+    written = {str(p.relative_to(saved)): p.stat().st_size for p in saved.rglob("*") if p.is_file()}
+    for rank in document["ranks"]:
+        files = rank["checkpoint"]
+        if layout in NOT_MEASURED:
+            assert "not_measured" in files, files
+            continue
+        assert (rank["rank"] == 0) == bool(files["main"]), files  # the main process's files
+        for name, size in {**files["own"], **files["main"]}.items():
+            real = written[name]
+            if name.endswith(".safetensors"):  # from shapes and dtypes, exactly
+                assert size == real, name
+            elif layout in PIPELINE and name.startswith(("model_", "optimizer_")):
+                # a stage's shard table also lists the other stages' keys, learnt through an
+                # object collective: simulated, every rank is taken to hold this one's keys
+                assert size <= real, (name, size, real)
+            else:  # JSON: the same structure, other numbers in it (RNG states, checksums)
+                assert abs(size - real) <= max(64, 0.02 * real), (name, size, real)
+    if layout in NOT_MEASURED or not (layout in BOTH_ENDS or layout in ALIKE):
+        return
+    whole, total = document["checkpoint"], sum(written.values())
+    assert whole["files"] == len(written)  # the manifest included
+    assert abs(whole["bytes"] - total) <= (0.03 if layout in PIPELINE else 0.01) * total
 
 
 LLAMA_8B_PARAMETERS = 8_030_261_248  # embedding, 32 layers, norm and untied head

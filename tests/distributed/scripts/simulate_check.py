@@ -1,11 +1,21 @@
 """A tiny transformers Llama trained for 3 steps, counting its collectives per step on the
 process group it runs on; every process prints ``RESULT {json}`` with them and the bytes of its
-parameters, gradients and optimizer state. Run for real by ``overdrive launch`` and, the same
-file, by ``overdrive launch --simulate`` (tests/distributed/test_simulate_matches_real.py)."""
+parameters, gradients and optimizer state, then, given a folder (argv[1]), calls
+``save_state`` into it. Run for real by ``overdrive launch`` and, the same file, by
+``overdrive launch --simulate``, which stops it after its steps and measures what its
+``save_state`` would write (tests/distributed/test_simulate_matches_real.py).
+
+Run for real with ``REAL_PEAK=1``, it also follows its own memory with the simulation's
+tracker over its real tensors, as a simulated rank does over fake ones (from before the model
+is built, the step peak from the first forward, the per-module state reset after each
+optimizer step); ``RESULT`` then holds ``peak``: its peak in the steps by kind."""
 
 from __future__ import annotations
 
 import json
+import os
+import sys
+from typing import Any
 
 import torch
 from tiny_llama import smallest_llama_config
@@ -19,14 +29,25 @@ from overdrive.simulate.memory import training_state_bytes
 STEPS, BATCH, SEQ, VOCAB = 3, 4, 16, 64
 
 
+def _peak_tracker() -> Any:
+    if not os.environ.get("REAL_PEAK"):
+        return None
+    from overdrive.simulate.peak import PeakTracker
+
+    tracker = PeakTracker()
+    tracker.__enter__()
+    return tracker
+
+
 def main() -> None:
+    tracker = _peak_tracker()
     acc = Accelerator(cpu=True)
     ids = torch.randint(0, VOCAB, (STEPS * BATCH * acc.num_processes, SEQ))
     loader = DataLoader(TensorDataset(ids), batch_size=BATCH)
-    config = smallest_llama_config(vocab=VOCAB, seq=SEQ)
-    model = LlamaForCausalLM(config)
+    model = LlamaForCausalLM(smallest_llama_config(vocab=VOCAB, seq=SEQ))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    model, opt, loader = acc.prepare(model, opt, loader)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)
+    model, opt, loader, sched = acc.prepare(model, opt, loader, sched)
     counter = CollectiveCounter()
     marks = [counter.snapshot()]
     state: dict[str, int] = {}
@@ -35,12 +56,21 @@ def main() -> None:
             loss = model(input_ids=batch, labels=batch).loss
             acc.backward(loss)
             opt.step()
+            if tracker is not None:
+                tracker.reset_mod_stats()  # where the simulation resets it: after the step
             marks.append(counter.snapshot())
             state = training_state_bytes([opt.optimizer])
+            sched.step()
             opt.zero_grad()
     windows = [difference(b, a) for a, b in zip(marks, marks[1:], strict=False)]
     result = {"rank": acc.process_index, "collectives_per_step": windows, "state_bytes": state}
+    if tracker is not None:
+        tracker.__exit__(None, None, None)
+        tracker.close()
+        result["peak"] = tracker.step_peak()
     print("RESULT " + json.dumps(result), flush=True)
+    if len(sys.argv) > 1:
+        acc.save_state(sys.argv[1])
 
 
 if __name__ == "__main__":
