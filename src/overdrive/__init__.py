@@ -9,15 +9,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from overdrive import lazy as _lazy
-from overdrive.errors import ConfigError, LaunchError, OverdriveError
-from overdrive.kwargs_handlers import (
+from overdrive.arguments.kwargs_handlers import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
     GradScalerKwargs,
     InitProcessGroupKwargs,
 )
-from overdrive.plugins import (
+from overdrive.arguments.plugins import (
     DataLoaderConfiguration,
     DeepSpeedPlugin,
     FullyShardedDataParallelPlugin,
@@ -25,14 +23,16 @@ from overdrive.plugins import (
     MegatronLMPlugin,
     ProjectConfiguration,
 )
-from overdrive.types import ComputeEnvironment, DistributedType
+from overdrive.config.types import ComputeEnvironment, DistributedType
+from overdrive.errors import ConfigError, LaunchError, OverdriveError
+from overdrive.lazy import attributes as _lazy
 from overdrive.version import __version__ as __version__
 
 if TYPE_CHECKING:
     from overdrive.accelerator import Accelerator
     from overdrive.logging import get_logger
     from overdrive.precision.fp8 import FP8RecipeKwargs
-    from overdrive.random_state import set_seed
+    from overdrive.processes.random_state import set_seed
     from overdrive.state import PartialState
 
 
@@ -41,17 +41,17 @@ _LAZY = {
     "PartialState": "overdrive.state",
     "FP8RecipeKwargs": "overdrive.precision.fp8",
     "get_logger": "overdrive.logging",
-    "set_seed": "overdrive.random_state",
+    "set_seed": "overdrive.processes.random_state",
     # Hugging Face Accelerate's top-level names (``from accelerate import ...``).
     "AcceleratorState": "overdrive.state",
     "GradientState": "overdrive.state",
-    "DDPCommunicationHookType": "overdrive.enums",
-    "LoggerType": "overdrive.enums",
-    "PrecisionType": "overdrive.enums",
-    "ProfileKwargs": "overdrive.kwargs_handlers",
-    "SchedulerKwargs": "overdrive.kwargs_handlers",
-    "ParallelismConfig": "overdrive.plugins",
-    "DistributedOperationException": "overdrive.ops",
+    "DDPCommunicationHookType": "overdrive.arguments.enums",
+    "LoggerType": "overdrive.arguments.enums",
+    "PrecisionType": "overdrive.arguments.enums",
+    "ProfileKwargs": "overdrive.arguments.kwargs_handlers",
+    "SchedulerKwargs": "overdrive.arguments.kwargs_handlers",
+    "ParallelismConfig": "overdrive.arguments.plugins",
+    "DistributedOperationException": "overdrive.processes.ops",
     "notebook_launcher": "overdrive.compat.launchers",
     "debug_launcher": "overdrive.compat.launchers",
     "init_empty_weights": "overdrive.big_modeling",
@@ -67,7 +67,7 @@ _LAZY = {
     "release_memory": "overdrive.utils.memory",
     "skip_first_batches": "overdrive.data_loader",
     "prepare_data_loader": "overdrive.data_loader",
-    "synchronize_rng_states": "overdrive.random_state",
+    "synchronize_rng_states": "overdrive.processes.random_state",
     "tqdm": "overdrive.utils.tqdm",
     "is_rich_available": "overdrive.utils.imports",
     "prepare_pippy": "overdrive.inference",

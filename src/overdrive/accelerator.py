@@ -1,9 +1,6 @@
-"""The Accelerator: the one object a training script holds.
-
-It resolves settings once, asks the process state who this process is, and delegates:
-backend work to a Strategy, numerics to a Precision policy, data to the prepared loaders,
-collectives to ``overdrive.ops``. It does not branch on the backend.
-"""
+"""The Accelerator: the one object a training script holds. It resolves settings once, asks
+the process state who this process is, and delegates: backend work to a Strategy, numerics
+to a Precision policy, data to the prepared loaders, collectives to ``processes/ops.py``."""
 
 from __future__ import annotations
 
@@ -16,19 +13,22 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from overdrive import effective_settings, ops, tracking
-from overdrive.accelerator_setup import (
-    checked_accumulation_plugin,
-    code_settings,
-    export_for_transformers,
-    project_configuration,
-    registrable,
-    sort_handlers,
-    strategy_for,
-    trackers_given,
-    warn_split_batches_argument_ignored,
+from overdrive import tracking
+from overdrive.arguments.kwargs_handlers import (
+    AutocastKwargs,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
 )
-from overdrive.accumulation import StepWindow
+from overdrive.arguments.plugins import (
+    DataLoaderConfiguration,
+    DeepSpeedPlugin,
+    FullyShardedDataParallelPlugin,
+    GradientAccumulationPlugin,
+    MegatronLMPlugin,
+    ParallelismConfig,
+    ProjectConfiguration,
+    plugin_aliases,
+)
 from overdrive.compat.accelerator_compat import AcceleratorCompat
 from overdrive.compat.checkpoint_args import load_state_kwargs, save_state_kwargs
 from overdrive.compat.gradient_state import GradientStateCompat
@@ -40,30 +40,33 @@ from overdrive.data import (
     prepare_data_loader,
     skip_first_batches,
 )
-from overdrive.kwargs_handlers import AutocastKwargs, GradScalerKwargs, InitProcessGroupKwargs
 from overdrive.logging import get_logger
-from overdrive.loop_state import LoopState
 from overdrive.optimizer import AcceleratedOptimizer
 from overdrive.parallel.meta_init import init_empty_weights
-from overdrive.plugins import (
-    DataLoaderConfiguration,
-    DeepSpeedPlugin,
-    FullyShardedDataParallelPlugin,
-    GradientAccumulationPlugin,
-    MegatronLMPlugin,
-    ParallelismConfig,
-    ProjectConfiguration,
-    plugin_aliases,
-)
 from overdrive.precision import FP8RecipeKwargs, make_precision
-from overdrive.prepare_order import placements_for, prepare_order
-from overdrive.prepared import mark_prepared
-from overdrive.process_state import PartialState
-from overdrive.random_state import check_rng_types
-from overdrive.scheduler import AcceleratedScheduler, is_scheduler
+from overdrive.processes import ops
+from overdrive.processes.process_state import PartialState
+from overdrive.processes.random_state import check_rng_types
+from overdrive.setup import effective_settings
+from overdrive.setup.accelerator_setup import (
+    checked_accumulation_plugin,
+    code_settings,
+    export_for_transformers,
+    project_configuration,
+    registrable,
+    sort_handlers,
+    strategy_for,
+    trackers_given,
+    warn_split_batches_argument_ignored,
+)
 from overdrive.strategies import check_available
 from overdrive.strategies.base import TrainingLoop
 from overdrive.tracking import check_started, find_tracker
+from overdrive.training.accumulation import StepWindow
+from overdrive.training.loop_state import LoopState
+from overdrive.training.prepare_order import placements_for, prepare_order
+from overdrive.training.prepared import mark_prepared
+from overdrive.training.scheduler import AcceleratedScheduler, is_scheduler
 from overdrive.utils.imports import is_bitsandbytes_multi_backend_available, is_xpu_available
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -402,7 +405,7 @@ class Accelerator(AcceleratorCompat):
         Gradients synchronise (and the prepared optimizer steps) on the window's last
         micro-batch, and on the last batch of a prepared dataloader; a window closed early
         after m < k micro-batches steps on its losses' sum / k, as in Hugging Face
-        Accelerate, or on their mean with ``exact_accumulation`` (``overdrive.accumulation``).
+        Accelerate, or on their mean with ``exact_accumulation`` (``training/accumulation.py``).
         Dataloaders without a length (iterable datasets) close their last window the same
         way once prepared (the end is found by reading one batch ahead); an unprepared
         loader gives no end signal, so its partial window carries into the next epoch.

@@ -28,8 +28,8 @@ from overdrive.checkpoint.serialization import (
 )
 from overdrive.logging import get_logger
 from overdrive.optimizer import move_to_device
-from overdrive.process_state import current_partial_state
-from overdrive.random_state import capture_rng_state, restore_rng_state
+from overdrive.processes.process_state import current_partial_state
+from overdrive.processes.random_state import capture_rng_state, restore_rng_state
 from overdrive.utils.saving import without_shared_storage
 
 logger = get_logger(__name__)

@@ -31,9 +31,9 @@ from overdrive.data.shards_by_hand import BatchSamplerShard, IterableDatasetShar
 from overdrive.data.skip_sampler import SkipBatchSampler
 from overdrive.errors import ConfigError
 from overdrive.logging import get_logger
-from overdrive.loop_state import LoopState
-from overdrive.process_state import current_accelerator, current_partial_state
+from overdrive.processes.process_state import current_accelerator, current_partial_state
 from overdrive.state import GradientState
+from overdrive.training.loop_state import LoopState
 
 logger = get_logger(__name__)
 

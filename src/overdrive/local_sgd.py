@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from overdrive.config.types import DistributedType
 from overdrive.errors import ConfigError
-from overdrive.types import DistributedType
 
 _REPLICAS = (DistributedType.NO, DistributedType.MULTI_CPU, DistributedType.MULTI_GPU)
 

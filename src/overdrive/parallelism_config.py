@@ -1,5 +1,5 @@
 """``accelerate.parallelism_config``: where Hugging Face Accelerate keeps ``ParallelismConfig``."""
 
-from overdrive.plugins import ParallelismConfig
+from overdrive.arguments.plugins import ParallelismConfig
 
 __all__ = ["ParallelismConfig"]

@@ -2,7 +2,7 @@
 objects.
 
 overdrive has no global state: each ``Accelerator`` owns its ``PartialState``
-(``overdrive.process_state``) and its gradient state. Scripts written for Hugging Face
+(``overdrive.processes.process_state``) and its gradient state. Scripts written for Hugging Face
 Accelerate call ``AcceleratorState()`` or ``GradientState()`` anywhere to read the state;
 here those are views of the most recently created ``Accelerator`` (or, before any, of a
 ``PartialState`` made from the environment). ``_reset_state()`` forgets that accelerator:
@@ -14,9 +14,9 @@ from __future__ import annotations
 import threading
 from typing import Any, ClassVar
 
-from overdrive import process_state, state_reset
 from overdrive.logging import get_logger
-from overdrive.process_state import (
+from overdrive.processes import process_state, state_reset
+from overdrive.processes.process_state import (
     PartialState,
     current_accelerator,
     current_partial_state,

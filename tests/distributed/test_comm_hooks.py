@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from overdrive.arguments.kwargs_handlers import DistributedDataParallelKwargs
 from overdrive.errors import ConfigError
-from overdrive.kwargs_handlers import DistributedDataParallelKwargs
 from overdrive.strategies.ddp_comm_hooks import _check_runnable
 from tests.helpers.dist import assert_ok, result_rows, run_launch
 

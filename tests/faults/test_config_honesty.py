@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from overdrive.accelerator import Accelerator
-from overdrive.errors import ConfigError
-from overdrive.plugins import (
+from overdrive.arguments.plugins import (
     DeepSpeedPlugin,
     FullyShardedDataParallelPlugin,
     GradientAccumulationPlugin,
     MegatronLMPlugin,
 )
+from overdrive.errors import ConfigError
 from tests.faults.config_cli import assert_clean_refusal, overdrive
 from tests.helpers.env import forget_launcher
 

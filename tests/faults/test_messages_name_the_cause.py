@@ -17,8 +17,8 @@ from torch import nn
 from overdrive.big_modeling import init_empty_weights, load_checkpoint_and_dispatch
 from overdrive.config import load_settings
 from overdrive.config.inert import no_effect_notes
-from overdrive.effective_settings import summary
 from overdrive.errors import ConfigError
+from overdrive.setup.effective_settings import summary
 from tests.faults.config_cli import assert_clean_refusal, overdrive
 from tests.helpers.dist import clean_env
 

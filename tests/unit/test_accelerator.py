@@ -16,11 +16,11 @@ from overdrive import (
     ProjectConfiguration,
 )
 from overdrive.accelerator import Accelerator
+from overdrive.config.types import DistributedType
 from overdrive.errors import ConfigError, OverdriveError
 from overdrive.optimizer import AcceleratedOptimizer
 from overdrive.scheduler import AcceleratedScheduler
 from overdrive.strategies import SingleDeviceStrategy
-from overdrive.types import DistributedType
 from tests.helpers.env import forget_launcher
 
 

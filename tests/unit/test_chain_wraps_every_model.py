@@ -14,8 +14,8 @@ from torch import nn
 from torch.distributed._composable.contract import _get_registry
 from torch.nn.parallel import DistributedDataParallel
 
-from overdrive.compile import CompileStep, uncompiled
-from overdrive.kwargs_handlers import DistributedDataParallelKwargs
+from overdrive.arguments.kwargs_handlers import DistributedDataParallelKwargs
+from overdrive.compile.model import CompileStep, uncompiled
 from overdrive.parallel.activation_checkpointing import RecomputeLayers
 from overdrive.parallel.chain import Chain, parallelize
 from overdrive.strategies.ddp import DDPStrategy

@@ -221,7 +221,7 @@ def test_prepare_data_loader_shards_as_asked_for_a_world_it_names() -> None:
 
 
 def test_split_between_processes_over_a_selectable_dataset() -> None:
-    from overdrive.process_state import split_for_process
+    from overdrive.processes.process_state import split_for_process
 
     class Rows:
         def __init__(self, rows: list[int]) -> None:

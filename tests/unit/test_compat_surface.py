@@ -103,8 +103,8 @@ def test_utils_import_stays_cheap() -> None:
 
 
 def test_every_distributed_type_exists_and_the_unrunnable_are_refused() -> None:
-    from overdrive.backends import check_available
     from overdrive.config import load_settings
+    from overdrive.preflight.backends import check_available
     from overdrive.utils import DistributedType
 
     names = {t.value for t in DistributedType}

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from overdrive import ConfigError
-from overdrive.compile import compile_kwargs, compile_model, uncompiled
+from overdrive.compile.model import compile_kwargs, compile_model, uncompiled
 from overdrive.config import Settings, load_settings
 
 

@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from overdrive import Accelerator, ParallelismConfig
-from overdrive.parallel_handlers import (
+from overdrive.arguments.parallel_handlers import (
     DeepSpeedSequenceParallelConfig,
     TorchContextParallelConfig,
 )

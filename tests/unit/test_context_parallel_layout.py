@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from overdrive.arguments.plugins import ParallelismConfig
 from overdrive.cli.main import main
 from overdrive.config import load_settings
 from overdrive.errors import ConfigError
 from overdrive.parallel.cp_rules import CP_KEY
 from overdrive.parallel.layout import layout_from_settings
-from overdrive.plugins import ParallelismConfig
 
 FSDP2 = {"distributed_type": "FSDP", "fsdp_config.fsdp_version": 2}
 

@@ -10,8 +10,8 @@ from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from overdrive.config import load_settings
 from overdrive.data import gather_for_metrics, prepare_data_loader, skip_first_batches
-from overdrive.loop_state import LoaderProgress, LoopState
 from overdrive.state import PartialState
+from overdrive.training.loop_state import LoaderProgress, LoopState
 
 STATE = PartialState(settings=load_settings(environ={}), environ={})
 

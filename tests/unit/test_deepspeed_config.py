@@ -323,7 +323,7 @@ def test_clip_grad_norm_with_another_max_norm_than_deepspeeds_is_said_once(
 
 def test_a_config_dict_in_code_is_checked_when_the_accelerator_is_made() -> None:
     from overdrive.accelerator import Accelerator
-    from overdrive.plugins import DeepSpeedPlugin
+    from overdrive.arguments.plugins import DeepSpeedPlugin
     from overdrive.utils import DummyOptim as PublicDummyOptim
 
     assert PublicDummyOptim is DummyOptim  # where Hugging Face Accelerate's users import it

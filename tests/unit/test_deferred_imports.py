@@ -82,7 +82,7 @@ def test_the_checker_flags_an_uncommented_import(tmp_path: Path) -> None:
         "\n"
         "def kept():\n"
         "    # deferred: keeps sample torch-free\n"
-        "    from overdrive.random_state import capture_rng_state\n"
+        "    from overdrive.processes.random_state import capture_rng_state\n"
         "    import overdrive.tracking  # deferred: tensorboard is optional\n"
         "    import json\n"
         "    return capture_rng_state, json\n"

@@ -32,7 +32,7 @@ from overdrive.commands.to_fsdp2 import (
     to_fsdp2_command_parser,
 )
 from overdrive.commands.tpu import tpu_command_launcher, tpu_command_parser
-from overdrive.types import DistributedType
+from overdrive.config.types import DistributedType
 from overdrive.utils.launch import (
     _convert_nargs_to_dict,
     prepare_multi_gpu_env,

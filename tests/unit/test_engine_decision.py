@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from overdrive.accumulation import GradientState, StepWindow
 from overdrive.ds.config import build
 from overdrive.strategies.base import EngineDecision, TrainingLoop
+from overdrive.training.accumulation import GradientState, StepWindow
 from tests.unit.test_deepspeed_config import settings_for
 
 pytestmark = pytest.mark.deepspeed
@@ -51,8 +51,8 @@ def test_deepspeed_returns_the_window_it_imposes_and_keeps_no_loop(
 def test_deepspeeds_backward_reads_the_window_handed_at_the_call(tmp_path: Path) -> None:
     """The boundary the engine is told comes from the window the Accelerator hands over at
     each backward; a clip inside that window steps nothing."""
-    from overdrive.loop_state import LoopState
     from overdrive.strategies.deepspeed import DeepSpeedStrategy
+    from overdrive.training.loop_state import LoopState
 
     told: list[bool] = []
     engine = SimpleNamespace(

@@ -11,8 +11,8 @@ from overdrive.cli.main import main
 from overdrive.config import load_settings
 from overdrive.config.resolve import resolve
 from overdrive.config.sources import from_mapping
-from overdrive.effective_settings import ONE_LINE, WIDTH, summary
 from overdrive.errors import ConfigError, ConfigErrors
+from overdrive.setup.effective_settings import ONE_LINE, WIDTH, summary
 from tests.helpers.env import forget_launcher
 
 

@@ -13,7 +13,7 @@ PLAN_AND_REPORT = """
 import sys
 from overdrive.config import load_settings
 from overdrive.launch import direct
-from overdrive.preflight import plan_launch
+from overdrive.preflight.launch import plan_launch
 flags = dict(use_cpu=True, num_processes=2, **{flags})
 plan = plan_launch(load_settings(flags=flags), "train.py", [])
 print(direct.applies(plan), "torch" in sys.modules)

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 import torch
 
+from overdrive.arguments.plugins import ParallelismConfig
 from overdrive.config import Settings, load_settings
 from overdrive.parallel.decide import decide_layout
 from overdrive.parallel.layout import ParallelLayout
 from overdrive.parallel.mesh_shape import mesh_shape
 from overdrive.parallel.topology import Topology
-from overdrive.plugins import ParallelismConfig
 from overdrive.strategies import StrategyOptions, select_strategy
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -48,13 +48,13 @@ def test_the_layout_is_decided_at_one_call_site() -> None:
     assert _call_sites("layout_from_settings") == {"overdrive/parallel/decide.py": 1}
     assert _call_sites("decide_layout") == {
         "overdrive/launch/plan.py": 1,
-        "overdrive/process_state.py": 1,
+        "overdrive/processes/process_state.py": 1,
     }
 
 
 def test_the_launchers_plan_carries_the_layout_a_worker_decides() -> None:
     from overdrive.errors import ConfigError
-    from overdrive.preflight import plan_launch
+    from overdrive.preflight.launch import plan_launch
 
     def settings(**code: Any) -> Settings:
         given = {"distributed_type": "FSDP", "use_cpu": True, "num_processes": 4, **code}
@@ -202,7 +202,7 @@ def test_the_mesh_strategy_takes_its_policy_from_the_case() -> None:
 
 
 def test_in_code_options_reach_the_strategy() -> None:
-    from overdrive.kwargs_handlers import DistributedDataParallelKwargs
+    from overdrive.arguments.kwargs_handlers import DistributedDataParallelKwargs
 
     options = StrategyOptions(
         ddp_kwargs=DistributedDataParallelKwargs(bucket_cap_mb=7),

@@ -1,4 +1,4 @@
-"""`overdrive.lazy`: module attributes loaded on first use, and the modules that use it."""
+"""`overdrive.lazy.attributes`: module attributes loaded on first use, and the modules that use it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from overdrive.lazy import lazy_getattr, load, same_names
+from overdrive.lazy.attributes import lazy_getattr, load, same_names
 
 
 @pytest.fixture
@@ -58,7 +58,8 @@ def test_load_reads_every_kind_of_target() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["overdrive", "overdrive.utils", "overdrive.utils.constants", "overdrive.lazy"]
+    "name",
+    ["overdrive", "overdrive.utils", "overdrive.utils.constants", "overdrive.lazy.attributes"],
 )
 def test_lazy_modules_import_without_torch(name: str) -> None:
     code = f"import sys, {name}; print('torch' in sys.modules)"
@@ -73,7 +74,7 @@ def test_the_modules_serve_their_lazy_names() -> None:
     import overdrive.utils
     import overdrive.utils.constants
 
-    assert overdrive.set_seed.__module__ == "overdrive.random_state"
+    assert overdrive.set_seed.__module__ == "overdrive.processes.random_state"
     assert overdrive.AcceleratorState is overdrive.state.AcceleratorState
     assert overdrive.test_utils.test_sync.__name__ == "overdrive.test_utils.scripts.test_sync"
     assert overdrive.utils.bnb.__name__ == "overdrive.utils.bnb"

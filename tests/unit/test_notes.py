@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from overdrive import notes
 from overdrive.config import load_settings
+from overdrive.setup import notes
 from tests.helpers.dist import clean_env
 
 

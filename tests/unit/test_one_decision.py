@@ -16,11 +16,11 @@ import torch
 
 from overdrive.compat.properties import PropertiesMixin
 from overdrive.config import Settings, load_settings
+from overdrive.config.types import DistributedType
 from overdrive.memory_estimate import STRATEGIES, ModelSpec, TensorSpec, estimate, layout_of
 from overdrive.parallel.decide import Decision, decide_layout
-from overdrive.process_state import PartialState
+from overdrive.processes.process_state import PartialState
 from overdrive.strategies import select_strategy
-from overdrive.types import DistributedType
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "overdrive"
 BACKEND_NAMES = {member.value for member in DistributedType}
@@ -108,7 +108,7 @@ def test_the_decision_is_frozen_and_names_the_backend_as_a_member() -> None:
 
 
 def test_the_launchers_plan_carries_the_decision_a_worker_makes() -> None:
-    from overdrive.preflight import plan_launch
+    from overdrive.preflight.launch import plan_launch
 
     settings = _settings(distributed_type="FSDP", num_processes=4)
     plan = plan_launch(settings, "train.py", environ={}, warn=lambda _: None)
@@ -119,7 +119,7 @@ def test_the_launchers_plan_carries_the_decision_a_worker_makes() -> None:
 
 def test_partial_state_and_the_accelerator_read_one_decision() -> None:
     from overdrive import Accelerator
-    from overdrive.plugins import ParallelismConfig
+    from overdrive.arguments.plugins import ParallelismConfig
 
     state = PartialState(settings=_settings(), environ={})
     assert state.distributed_type is state.decision.backend is DistributedType.NO

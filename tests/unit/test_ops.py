@@ -7,7 +7,7 @@ from collections import namedtuple
 import pytest
 import torch
 
-from overdrive import ops
+from overdrive.processes import ops
 
 Pair = namedtuple("Pair", "a b")
 

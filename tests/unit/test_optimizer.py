@@ -7,9 +7,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from overdrive.accumulation import GradientState
 from overdrive.optimizer import AcceleratedOptimizer
 from overdrive.precision import Precision
+from overdrive.training.accumulation import GradientState
 
 
 class SkippingPrecision(Precision):

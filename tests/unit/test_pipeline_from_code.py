@@ -8,8 +8,8 @@ import os
 import pytest
 
 from overdrive import Accelerator, MegatronLMPlugin, ParallelismConfig
-from overdrive.accelerator_setup import pipeline_from_code
 from overdrive.errors import ConfigError
+from overdrive.setup.accelerator_setup import pipeline_from_code
 from overdrive.state import AcceleratorState
 from tests.helpers.env import forget_launcher
 

@@ -7,11 +7,11 @@ from types import SimpleNamespace
 import pytest
 from torch import nn
 
-from overdrive.backends import check_available
 from overdrive.config import load_settings
 from overdrive.errors import ConfigError
 from overdrive.parallel.layout import layout_from_settings
 from overdrive.parallel.pipeline import split_model, stage_bounds
+from overdrive.preflight.backends import check_available
 from tests.helpers.llama import small_llama
 
 
@@ -164,7 +164,7 @@ def test_what_the_schedule_cannot_do_yet_is_refused_by_name(
     import torch
 
     from overdrive.parallel.decide import decide_layout
-    from overdrive.preflight import plan_launch
+    from overdrive.preflight.launch import plan_launch
     from overdrive.strategies import select_strategy
 
     with pytest.raises(ConfigError) as info:  # a worker's PartialState decides its layout

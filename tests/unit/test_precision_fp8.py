@@ -51,7 +51,7 @@ class Watch:
             tried.append(name)
         return None
 sys.meta_path.insert(0, Watch())
-import torch, overdrive, overdrive.precision, overdrive.compile
+import torch, overdrive, overdrive.precision, overdrive.compile.model
 model = overdrive.precision.make_precision("bf16", torch.device("cpu")).convert_module(
     torch.nn.Linear(16, 16)
 )

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from overdrive.accelerator import Accelerator
 from overdrive.errors import OverdriveError
-from overdrive.prepare_order import placements_for, prepare_order
+from overdrive.training.prepare_order import placements_for, prepare_order
 from tests.helpers.env import forget_launcher
 
 STRATEGIES = Path(__file__).resolve().parents[2] / "src" / "overdrive" / "strategies"

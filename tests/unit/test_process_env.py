@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from overdrive.environment.process_env import ProcessEnv, detect_process_env
 from overdrive.errors import ConfigError
-from overdrive.process_env import ProcessEnv, detect_process_env
 
 
 def test_plain_python_is_one_process() -> None:

@@ -6,10 +6,10 @@ import pytest
 import torch
 from torch import nn
 
-from overdrive.accumulation import GradientState
 from overdrive.optimizer import AcceleratedOptimizer
 from overdrive.precision import Precision
 from overdrive.scheduler import AcceleratedScheduler
+from overdrive.training.accumulation import GradientState
 from tests.unit.test_optimizer import SkippingPrecision
 
 

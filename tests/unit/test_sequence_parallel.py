@@ -7,12 +7,12 @@ import pytest
 import torch
 from torch import nn
 
+from overdrive.arguments.plugins import ParallelismConfig
 from overdrive.config import Settings, load_settings
 from overdrive.errors import ConfigError
 from overdrive.parallel.tp import TPSettings, layout_for
 from overdrive.parallel.tp_plan import check_plan
 from overdrive.parallel.tp_sequence import check_length
-from overdrive.plugins import ParallelismConfig
 from overdrive.strategies import StrategyOptions, select_strategy
 from tests.helpers.llama import small_llama
 

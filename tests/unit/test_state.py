@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 from overdrive import InitProcessGroupKwargs
 from overdrive.config import load_settings
+from overdrive.config.types import DistributedType
 from overdrive.errors import ConfigError
-from overdrive.process_state import split_for_process
+from overdrive.processes.process_state import split_for_process
 from overdrive.state import PartialState
-from overdrive.types import DistributedType
 
 
 def _state(env: dict[str, str] | None = None, **code: object) -> PartialState:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from overdrive.logging import get_logger
-from overdrive.random_state import capture_rng_state, restore_rng_state, set_seed
+from overdrive.processes.random_state import capture_rng_state, restore_rng_state, set_seed
 
 
 def test_logger_is_quiet_off_the_main_process(

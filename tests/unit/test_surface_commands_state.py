@@ -48,7 +48,7 @@ def test_accelerator_parameters_follow_accelerate_then_overdrive_keywords() -> N
 
 
 def test_plugin_aliases_pick_one_deepspeed_plugin_and_map_the_tp_plugin() -> None:
-    from overdrive.plugins import DeepSpeedPlugin, plugin_aliases
+    from overdrive.arguments.plugins import DeepSpeedPlugin, plugin_aliases
 
     one = DeepSpeedPlugin(zero_stage=2)
     assert plugin_aliases(None, {"student": one}, None, None) == (one, None)
@@ -67,7 +67,7 @@ def test_plugin_aliases_pick_one_deepspeed_plugin_and_map_the_tp_plugin() -> Non
 
 
 def test_deepspeed_plugin_positional_fields_and_refusals() -> None:
-    from overdrive.plugins import DeepSpeedPlugin
+    from overdrive.arguments.plugins import DeepSpeedPlugin
 
     settings = DeepSpeedPlugin("ds.json", 4, 1.0, 3).to_settings()
     assert settings["deepspeed_config.deepspeed_config_file"] == "ds.json"
@@ -84,7 +84,7 @@ def test_deepspeed_plugin_positional_fields_and_refusals() -> None:
 def test_fsdp_plugin_positional_fields_offload_objects_and_refusals() -> None:
     from torch.distributed.fsdp import CPUOffload
 
-    from overdrive.plugins import FullyShardedDataParallelPlugin as Plugin
+    from overdrive.arguments.plugins import FullyShardedDataParallelPlugin as Plugin
 
     settings = Plugin(1, "FULL_SHARD", None, "BACKWARD_POST").to_settings()
     assert settings["fsdp_config.fsdp_backward_prefetch"] == "BACKWARD_POST"
@@ -98,7 +98,7 @@ def test_fsdp_plugin_positional_fields_offload_objects_and_refusals() -> None:
 
 
 def test_megatron_plugin_runs_its_degrees_and_refuses_the_library_options() -> None:
-    from overdrive.plugins import MegatronLMPlugin
+    from overdrive.arguments.plugins import MegatronLMPlugin
 
     settings = MegatronLMPlugin(2, 4).to_settings()
     assert settings["megatron_lm_config.tp_degree"] == 2
@@ -114,7 +114,7 @@ def test_megatron_plugin_runs_its_degrees_and_refuses_the_library_options() -> N
 def test_parallelism_config_takes_accelerate_order_and_refuses_sequence_parallel(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from overdrive.plugins import ParallelismConfig
+    from overdrive.arguments.plugins import ParallelismConfig
 
     config = ParallelismConfig(1, 2, 1, 1, None, 2)
     assert (config.sp_size, config.cp_backend, config.sp_backend) == (2, "torch", "deepspeed")
@@ -128,7 +128,7 @@ def test_parallelism_config_takes_accelerate_order_and_refuses_sequence_parallel
 
 
 def test_dataloader_configuration_and_partial_state_positional_order() -> None:
-    from overdrive.plugins import DataLoaderConfiguration
+    from overdrive.arguments.plugins import DataLoaderConfiguration
     from overdrive.state import PartialState
 
     assert DataLoaderConfiguration(False, None, True, False, 7).data_seed == 7
@@ -287,7 +287,7 @@ def test_loader_shard_moves_through_epochs_and_the_dispatcher_reads_alone() -> N
 
 # --- tracking ------------------------------------------------------------------------------
 def test_filter_trackers_checks_dedupes_and_needs_a_directory() -> None:
-    from overdrive.enums import LoggerType
+    from overdrive.arguments.enums import LoggerType
     from overdrive.tracking import (
         GeneralTracker,
         TrackerError,

@@ -13,8 +13,8 @@ import pytest
 import torch
 from torch import nn
 
+from overdrive.arguments.plugins import FullyShardedDataParallelPlugin
 from overdrive.errors import OverdriveError
-from overdrive.plugins import FullyShardedDataParallelPlugin
 from overdrive.utils import fsdp_utils
 
 

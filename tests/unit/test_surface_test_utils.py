@@ -17,8 +17,8 @@ from unittest import mock
 import pytest
 import torch
 
+from overdrive.config.types import DistributedType
 from overdrive.test_utils import devices, examples, mocked, probes, testing, training
-from overdrive.types import DistributedType
 from overdrive.utils import imports
 
 

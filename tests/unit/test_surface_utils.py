@@ -101,7 +101,7 @@ def test_flags_from_the_environment_switch_checks(monkeypatch: pytest.MonkeyPatc
 
 def test_deepspeed_required_refuses_a_non_deepspeed_accelerator() -> None:
     from overdrive import Accelerator
-    from overdrive.process_state import reset_state
+    from overdrive.processes.process_state import reset_state
     from overdrive.utils import deepspeed_required
 
     @deepspeed_required
@@ -675,8 +675,8 @@ def test_parallel_handlers_validate(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_fp8_recipe_handlers(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("torchao.float8")
-    from overdrive.accelerator_setup import sort_handlers
     from overdrive.precision.fp8 import FP8RecipeKwargs as EngineRecipe
+    from overdrive.setup.accelerator_setup import sort_handlers
     from overdrive.utils import AORecipeKwargs, FP8RecipeKwargs, MSAMPRecipeKwargs, TERecipeKwargs
 
     recipe = AORecipeKwargs()

@@ -8,14 +8,14 @@ from types import SimpleNamespace
 import pytest
 from torch import nn
 
-from overdrive.backends import check_available
+from overdrive.arguments.plugins import ParallelismConfig
 from overdrive.cli.main import main
 from overdrive.config import load_settings
 from overdrive.errors import ConfigError
 from overdrive.parallel.layout import layout_from_settings, tp_setting
 from overdrive.parallel.tp import TPSettings, check_heads, plan_for
 from overdrive.parallel.tp_plan import check_plan, model_plan, resolve
-from overdrive.plugins import ParallelismConfig
+from overdrive.preflight.backends import check_available
 
 
 def _settings(environ: dict[str, str] | None = None, **code: object):

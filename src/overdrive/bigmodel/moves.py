@@ -9,7 +9,7 @@ from typing import TypeVar, cast
 import torch
 
 from overdrive.bigmodel.device_map import Device
-from overdrive.ops import rebuild
+from overdrive.processes.ops import rebuild
 
 T = TypeVar("T")
 

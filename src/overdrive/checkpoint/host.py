@@ -1,6 +1,6 @@
 """What checkpoint code reads of the run it saves or restores, typed.
 
-``CheckpointHost`` is the registry of prepared objects (``overdrive.prepared.Prepared``, in
+``CheckpointHost`` is the registry of prepared objects (``overdrive.training.prepared.Prepared``, in
 the order they were prepared: what a checkpoint's parts are numbered by) and the rest:
 the strategy, the process state, precision, the accumulation window and the few services
 checkpoint code calls. The Accelerator is one; checkpoint code reads nothing else of it.
@@ -19,10 +19,10 @@ from torch import nn
 from overdrive.checkpoint.records import StateDict
 
 if TYPE_CHECKING:
-    from overdrive.accumulation import GradientState
-    from overdrive.plugins import ProjectConfiguration
+    from overdrive.arguments.plugins import ProjectConfiguration
     from overdrive.precision import Precision
-    from overdrive.prepared import Prepared
+    from overdrive.training.accumulation import GradientState
+    from overdrive.training.prepared import Prepared
 
 
 class CheckpointedStrategy(Protocol):

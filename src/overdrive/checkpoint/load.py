@@ -32,7 +32,7 @@ from overdrive.checkpoint.serialization import load_tree, read_json
 from overdrive.checkpoint.shard_reader import full_tensor, load_shards
 from overdrive.checkpoint.sync import Rendezvous
 from overdrive.checkpoint.unread import load_unread
-from overdrive.random_state import restore_rng_state
+from overdrive.processes.random_state import restore_rng_state
 
 if TYPE_CHECKING:
     from overdrive.checkpoint.host import CheckpointHost

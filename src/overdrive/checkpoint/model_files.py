@@ -23,7 +23,7 @@ from overdrive.checkpoint.errors import CheckpointError
 from overdrive.checkpoint.records import ModelIndex
 from overdrive.checkpoint.serialization import writing
 from overdrive.checkpoint.tensor_file import write_safetensors
-from overdrive.tensor_files import replace_atomically, untied_tensors
+from overdrive.checkpoint.tensor_files import replace_atomically, untied_tensors
 
 if TYPE_CHECKING:
     from overdrive.checkpoint.host import CheckpointHost

@@ -20,7 +20,7 @@ from overdrive.checkpoint.parts import main_parts
 from overdrive.checkpoint.records import FileRecord, RankState
 from overdrive.checkpoint.serialization import save_tree, writing
 from overdrive.checkpoint.shards import LocalShard, local_shard, save_shards
-from overdrive.random_state import capture_rng_state
+from overdrive.processes.random_state import capture_rng_state
 
 if TYPE_CHECKING:
     from torch.distributed.tensor import DTensor

@@ -23,14 +23,14 @@ from overdrive.config.prompts import MenuPrompter, StreamPrompter
 from overdrive.config.schema import MIXED_PRECISIONS
 from overdrive.config.settings import Settings, display_value
 from overdrive.config.sources import config_in_use, default_config_path, parse_config_text
+from overdrive.config.types import DistributedType
 from overdrive.config.wizard import run_wizard
 from overdrive.ds.config import build
 from overdrive.ds.finish import describe
 from overdrive.errors import ConfigError
 from overdrive.launch import cluster
 from overdrive.launch.plan import process_limit
-from overdrive.preflight import plan_launch, warn_inert
-from overdrive.types import DistributedType
+from overdrive.preflight.launch import plan_launch, warn_inert
 
 _NO_GPUS = (DistributedType.NO, DistributedType.MULTI_CPU)
 

@@ -23,7 +23,7 @@ from overdrive.errors import LaunchError
 from overdrive.launch import cluster, ports
 from overdrive.launch.describe import banner, dry_run_text
 from overdrive.launch.runner import run
-from overdrive.preflight import plan_launch
+from overdrive.preflight.launch import plan_launch
 
 
 def _dest(key: str) -> str:

@@ -69,7 +69,7 @@ def simulate_validated(
     # deferred: only a simulation plans a launch (and loads torch)
     from overdrive.config import load_settings  # deferred: as above
     from overdrive.launch import cluster  # deferred: as above
-    from overdrive.preflight import plan_launch  # deferred: as above
+    from overdrive.preflight.launch import plan_launch  # deferred: as above
     from overdrive.simulate.launch import DEFAULT_STEPS, run_simulation  # deferred: as above
 
     def plan_for(chosen: Any, gpus: int) -> Any:

@@ -7,19 +7,19 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
+from overdrive.arguments.kwargs_handlers import SchedulerKwargs
 from overdrive.compat.checkpoint_args import CheckpointArgsMixin
 from overdrive.compat.hooks import HooksMixin
 from overdrive.compat.process_control import ProcessControlMixin
 from overdrive.compat.properties import PropertiesMixin
 from overdrive.compat.triggers import TriggerMixin
 from overdrive.errors import ConfigError
-from overdrive.kwargs_handlers import SchedulerKwargs
-from overdrive.notes import note, output_folder
 from overdrive.parallel.context_parallel import context_parallel_block, say_not_enabled
-from overdrive.prepared import PreparedRegistry
-from overdrive.process_state import RESET_MESSAGE, set_current
+from overdrive.processes.process_state import RESET_MESSAGE, set_current
 from overdrive.quantize.placement import check_quantized_placement
+from overdrive.setup.notes import note, output_folder
 from overdrive.tracking import check_logging_dir
+from overdrive.training.prepared import PreparedRegistry
 
 
 class AcceleratorCompat(

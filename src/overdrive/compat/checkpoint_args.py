@@ -12,7 +12,7 @@ import os
 import warnings
 from typing import Any
 
-from overdrive.compile import compiled_like
+from overdrive.compile.model import compiled_like
 from overdrive.errors import ConfigError
 from overdrive.utils.saving import write_once
 

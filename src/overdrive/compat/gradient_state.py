@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from overdrive.accumulation import GradientState
+from overdrive.training.accumulation import GradientState
 
 if TYPE_CHECKING:
-    from overdrive.loop_state import LoopState
+    from overdrive.training.loop_state import LoopState
 
 
 class GradientStateCompat(GradientState):

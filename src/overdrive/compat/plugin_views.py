@@ -7,9 +7,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from overdrive.arguments.plugins import DeepSpeedPlugin, FullyShardedDataParallelPlugin
 from overdrive.config import Settings
-from overdrive.plugins import DeepSpeedPlugin, FullyShardedDataParallelPlugin
-from overdrive.types import DistributedType
+from overdrive.config.types import DistributedType
 from overdrive.utils.deepspeed import HfDeepSpeedConfig
 
 

@@ -11,8 +11,8 @@ from typing import Any
 
 from torch.nn.parallel import DistributedDataParallel
 
-from overdrive.kwargs_handlers import ProfileKwargs
-from overdrive.types import DistributedType
+from overdrive.arguments.kwargs_handlers import ProfileKwargs
+from overdrive.config.types import DistributedType
 
 
 class ProcessControlMixin:

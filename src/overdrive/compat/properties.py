@@ -5,12 +5,12 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Any
 
+from overdrive.arguments.parallel_handlers import TorchContextParallelConfig
+from overdrive.arguments.plugins import ParallelismConfig
 from overdrive.compat.process_control import _set_even
 from overdrive.config.provenance import Resolved, Source
 from overdrive.config.settings import Settings
 from overdrive.parallel.cp_rules import CP_COMM_KEY
-from overdrive.parallel_handlers import TorchContextParallelConfig
-from overdrive.plugins import ParallelismConfig
 
 
 class PropertiesMixin:

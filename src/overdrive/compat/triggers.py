@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from overdrive import ops
+from overdrive.processes import ops
 
 
 class TriggerMixin:

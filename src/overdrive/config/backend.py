@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from overdrive.types import DistributedType
+from overdrive.config.types import DistributedType
 
 
 def requested_backend(settings: Mapping[str, Any]) -> DistributedType | None:

@@ -11,7 +11,7 @@ from typing import TypeGuard, cast
 
 import torch
 
-from overdrive.ops import map_tensors, rebuild
+from overdrive.processes.ops import map_tensors, rebuild
 
 
 class SampleList(list[object]):

@@ -32,11 +32,11 @@ from overdrive.data.shards_by_hand import IterableDatasetShard
 from overdrive.data.skip_sampler import SkipBatchSampler
 from overdrive.data.stateful import Pulls, StatefulReader, stateful_loader_class
 from overdrive.errors import ConfigError
-from overdrive.loop_state import LoaderProgress, LoopState
-from overdrive.random_state import synchronize_rng_states
+from overdrive.processes.random_state import synchronize_rng_states
+from overdrive.training.loop_state import LoaderProgress, LoopState
 
 if TYPE_CHECKING:
-    from overdrive.process_state import PartialState
+    from overdrive.processes.process_state import PartialState
 
 
 if TYPE_CHECKING:

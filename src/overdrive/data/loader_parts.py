@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, NotRequired, TypedDict
 import torch
 from torch.utils.data import DataLoader
 
-from overdrive import ops
+from overdrive.processes import ops
 
 if TYPE_CHECKING:
-    from overdrive.process_state import PartialState
+    from overdrive.processes.process_state import PartialState
 
 
 class InnerState(TypedDict):

@@ -20,7 +20,7 @@ from torch.utils.data import BatchSampler, DataLoader
 from overdrive.data.batches import to_device
 from overdrive.data.loader import PreparedDataLoader
 from overdrive.data.stateful import StatefulReader, is_stateful_class, stateful_variant
-from overdrive.random_state import synchronize_rng_states
+from overdrive.processes.random_state import synchronize_rng_states
 
 if TYPE_CHECKING:
     from typing import Self  # Python 3.11

@@ -7,9 +7,9 @@ from collections.abc import Mapping
 import torch
 import torch.distributed as dist
 
-from overdrive import ops
 from overdrive.data.batches import batch_length, concat_batches, take_rows
-from overdrive.loop_state import LoopState
+from overdrive.processes import ops
+from overdrive.training.loop_state import LoopState
 
 
 def _merge(per_rank: list[object]) -> object:

@@ -14,11 +14,11 @@ from overdrive.data.loaders_by_hand import DataLoaderShard
 from overdrive.data.samplers import SeedableRandomSampler
 from overdrive.data.stateful import stateful_variant
 from overdrive.errors import ConfigError
-from overdrive.loop_state import LoopState
-from overdrive.random_state import check_rng_types
+from overdrive.processes.random_state import check_rng_types
+from overdrive.training.loop_state import LoopState
 
 if TYPE_CHECKING:
-    from overdrive.process_state import PartialState
+    from overdrive.processes.process_state import PartialState
 
 
 def _source(state: PartialState, key: str) -> str:
@@ -54,7 +54,7 @@ def prepare_data_loader(
     all ranks (``data_seed``, else drawn on rank 0). Batches are moved to ``device``
     (None, or ``put_on_device=False``: left where the DataLoader put them). ``rng_types``
     names RNGs ("torch", "cuda", "generator", "python", "numpy") copied from rank 0 to every
-    process at the start of each epoch (see ``overdrive.random_state``).
+    process at the start of each epoch (see ``overdrive.processes.random_state``).
     ``data_parallel`` is (rank, size) among the processes that read different data (the
     strategy's; under tensor parallelism the processes of one tp group read the same
     batches); None: every process reads its own. ``use_stateful_dataloader`` reads through

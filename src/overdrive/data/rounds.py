@@ -14,9 +14,9 @@ from typing import TypedDict
 
 import torch
 
-from overdrive import ops
 from overdrive.data.batches import batch_length, concat_batches, pad_rows, take_rows
 from overdrive.data.layout import RoundLayout, layout_round
+from overdrive.processes import ops
 
 _END = object()
 

@@ -7,9 +7,9 @@ from typing import cast
 
 import torch
 
-from overdrive import ops
 from overdrive.data.layout import layout_round
-from overdrive.random_state import snapshot_streams, streams_at
+from overdrive.processes import ops
+from overdrive.processes.random_state import snapshot_streams, streams_at
 
 
 class SeedableRandomSampler(torch.utils.data.Sampler[int]):

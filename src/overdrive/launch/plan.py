@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 
 from overdrive.config import HANDOVER_VARIABLE, Settings
 from overdrive.config.backend import requested_backend
+from overdrive.config.types import DistributedType
 from overdrive.errors import LaunchError
 from overdrive.launch.described_env import described_variables
 from overdrive.parallel.decide import Decision, decide_layout
 from overdrive.parallel.layout import ParallelLayout
-from overdrive.types import DistributedType
 
 DEFAULT_PORT = 29500
 BOOTSTRAP_MODULE = "overdrive.launch.bootstrap"

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 from torch import nn
 
-from overdrive.compile import CompileStep
+from overdrive.compile.model import CompileStep
 from overdrive.parallel.activation_checkpointing import (
     RecomputeLayers,
     apply_activation_checkpointing,

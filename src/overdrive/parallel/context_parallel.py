@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, cast
 import torch
 from torch import nn
 
+from overdrive.environment.rank_logging import get_logger
 from overdrive.errors import ConfigError
-from overdrive.logging import get_logger
 from overdrive.parallel.cp_masks import refuse_padding, refuse_strict_mask
 from overdrive.parallel.cp_rules import CP_COMM_KEY, CP_KEY, check_sequence_length
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from overdrive.config.types import DistributedType
 from overdrive.errors import ConfigError
 from overdrive.parallel.degree_rules import Rule, refuse_by_rules, refuse_not_dividing
-from overdrive.types import DistributedType
 
 if TYPE_CHECKING:
     from overdrive.config.settings import Settings

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from overdrive.config.backend import requested_backend
+from overdrive.config.types import DistributedType
 from overdrive.errors import ConfigError
 from overdrive.parallel.cp_rules import cp_degree
 from overdrive.parallel.degree_rules import refuse_not_dividing
 from overdrive.parallel.mesh_shape import MESH_ORDER, mesh_shape
 from overdrive.parallel.pipeline_rules import check_pipeline_settings
-from overdrive.types import DistributedType
 
 if TYPE_CHECKING:
     from overdrive.config.settings import Settings

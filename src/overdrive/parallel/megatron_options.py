@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from overdrive.config.backend import requested_backend
+from overdrive.config.types import DistributedType
 from overdrive.parallel.activation_checkpointing import RecomputeLayers
-from overdrive.types import DistributedType
 
 if TYPE_CHECKING:
     from overdrive.config.settings import Settings

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from overdrive.config.backend import requested_backend
+from overdrive.config.types import DistributedType
 from overdrive.parallel.degree_rules import Rule, refuse_by_rules
-from overdrive.types import DistributedType
 
 if TYPE_CHECKING:
     from overdrive.config.settings import Settings

@@ -6,8 +6,8 @@ import warnings
 
 import torch
 
+from overdrive.arguments.kwargs_handlers import AutocastKwargs, GradScalerKwargs
 from overdrive.errors import ConfigError
-from overdrive.kwargs_handlers import AutocastKwargs, GradScalerKwargs
 from overdrive.precision.autocast import AutocastPrecision
 from overdrive.precision.base import DelegatedPrecision, Precision
 from overdrive.precision.fp8 import FP8Precision, FP8RecipeKwargs, check_fp8_available

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from overdrive.kwargs_handlers import AutocastKwargs
+from overdrive.arguments.kwargs_handlers import AutocastKwargs
 from overdrive.precision.base import Precision
 from overdrive.precision.outputs import outputs_to_fp32
 

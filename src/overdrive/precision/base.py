@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from overdrive.kwargs_handlers import AutocastKwargs
+from overdrive.arguments.kwargs_handlers import AutocastKwargs
 
 _NO_CONTEXT = contextlib.nullcontext()
 

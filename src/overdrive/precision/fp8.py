@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
+from overdrive.arguments.kwargs_handlers import AutocastKwargs
 from overdrive.errors import ConfigError
-from overdrive.kwargs_handlers import AutocastKwargs
 from overdrive.precision.autocast import AutocastPrecision
 
 RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")

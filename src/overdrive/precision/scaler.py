@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from overdrive.kwargs_handlers import AutocastKwargs, GradScalerKwargs
+from overdrive.arguments.kwargs_handlers import AutocastKwargs, GradScalerKwargs
 from overdrive.precision.autocast import AutocastPrecision
 
 

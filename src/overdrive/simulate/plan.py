@@ -29,7 +29,7 @@ from overdrive.errors import ConfigError, LaunchError
 from overdrive.memory_estimate import STRATEGIES, estimate, layout_of
 from overdrive.memory_estimate.arithmetic import check_layout
 from overdrive.memory_estimate.build import load_spec
-from overdrive.preflight import plan_launch
+from overdrive.preflight.launch import plan_launch
 from overdrive.simulate.cost import estimate as estimate_time
 from overdrive.simulate.cost import load_cost, wire_bytes
 from overdrive.simulate.launch import simulate_plan

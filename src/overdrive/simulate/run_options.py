@@ -70,7 +70,7 @@ def simulate_script(
     # python -m overdrive.run reads these options on every start, so this module stays light:
     from overdrive.config import load_settings  # deferred: config/ loads yaml
     from overdrive.launch import cluster  # deferred: only a simulation plans a launch
-    from overdrive.preflight import plan_launch  # deferred: only a simulation plans a launch
+    from overdrive.preflight.launch import plan_launch  # deferred: only a simulation plans a launch
     from overdrive.simulate.launch import run_simulation  # deferred: the simulation loads torch
 
     settings = load_settings()

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from overdrive.alias import install
-from overdrive.process_state import current_accelerator
+from overdrive.processes.process_state import current_accelerator
 from overdrive.simulate.checkpoint import checkpoint_files
 from overdrive.simulate.comms import Snapshot, difference
 from overdrive.simulate.fake_world import SimulatedRank, fake_world

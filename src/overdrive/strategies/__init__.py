@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from overdrive.backends import check_available
 from overdrive.config import Settings
 from overdrive.parallel.topology import Topology
+from overdrive.preflight.backends import check_available
 from overdrive.strategies.base import Strategy
 from overdrive.strategies.chain_settings import pp_settings, tp_settings
 from overdrive.strategies.choice import BUILDERS, Choice, kind

@@ -15,18 +15,19 @@ import torch
 from torch import nn
 
 from overdrive.errors import ConfigError
-from overdrive.optimizer_steps import PlainSteps
 from overdrive.parallel.chain import Chain, parallelize
 from overdrive.parallel.placement import Placement
 from overdrive.strategies.rules import NO_RULES, LoopRules
+from overdrive.training.accumulation import steps_reader
+from overdrive.training.optimizer_steps import PlainSteps
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
-    from overdrive.accumulation import GradientState, StepWindow
     from overdrive.checkpoint.records import StateDict
     from overdrive.parallel.topology import Topology
     from overdrive.precision import Precision
+    from overdrive.training.accumulation import GradientState, StepWindow
 
 Params = Iterable[torch.Tensor] | torch.Tensor
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from overdrive.config.types import DistributedType
 from overdrive.errors import ConfigError
 from overdrive.parallel.chain import Chain
 from overdrive.parallel.context_parallel import ContextParallelStep
@@ -21,7 +22,6 @@ from overdrive.parallel.fsdp_policy import policy_from_settings
 from overdrive.strategies.ddp import DDPStrategy
 from overdrive.strategies.options import StrategyOptions
 from overdrive.strategies.single import SingleDeviceStrategy
-from overdrive.types import DistributedType
 
 if TYPE_CHECKING:
     import torch

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from overdrive.kwargs_handlers import DistributedDataParallelKwargs
+from overdrive.arguments.kwargs_handlers import DistributedDataParallelKwargs
 from overdrive.parallel.chain import Chain
 from overdrive.parallel.ddp_step import DDPOptions, DDPStep
 from overdrive.parallel.topology import Topology

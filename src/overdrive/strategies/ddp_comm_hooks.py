@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 from torch.nn.parallel import DistributedDataParallel
 
+from overdrive.arguments.kwargs_handlers import DistributedDataParallelKwargs
 from overdrive.errors import ConfigError
-from overdrive.kwargs_handlers import DistributedDataParallelKwargs
 
 if TYPE_CHECKING:
     import torch

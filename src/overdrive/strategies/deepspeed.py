@@ -44,13 +44,13 @@ from overdrive.ds.finish import finish
 from overdrive.ds.window import WindowScale
 from overdrive.errors import ConfigError, OverdriveError
 from overdrive.parallel.topology import Topology
-from overdrive.scheduler import AcceleratedScheduler, is_scheduler
 from overdrive.strategies.base import EngineDecision, Params, Strategy, TrainingLoop
 from overdrive.strategies.rules import NO_RULES, LoopRules
+from overdrive.training.scheduler import AcceleratedScheduler, is_scheduler
 
 if TYPE_CHECKING:
-    from overdrive.accumulation import StepWindow
     from overdrive.precision import Precision
+    from overdrive.training.accumulation import StepWindow
 
 
 def _trains(obj: object) -> TypeGuard[nn.Module]:

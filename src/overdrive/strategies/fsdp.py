@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, cast
 import torch
 from torch import nn
 
-from overdrive.compile import uncompiled
+from overdrive.compile.model import uncompiled
 from overdrive.errors import OverdriveError
 from overdrive.parallel.chain import Chain, parallelize
 from overdrive.parallel.context_parallel import ContextParallelStep

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     import torch
 
-    from overdrive.kwargs_handlers import DistributedDataParallelKwargs
+    from overdrive.arguments.kwargs_handlers import DistributedDataParallelKwargs
     from overdrive.parallel.decide import Decision
 
 

@@ -49,8 +49,8 @@ if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.pipelining.schedules import PipelineScheduleSingle as PipelineSchedule
 
-    from overdrive.accumulation import StepWindow
     from overdrive.checkpoint.records import StateDict
+    from overdrive.training.accumulation import StepWindow
 
 MICRO_BATCHES_KEY = "megatron_lm_config.num_micro_batches"
 

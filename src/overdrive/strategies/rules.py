@@ -2,7 +2,7 @@
 
 Fixed when the strategy is built, from settings the strategy itself does not read
 (``megatron_lm_config``'s recomputation and clipping: ``parallel/megatron_options.py``;
-``dynamo_config``'s torch.compile: ``overdrive.compile``), so the same loop behaves the same
+``dynamo_config``'s torch.compile: ``overdrive.compile.model``), so the same loop behaves the same
 on any layout. Built by ``strategies/rules_from_settings.py``.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from overdrive.compile import CompileStep
+from overdrive.compile.model import CompileStep
 from overdrive.parallel.activation_checkpointing import RecomputeLayers
 
 

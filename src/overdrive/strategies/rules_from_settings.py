@@ -3,7 +3,7 @@ torch.compile."""
 
 from __future__ import annotations
 
-from overdrive.compile import compile_step
+from overdrive.compile.model import compile_step
 from overdrive.config.settings import Settings
 from overdrive.parallel.megatron_options import megatron_rules
 from overdrive.strategies.rules import LoopRules

@@ -1,6 +1,6 @@
 """Test helpers Hugging Face Accelerate's test scripts import (``accelerate.test_utils``)."""
 
-from overdrive.lazy import lazy_getattr
+from overdrive.lazy.attributes import lazy_getattr
 from overdrive.test_utils.testing import *  # noqa: F403  (the markers, cases and helpers)
 from overdrive.test_utils.testing import __all__ as _TESTING
 from overdrive.test_utils.training import RegressionDataset, RegressionModel

@@ -8,7 +8,7 @@ import unittest
 from pathlib import Path
 from typing import Any, ClassVar
 
-from overdrive.process_state import reset_state
+from overdrive.processes.process_state import reset_state
 
 
 class TempDirTestCase(unittest.TestCase):

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from overdrive.types import DistributedType
+from overdrive.config.types import DistributedType
 
 MRPC_FILES = {
     "train": "tests/test_samples/MRPC/train.csv",

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from overdrive.process_state import current_partial_state
+from overdrive.processes.process_state import current_partial_state
 from overdrive.test_utils.cases import AccelerateTestCase, MockingTestCase, TempDirTestCase
 from overdrive.test_utils.devices import (
     device_count,

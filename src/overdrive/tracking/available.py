@@ -9,7 +9,7 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any, TypeVar
 
-from overdrive.process_env import detect_process_env
+from overdrive.environment.process_env import detect_process_env
 from overdrive.tracking.base import Tracker, TrackerError
 from overdrive.tracking.known import AVAILABLE, registered_class, tracker_class
 from overdrive.tracking.registry import LOGGER_TYPE_TO_CLASS, not_driven

@@ -5,8 +5,8 @@ Names that need torch load on first use (``import overdrive.utils`` stays cheap)
 
 from __future__ import annotations
 
-from overdrive.kwargs_handlers import SchedulerKwargs
-from overdrive.lazy import lazy_getattr, same_names
+from overdrive.arguments.kwargs_handlers import SchedulerKwargs
+from overdrive.lazy.attributes import lazy_getattr, same_names
 from overdrive.utils.dataclasses import *  # noqa: F403  (plugins, kwargs handlers, enums)
 from overdrive.utils.dataclasses import __all__ as _DATACLASSES
 from overdrive.utils.environment import (
@@ -43,12 +43,12 @@ _LAZY = {
     "convert_outputs_to_fp32": "overdrive.utils.nesting",
     "ConvertOutputsToFp32": "overdrive.utils.nesting",
     "save": "overdrive.utils.saving",
-    "is_namedtuple": "overdrive.ops",
+    "is_namedtuple": "overdrive.processes.ops",
     # the host
     "check_os_kernel": "overdrive.utils.system",
     # randomness
-    "set_seed": "overdrive.random_state",
-    "synchronize_rng_states": "overdrive.random_state",
+    "set_seed": "overdrive.processes.random_state",
+    "synchronize_rng_states": "overdrive.processes.random_state",
     # memory
     "release_memory": "overdrive.utils.memory",
     "find_executable_batch_size": "overdrive.utils.memory",
@@ -79,7 +79,7 @@ _LAZY = {
     "fsdp2_prepare_model": "overdrive.utils.fsdp_utils",
     "fsdp2_switch_optimizer_parameters": "overdrive.utils.fsdp_utils",
     "get_fsdp2_grad_scaler": "overdrive.utils.fsdp_utils",
-    "compile_regions_fsdp2": "overdrive.compile_regions",
+    "compile_regions_fsdp2": "overdrive.compile.regions",
     # device maps and unwrapping (transformers imports these)
     "get_max_memory": "overdrive.utils.modeling",
     "get_balanced_memory": "overdrive.utils.modeling",

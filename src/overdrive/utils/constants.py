@@ -12,16 +12,16 @@ from collections.abc import Callable
 from typing import Any
 
 # Lowest versions at which Hugging Face Accelerate offers its beta parallel layouts.
-from overdrive.beta_floors import (
+from overdrive.arguments.beta_floors import (
     BETA_CP_AVAILABLE_PYTORCH_VERSION as BETA_CP_AVAILABLE_PYTORCH_VERSION,
 )
-from overdrive.beta_floors import (
+from overdrive.arguments.beta_floors import (
     BETA_TP_AVAILABLE_PYTORCH_VERSION as BETA_TP_AVAILABLE_PYTORCH_VERSION,
 )
-from overdrive.beta_floors import (
+from overdrive.arguments.beta_floors import (
     BETA_TP_AVAILABLE_TRANSFORMERS_VERSION as BETA_TP_AVAILABLE_TRANSFORMERS_VERSION,
 )
-from overdrive.lazy import lazy_getattr
+from overdrive.lazy.attributes import lazy_getattr
 
 SCALER_NAME = "scaler.pt"
 MODEL_NAME = "pytorch_model"

@@ -12,10 +12,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from overdrive.bigmodel.custom_dtype import CustomDtype
-from overdrive.compat.dynamo import TorchDynamoPlugin
-from overdrive.enums import DDPCommunicationHookType, LoggerType, PrecisionType, RNGType
-from overdrive.kwargs_handlers import (
+from overdrive.arguments.enums import DDPCommunicationHookType, LoggerType, PrecisionType, RNGType
+from overdrive.arguments.kwargs_handlers import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
     GradScalerKwargs,
@@ -23,14 +21,13 @@ from overdrive.kwargs_handlers import (
     KwargsHandler,
     ProfileKwargs,
 )
-from overdrive.lazy import lazy_getattr, same_names
-from overdrive.parallel_handlers import (
+from overdrive.arguments.parallel_handlers import (
     DeepSpeedSequenceParallelConfig,
     TorchContextParallelConfig,
     TorchTensorParallelConfig,
     TorchTensorParallelPlugin,
 )
-from overdrive.plugins import (
+from overdrive.arguments.plugins import (
     DataLoaderConfiguration,
     DeepSpeedPlugin,
     FullyShardedDataParallelPlugin,
@@ -39,8 +36,11 @@ from overdrive.plugins import (
     ParallelismConfig,
     ProjectConfiguration,
 )
+from overdrive.bigmodel.custom_dtype import CustomDtype
+from overdrive.compat.dynamo import TorchDynamoPlugin
+from overdrive.config.types import ComputeEnvironment, DistributedType
+from overdrive.lazy.attributes import lazy_getattr, same_names
 from overdrive.quantize.bnb_config import BnbQuantizationConfig
-from overdrive.types import ComputeEnvironment, DistributedType
 
 logger = logging.getLogger(__name__)
 

@@ -7,10 +7,10 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+from overdrive.config.types import DistributedType
 from overdrive.ds.dummies import DummyOptim, DummyScheduler
 from overdrive.ds.helpers import DeepSpeedEngineWrapper, map_pytorch_optim_to_deepspeed
 from overdrive.errors import ConfigError
-from overdrive.types import DistributedType
 
 __all__ = [
     "DeepSpeedEngineWrapper",

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any, TypeVar
 
-from overdrive.types import DistributedType
+from overdrive.config.types import DistributedType
 from overdrive.utils.environment import parse_flag_from_env, patch_environment
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -370,7 +370,7 @@ def deepspeed_required(func: _F) -> _F:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         # deferred: keeps overdrive.utils.imports torch-free (process_state loads torch)
-        from overdrive.process_state import current_accelerator
+        from overdrive.processes.process_state import current_accelerator
 
         accelerator = current_accelerator()
         if accelerator is not None and accelerator.distributed_type != DistributedType.DEEPSPEED:

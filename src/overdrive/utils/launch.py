@@ -14,11 +14,11 @@ from typing import Any
 
 from overdrive.commands.launch import settings_from_args
 from overdrive.config.backend import requested_backend
+from overdrive.config.types import DistributedType
 from overdrive.launch import cluster
 from overdrive.launch.plan import LaunchPlan
 from overdrive.launch.ports import free_port, settle_port
-from overdrive.preflight import plan_launch
-from overdrive.types import DistributedType
+from overdrive.preflight.launch import plan_launch
 
 _MULTI_PROCESS = (
     "MULTI_GPU",

@@ -40,8 +40,8 @@ from overdrive.bigmodel.ties import (
     find_tied_parameters,
     retie_parameters,
 )
+from overdrive.config.types import DistributedType
 from overdrive.state import AcceleratorState
-from overdrive.types import DistributedType
 from overdrive.utils.other import extract_model_from_parallel
 
 WEIGHTS_INDEX_NAME = "pytorch_model.bin.index.json"

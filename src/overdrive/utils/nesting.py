@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from overdrive.bigmodel.moves import find_device as find_device
-from overdrive.ops import is_namedtuple
+from overdrive.processes.ops import is_namedtuple
 
 
 class CannotPadNestedTensorWarning(UserWarning):

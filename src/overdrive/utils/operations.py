@@ -1,6 +1,6 @@
 """Hugging Face Accelerate's collective functions (``accelerate.utils.operations``).
 
-They act on the default process group, like ``overdrive.ops``, with Hugging Face Accelerate's
+They act on the default process group, like ``overdrive.processes.ops``, with Hugging Face Accelerate's
 signatures and defaults (``reduce`` averages unless told otherwise). Setting
 ``state.debug = True`` on a process state makes them check shapes first and raise
 ``DistributedOperationException`` on every process instead of hanging.
@@ -16,11 +16,15 @@ from typing import Any, TypeVar
 
 import torch
 
-from overdrive import ops
 from overdrive.bigmodel import moves
 from overdrive.ds.helpers import gathered_parameters
-from overdrive.ops import CollectiveMismatchError, DistributedOperationException, is_namedtuple
-from overdrive.process_state import current_partial_state
+from overdrive.processes import ops
+from overdrive.processes.ops import (
+    CollectiveMismatchError,
+    DistributedOperationException,
+    is_namedtuple,
+)
+from overdrive.processes.process_state import current_partial_state
 from overdrive.utils import nesting
 from overdrive.utils.dataclasses import TensorInformation
 from overdrive.utils.nesting import (

@@ -14,7 +14,8 @@ import torch
 from torch import nn
 
 from overdrive.checkpoint.serialization import WEIGHTS_ONLY_GLOBALS, load_weights_only
-from overdrive.compile_regions import (
+from overdrive.checkpoint.tensor_files import shared_storage_ties
+from overdrive.compile.regions import (
     compile_regions,
     compile_regions_deepspeed,
     compile_regions_fsdp2,
@@ -25,8 +26,7 @@ from overdrive.compile_regions import (
 )
 from overdrive.launch.ports import free_port
 from overdrive.precision.autocast import AutocastForward
-from overdrive.process_state import current_partial_state
-from overdrive.tensor_files import shared_storage_ties
+from overdrive.processes.process_state import current_partial_state
 from overdrive.utils.environment import write_basic_config
 from overdrive.utils.saving import save
 from overdrive.utils.system import check_os_kernel

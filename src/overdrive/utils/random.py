@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from overdrive.random_state import set_seed, synchronize_rng_states
+from overdrive.processes.random_state import set_seed, synchronize_rng_states
 
 __all__ = ["set_seed", "synchronize_rng_state", "synchronize_rng_states"]
 

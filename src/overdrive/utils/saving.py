@@ -10,9 +10,9 @@ from typing import Any
 
 import torch
 
+from overdrive.checkpoint.tensor_files import replace_atomically, untied_tensors
 from overdrive.errors import ConfigError
-from overdrive.process_state import current_partial_state
-from overdrive.tensor_files import replace_atomically, untied_tensors
+from overdrive.processes.process_state import current_partial_state
 
 
 def without_shared_storage(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from overdrive.process_env import detect_process_env
+from overdrive.environment.process_env import detect_process_env
 
 
 def tqdm(*args: Any, main_process_only: bool = True, **kwargs: Any) -> Any:

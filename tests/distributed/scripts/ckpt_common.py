@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from overdrive import DataLoaderConfiguration, ProjectConfiguration
 from overdrive.accelerator import Accelerator
-from overdrive.random_state import set_seed
+from overdrive.processes.random_state import set_seed
 
 TOTAL_BATCHES = 15  # per process: 2.5 epochs of 6 batches
 ACCUM = 2

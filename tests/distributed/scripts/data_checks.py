@@ -18,13 +18,13 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from overdrive import ops
 from overdrive.data import gather_for_metrics, prepare_data_loader, skip_first_batches
 from overdrive.data.samplers import SeedableRandomSampler
-from overdrive.loop_state import LoopState
-from overdrive.ops import CollectiveMismatchError
-from overdrive.random_state import set_seed
+from overdrive.processes import ops
+from overdrive.processes.ops import CollectiveMismatchError
+from overdrive.processes.random_state import set_seed
 from overdrive.state import PartialState
+from overdrive.training.loop_state import LoopState
 
 STATE = PartialState()
 W, RANK = STATE.num_processes, STATE.process_index

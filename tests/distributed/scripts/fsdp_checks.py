@@ -136,7 +136,7 @@ def check_units(acc: Accelerator, model: nn.Module, expected: str) -> None:
 def compiled_how(model: nn.Module) -> str:
     """whole (an OptimizedModule around the wrapped model), regions (blocks compiled in
     place, inside the FSDP wrapping), or no."""
-    from overdrive.compile import is_compiled
+    from overdrive.compile.model import is_compiled
 
     if is_compiled(model):
         return "whole"
@@ -230,7 +230,7 @@ def check_save_model(acc: Accelerator) -> None:
 
     model = acc.prepare(make_model())
     expected = make_model().state_dict()
-    from overdrive import ops
+    from overdrive.processes import ops
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(ops.broadcast_object_list([tmp])[0])  # the main process's directory

@@ -34,7 +34,7 @@ from overdrive import (
     SchedulerKwargs,
 )
 from overdrive.accelerator import Accelerator
-from overdrive.ops import CollectiveMismatchError
+from overdrive.processes.ops import CollectiveMismatchError
 
 # Measured here: parameters and norms within 3e-8 of one process, 1/60 of what allclose
 # allows (1e-6 + 1e-5 relative). The 5-16-1 MLP's gradients all sit far above rounding, so

@@ -30,8 +30,8 @@ from torch.utils.data import DataLoader, Dataset, WeightedRandomSampler
 
 from overdrive import DataLoaderConfiguration
 from overdrive.accelerator import Accelerator
-from overdrive.kwargs_handlers import DistributedDataParallelKwargs
-from overdrive.random_state import set_seed
+from overdrive.arguments.kwargs_handlers import DistributedDataParallelKwargs
+from overdrive.processes.random_state import set_seed
 
 TOTAL, SAVE_AT, ACCUM = 15, 9, 2  # per process: 2.5 epochs of 6 batches
 

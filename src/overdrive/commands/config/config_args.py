@@ -19,7 +19,7 @@ import yaml
 
 from overdrive.config import schema
 from overdrive.config.sources import default_config_path
-from overdrive.types import ComputeEnvironment, DistributedType
+from overdrive.config.types import ComputeEnvironment, DistributedType
 
 hf_cache_home = os.path.expanduser(
     os.environ.get(

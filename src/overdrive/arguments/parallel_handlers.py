@@ -11,7 +11,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from overdrive.beta_floors import (
+from overdrive.arguments.beta_floors import (
     BETA_CP_AVAILABLE_PYTORCH_VERSION,
     BETA_TP_AVAILABLE_PYTORCH_VERSION,
     BETA_TP_AVAILABLE_TRANSFORMERS_VERSION,

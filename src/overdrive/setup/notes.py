@@ -42,7 +42,7 @@ def _threshold(logger: str) -> int:
     return logging.INFO
 
 
-def emit(level: int, text: str, logger: str = "overdrive.notes") -> None:
+def emit(level: int, text: str, logger: str = "overdrive.setup.notes") -> None:
     """Give ``text`` to the application's logging if it takes the record, else to stderr."""
     log = logging.getLogger(logger)
     if log.hasHandlers() and log.isEnabledFor(level):

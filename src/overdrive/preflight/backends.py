@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from overdrive.config import Settings
 from overdrive.config.backend import requested_backend
+from overdrive.config.types import DistributedType
 from overdrive.errors import ConfigError
-from overdrive.types import DistributedType
 
 _NOT_BUILT = {
     DistributedType.XLA: "XLA (TPU)",

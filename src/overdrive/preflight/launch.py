@@ -10,15 +10,15 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Mapping, Sequence
 
-from overdrive.backends import check_available
 from overdrive.config import Settings
 from overdrive.config.backend import requested_backend
 from overdrive.config.inert import inert_sections, no_effect_notes
+from overdrive.config.types import DistributedType
 from overdrive.ds.config import build
 from overdrive.errors import ConfigError
 from overdrive.launch.plan import LaunchPlan, build_plan
 from overdrive.parallel.fsdp_policy import policy_from_settings
-from overdrive.types import DistributedType
+from overdrive.preflight.backends import check_available
 
 
 def _stderr_warning(text: str) -> None:
@@ -30,8 +30,8 @@ def _check_compile(settings: Settings) -> None:
     """The dynamo backend exists and the dynamo options fit it (each worker checks again)."""
     if settings["dynamo_config.dynamo_backend"] == "no":
         return
-    # deferred: keeps overdrive.preflight torch-free (overdrive.compile imports torch)
-    from overdrive.compile import compile_kwargs
+    # deferred: keeps overdrive.preflight.launch torch-free (overdrive.compile.model imports torch)
+    from overdrive.compile.model import compile_kwargs
 
     compile_kwargs(settings)
 
@@ -41,7 +41,7 @@ def _check_precision(settings: Settings, device: str) -> None:
         return
     import torch
 
-    # deferred: keeps overdrive.preflight torch-free
+    # deferred: keeps overdrive.preflight.launch torch-free
     from overdrive.precision.fp8 import check_fp8_available
 
     # Refuse here rather than in every worker: fp8 needs a recent GPU.

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import timedelta
 from typing import Any
 
-from overdrive.enums import DDPCommunicationHookType as Hook
+from overdrive.arguments.enums import DDPCommunicationHookType as Hook
 from overdrive.errors import ConfigError
 
 

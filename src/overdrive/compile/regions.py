@@ -4,7 +4,7 @@ the model separately. Cuts the cold start of ``torch.compile`` on large models.
 
 ``compile_regions_fsdp2`` is the in-place variant: each repeated block compiled in place, so
 hooks that ``fully_shard`` adds afterwards still run around every block (the chain's
-regional compile step, ``overdrive.compile``).
+regional compile step, ``overdrive.compile.model``).
 """
 
 from __future__ import annotations

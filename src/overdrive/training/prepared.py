@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from overdrive.scheduler import is_scheduler
+from overdrive.training.scheduler import is_scheduler
 
 
 @dataclass(frozen=True)

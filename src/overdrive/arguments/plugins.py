@@ -13,16 +13,16 @@ from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
-from overdrive.errors import ConfigError
-from overdrive.megatron_plugin import MegatronLMPlugin
-from overdrive.parallel.mesh import init_mesh
-from overdrive.parallel.mesh_shape import mesh_shape
-from overdrive.parallel.tp_plan import check_plan
-from overdrive.parallel_handlers import (
+from overdrive.arguments.megatron_plugin import MegatronLMPlugin
+from overdrive.arguments.parallel_handlers import (
     DeepSpeedSequenceParallelConfig,
     TorchContextParallelConfig,
 )
-from overdrive.plugin_base import Plugin, _plain, refuse_fields
+from overdrive.arguments.plugin_base import Plugin, _plain, refuse_fields
+from overdrive.errors import ConfigError
+from overdrive.parallel.mesh import init_mesh
+from overdrive.parallel.mesh_shape import mesh_shape
+from overdrive.parallel.tp_plan import check_plan
 
 __all__ = [
     "DataLoaderConfiguration",

@@ -11,8 +11,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from overdrive.environment.process_env import detect_process_env
 from overdrive.errors import ConfigError
-from overdrive.process_env import detect_process_env
 
 
 def _rank() -> int:

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from overdrive.compile_regions import compile_regions_fsdp2
+from overdrive.compile.regions import compile_regions_fsdp2
 from overdrive.config.settings import Settings
 from overdrive.errors import ConfigError
 

@@ -27,16 +27,16 @@ from typing import Any, ClassVar, TypeVar
 import torch
 import torch.distributed as dist
 
-from overdrive import ops, state_reset
+from overdrive.arguments.kwargs_handlers import InitProcessGroupKwargs
 from overdrive.config import Settings, load_settings
 from overdrive.config.backend import requested_backend
+from overdrive.config.types import DistributedType
+from overdrive.environment.process_env import DEFAULT_MASTER_PORT, ProcessEnv, detect_process_env
+from overdrive.environment.rank_logging import get_logger
 from overdrive.errors import ConfigError
-from overdrive.kwargs_handlers import InitProcessGroupKwargs
 from overdrive.launch.suggest import suggest_command
-from overdrive.logging import get_logger
 from overdrive.parallel.decide import Decision, decide_layout
-from overdrive.process_env import DEFAULT_MASTER_PORT, ProcessEnv, detect_process_env
-from overdrive.types import DistributedType
+from overdrive.processes import ops, state_reset
 
 F = TypeVar("F", bound=Callable[..., Any])
 

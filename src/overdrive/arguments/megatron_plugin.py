@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, fields
 from typing import Any, ClassVar
 
-from overdrive.plugin_base import Plugin, refuse_fields
+from overdrive.arguments.plugin_base import Plugin, refuse_fields
 
 
 @dataclass

@@ -20,7 +20,7 @@ from collections.abc import Sequence, Sized
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from overdrive.loop_state import LoopState
+    from overdrive.training.loop_state import LoopState
 
 
 class GradientState:

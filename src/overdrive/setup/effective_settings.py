@@ -8,7 +8,7 @@ as under transformers' Trainer); nothing when nothing is set. Trackers record, b
 settings code set to their default values.
 
 The summary is said only with the ``verbose`` setting (``--verbose``, ``OVERDRIVE_VERBOSE=1``),
-as an INFO record of the ``overdrive.settings`` logger (see ``overdrive.notes``); a section
+as an INFO record of the ``overdrive.settings`` logger (see ``overdrive.setup.notes``); a section
 that cannot take effect is a warning, said always.
 """
 
@@ -22,7 +22,7 @@ from overdrive.config import HANDOVER_VARIABLE, Settings, schema
 from overdrive.config.inert import inert_sections, no_effect_notes
 from overdrive.config.provenance import Source
 from overdrive.config.settings import display_value
-from overdrive.notes import emit, is_verbose
+from overdrive.setup.notes import emit, is_verbose
 
 LOGGER = "overdrive.settings"
 TRACKER_KEY = "overdrive_settings"

@@ -10,7 +10,7 @@ class DistributedType(str, Enum):
 
     Every member Hugging Face Accelerate has exists; asking for one that this version cannot
     run (the other vendors' accelerators, XLA, ...) is refused before any process starts,
-    naming the setting (``overdrive.backends.check_available``).
+    naming the setting (``overdrive.preflight.backends.check_available``).
     """
 
     NO = "NO"

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from torch.utils.data import DataLoader
 
 from overdrive.errors import OverdriveError
-from overdrive.scheduler import is_scheduler
+from overdrive.training.scheduler import is_scheduler
 
 
 def prepare_order(objects: Sequence[object]) -> tuple[list[int], list[int]]:

@@ -7,17 +7,17 @@ import warnings
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from overdrive.config import Settings
-from overdrive.config.provenance import Labelled
-from overdrive.errors import ConfigError
-from overdrive.kwargs_handlers import (
+from overdrive.arguments.kwargs_handlers import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
     GradScalerKwargs,
     InitProcessGroupKwargs,
     KwargsHandler,
 )
-from overdrive.plugins import GradientAccumulationPlugin, ProjectConfiguration
+from overdrive.arguments.plugins import GradientAccumulationPlugin, ProjectConfiguration
+from overdrive.config import Settings
+from overdrive.config.provenance import Labelled
+from overdrive.errors import ConfigError
 from overdrive.precision import FP8RecipeKwargs
 from overdrive.strategies import StrategyOptions, select_strategy
 

@@ -1,0 +1,2 @@
+"""``torch.compile`` as the ``dynamo_config`` settings ask: the whole model, or its repeated
+blocks (regional compilation)."""

@@ -1,0 +1,1 @@
+"""Module attributes loaded on first use, so importing a module stays cheap."""

@@ -1,0 +1,1 @@
+"""Building an ``Accelerator`` from its arguments, and saying the settings then in force."""
