@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from overdrive.compile.regions import compile_regions_fsdp2
+from overdrive.compile.regions import compile_regions_in_place
 from overdrive.config.settings import Settings
 from overdrive.errors import ConfigError
 
@@ -79,7 +79,7 @@ class CompileStep:
         # and data-dependent scalars stay in the graph.
         dynamo_config.capture_scalar_outputs = True
         dynamo_config.skip_fwd_side_effects_in_bwd_under_checkpoint = True
-        return compile_regions_fsdp2(model, **self.kwargs)
+        return compile_regions_in_place(model, **self.kwargs)
 
 
 def compile_step(settings: Settings) -> CompileStep | None:

@@ -2,9 +2,10 @@
 transformer's layers) on its own, so one compiled graph serves every block, and the rest of
 the model separately. Cuts the cold start of ``torch.compile`` on large models.
 
-``compile_regions_fsdp2`` is the in-place variant: each repeated block compiled in place, so
-hooks that ``fully_shard`` adds afterwards still run around every block (the chain's
-regional compile step, ``overdrive.compile.model``).
+``compile_regions_in_place`` is the in-place variant, the one algorithm behind the chain's
+regional compile step (``overdrive.compile.model``), ``compile_regions_fsdp2`` and
+``compile_regions_deepspeed``: each repeated block compiled in place, so hooks that
+``fully_shard`` or a DeepSpeed engine add afterwards still run around every block.
 """
 
 from __future__ import annotations
@@ -75,14 +76,7 @@ def compile_regions_deepspeed(module: nn.Module, **compile_kwargs: Any) -> None:
     """Regional compilation in place (``nn.Module.compile``), for the module inside a
     DeepSpeed engine, whose hooks and partitioned parameters a wrapper would get in the way
     of."""
-    if isinstance(module, nn.ModuleList) and is_repeated_blocks(module):
-        for block in module:
-            block.compile(**compile_kwargs)
-    elif has_repeated_blocks(module):
-        for child in module.children():
-            compile_regions_deepspeed(child, **compile_kwargs)
-    else:
-        module.compile(**compile_kwargs)
+    compile_regions_in_place(module, **compile_kwargs)
 
 
 def is_repeated_blocks(module: nn.Module) -> bool:
@@ -99,19 +93,26 @@ def has_repeated_blocks(module: nn.Module) -> bool:
     return bool(module._modules) and any(is_repeated_blocks(m) for m in module.modules())
 
 
-def compile_regions_fsdp2(module: nn.Module, **compile_kwargs: Any) -> nn.Module:
+def compile_regions_in_place(module: nn.Module, **compile_kwargs: Any) -> nn.Module:
     """Compile ``module``'s repeated blocks (each block with ``nn.Module.compile``, in place),
     recursing into children that hold some; a module without any is compiled whole, in place.
 
     In place, unlike ``torch.compile(module)``: the module keeps its own ``__call__``, so
-    FSDP2's pre- and post-forward hooks installed later still fire. Returns ``module``.
+    hooks installed later (FSDP2's pre- and post-forward hooks, a DeepSpeed engine's) still
+    fire. Returns ``module``.
     """
     if is_repeated_blocks(module):
         for block in module.children():
             block.compile(**compile_kwargs)
     elif has_repeated_blocks(module):
         for child in module.children():
-            compile_regions_fsdp2(child, **compile_kwargs)
+            compile_regions_in_place(child, **compile_kwargs)
     else:
         module.compile(**compile_kwargs)
     return module
+
+
+def compile_regions_fsdp2(module: nn.Module, **compile_kwargs: Any) -> nn.Module:
+    """Regional compilation in place before ``fully_shard`` wraps the model (Hugging Face
+    Accelerate's name for ``compile_regions_in_place``); returns ``module``."""
+    return compile_regions_in_place(module, **compile_kwargs)
