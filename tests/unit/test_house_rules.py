@@ -147,9 +147,10 @@ def test_the_cycle_check_counts_deferred_imports_and_names_from_a_package_init()
 
 
 def rooms_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
-    """The engine's rooms: each package and each module at the top of ``overdrive``, with an
-    arrow where some module of one imports one of the other. Faces and the composition roots
-    are left out: they mirror Hugging Face Accelerate's modules, which import each other."""
+    """The engine's rooms: each package at the top of ``overdrive`` (the engine has no module
+    there), with an arrow where some module of one imports one of the other. Faces and the
+    composition roots are left out: they mirror Hugging Face Accelerate's modules, which
+    import each other."""
 
     def room(module: str) -> str:
         return module.split(".")[1] if "." in module else ""
