@@ -14,11 +14,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from overdrive import tracking
-from overdrive.arguments.kwargs_handlers import (
-    AutocastKwargs,
-    GradScalerKwargs,
-    InitProcessGroupKwargs,
-)
+from overdrive.arguments import kwargs_handlers as handler_kinds
 from overdrive.arguments.plugins import (
     DataLoaderConfiguration,
     DeepSpeedPlugin,
@@ -133,7 +129,7 @@ class Accelerator(AcceleratorCompat):
         check_available(self.settings)
         handlers = sort_handlers(kwargs_handlers)
         self.kwargs_handlers = handlers
-        init = handlers.get(InitProcessGroupKwargs)
+        init = handlers.get(handler_kinds.InitProcessGroupKwargs)
         self.state = PartialState(settings=self.settings, init_kwargs=init)
 
         self.device_placement = device_placement
@@ -158,8 +154,8 @@ class Accelerator(AcceleratorCompat):
         self.precision = make_precision(
             self.settings["mixed_precision"],
             self.state.device,
-            autocast_kwargs=handlers.get(AutocastKwargs),
-            scaler_kwargs=handlers.get(GradScalerKwargs),
+            autocast_kwargs=handlers.get(handler_kinds.AutocastKwargs),
+            scaler_kwargs=handlers.get(handler_kinds.GradScalerKwargs),
             fp8_recipe=handlers.get(FP8RecipeKwargs),
             precision_owner=self.state.decision.precision_owner,
             source=str(self.settings.source("mixed_precision")),
@@ -429,7 +425,7 @@ class Accelerator(AcceleratorCompat):
         """Skip gradient synchronisation for backward passes inside the block."""
         return self.strategy.no_sync(model)
 
-    def autocast(self, autocast_handler: AutocastKwargs | None = None) -> Any:
+    def autocast(self, autocast_handler: handler_kinds.AutocastKwargs | None = None) -> Any:
         """Autocast for code outside a prepared model's forward (which already uses it)."""
         return self.precision.autocast(autocast_handler)
 

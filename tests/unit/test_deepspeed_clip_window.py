@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from overdrive.accumulation import GradientState, StepWindow
 from overdrive.ds.config import build
-from overdrive.loop_state import LoopState
+from overdrive.training.accumulation import GradientState, StepWindow
+from overdrive.training.loop_state import LoopState
 from tests.unit.test_deepspeed_config import settings_for
 from tests.unit.test_strategies_keep_no_loop import loop_parts_kept
 

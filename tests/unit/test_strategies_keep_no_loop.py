@@ -9,11 +9,11 @@ from types import FunctionType, MethodType, SimpleNamespace
 import torch
 
 from overdrive.accelerator import Accelerator
-from overdrive.accumulation import GradientState, StepWindow
-from overdrive.loop_state import LoopState
 from overdrive.parallel.layout import ParallelLayout
 from overdrive.parallel.topology import Topology
 from overdrive.strategies.base import Strategy, TrainingLoop
+from overdrive.training.accumulation import GradientState, StepWindow
+from overdrive.training.loop_state import LoopState
 
 
 def _reachable(root: object) -> Iterator[object]:

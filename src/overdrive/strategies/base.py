@@ -18,7 +18,6 @@ from overdrive.errors import ConfigError
 from overdrive.parallel.chain import Chain, parallelize
 from overdrive.parallel.placement import Placement
 from overdrive.strategies.rules import NO_RULES, LoopRules
-from overdrive.training.accumulation import steps_reader
 from overdrive.training.optimizer_steps import PlainSteps
 
 if TYPE_CHECKING:

@@ -39,8 +39,8 @@ if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
 
-    from overdrive.accumulation import StepWindow
     from overdrive.checkpoint.records import StateDict
+    from overdrive.training.accumulation import StepWindow
 
 
 class FSDPStrategy(Strategy):
