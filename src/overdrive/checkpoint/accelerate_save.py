@@ -24,10 +24,10 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
+from overdrive.bigmodel.tensor_files import untied_tensors
 from overdrive.checkpoint.errors import CheckpointError
 from overdrive.checkpoint.layout import automatic_root, checkpoint_name
 from overdrive.checkpoint.parts import require_prepared
-from overdrive.checkpoint.tensor_files import untied_tensors
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -19,11 +19,11 @@ import torch
 
 from overdrive.bigmodel.align import has_offloaded_params
 from overdrive.bigmodel.offloaded_state import get_state_dict_offloaded_model
+from overdrive.bigmodel.tensor_files import replace_atomically, untied_tensors
 from overdrive.checkpoint.errors import CheckpointError
 from overdrive.checkpoint.records import ModelIndex
 from overdrive.checkpoint.serialization import writing
 from overdrive.checkpoint.tensor_file import write_safetensors
-from overdrive.checkpoint.tensor_files import replace_atomically, untied_tensors
 
 if TYPE_CHECKING:
     from overdrive.checkpoint.host import CheckpointHost

@@ -13,8 +13,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from overdrive.bigmodel.tensor_files import shared_storage_ties
 from overdrive.checkpoint.serialization import WEIGHTS_ONLY_GLOBALS, load_weights_only
-from overdrive.checkpoint.tensor_files import shared_storage_ties
 from overdrive.compile.regions import (
     compile_regions,
     compile_regions_deepspeed,

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from overdrive.checkpoint.tensor_files import replace_atomically, untied_tensors
+from overdrive.bigmodel.tensor_files import replace_atomically, untied_tensors
 from overdrive.errors import ConfigError
 from overdrive.processes.process_state import current_partial_state
 
