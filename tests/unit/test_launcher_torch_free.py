@@ -47,3 +47,14 @@ def test_planning_a_launch_imports_no_torch(flags: dict) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "False"]  # runs without the agent, torch never loaded
+
+
+def test_the_simulating_launcher_imports_no_torch() -> None:
+    """``overdrive launch --simulate`` adds up the ranks' reports (the whole checkpoint
+    included) in the launcher; only the simulated ranks' own processes load torch."""
+    code = "import sys, overdrive.simulate.launch; print('torch' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=clean_env(), cwd=REPO, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False"]

@@ -12,7 +12,7 @@ from typing import Any
 
 from overdrive.errors import LaunchError
 from overdrive.launch.plan import LaunchPlan
-from overdrive.simulate.checkpoint import whole_checkpoint
+from overdrive.simulate.checkpoint_total import whole_checkpoint
 from overdrive.simulate.cost import estimate, load_cost
 from overdrive.simulate.ranks import choose_ranks
 from overdrive.simulate.report import text
