@@ -242,8 +242,20 @@ class DataLoaderShard(
         self._drop_last = _drop_last
         self._non_blocking = _non_blocking
         self.torch_device_mesh = torch_device_mesh
-        self.base_dataloader: DataLoader[Any] = self  # Accelerate's wraps one; this is it
+        self._wrapped: DataLoader[Any] | None = None
         self.iteration = iteration  # the epoch the next pass runs
+
+    @property
+    def base_dataloader(self) -> DataLoader[Any]:
+        """The loader whose batches this one hands out: Accelerate's wraps one; this is it."""
+        return self if self._wrapped is None else self._wrapped
+
+    @base_dataloader.setter
+    def base_dataloader(self, loader: DataLoader[Any]) -> None:
+        # Not held as an attribute pointing at itself: that cycle left a loader with worker
+        # processes to the garbage collector, which closes the worker queues before the
+        # workers are told to stop, so each worker took 5 s to be killed.
+        self._wrapped = None if loader is self else loader
 
     def set_epoch(self, epoch: int) -> None:
         """Tell the batch sampler, the sampler (or the dataset) which epoch starts."""
