@@ -31,7 +31,8 @@ options (before the script):
                    setting; also OVERDRIVE_VERBOSE=1, or `verbose: true` in the config file)
   --simulate       start nothing: run the script as ranks of the world the settings describe,
                    on a fake process group (with --simulate_ranks R,R, --simulate_steps N,
-                   --simulate_json FILE, --simulate_cost FILE; docs/simulate.md)
+                   --simulate_json FILE, --simulate_cost FILE, --simulate_device cuda;
+                   docs/simulate.md)
   -h, --help       show this help"""
 OPTIONS = ("--as_accelerate", "--as-accelerate")
 VERBOSE = ("-v", "--verbose")

@@ -191,7 +191,12 @@ def handle(args: argparse.Namespace) -> int:
         from overdrive.simulate.launch import run_simulation
 
         return run_simulation(
-            plan, args.simulate_ranks, args.simulate_json, args.simulate_steps, args.simulate_cost
+            plan,
+            args.simulate_ranks,
+            args.simulate_json,
+            args.simulate_steps,
+            args.simulate_cost,
+            args.simulate_device,
         )
     plan = ports.settle_port(plan)
     if args.dry_run:

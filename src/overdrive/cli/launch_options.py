@@ -146,6 +146,9 @@ LAUNCHER_OPTIONS = (
     LaunchOption("simulate_cost", "with --simulate: a YAML or JSON file of FLOP/s and "
                  "bandwidths; the report adds an estimated step time (docs/simulate.md)",
                  metavar="FILE"),
+    LaunchOption("simulate_device", "with --simulate: size memory as this device's allocator "
+                 "does: cuda (PyTorch's caching allocator) or cpu (the dtypes' sizes, the "
+                 "default); the simulation still runs on this machine's CPU", metavar="DEVICE"),
 )  # fmt: skip
 """The launcher's own options (how to launch, not what the workers run with)."""
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from overdrive.cli.flags import add_flag
 from overdrive.errors import LaunchError
+from overdrive.simulate.device import check_device
 
 
 def add_validate_simulation(parser: argparse.ArgumentParser) -> None:
@@ -30,6 +31,9 @@ def add_validate_simulation(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "simulate_cost", metavar="FILE",
              help="with --simulate: a YAML or JSON file of FLOP/s and bandwidths; the report "
              "adds an estimated step time")  # fmt: skip
+    add_flag(parser, "simulate_device", metavar="DEVICE",
+             help="with --simulate: size memory as this device's allocator does: cuda "
+             "(PyTorch's caching allocator) or cpu (the dtypes' sizes, the default)")  # fmt: skip
     parser.add_argument("script", nargs="?", help="with --simulate: the training script")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, help="the script's arguments")
 
@@ -44,7 +48,13 @@ def check_simulation_arguments(args: argparse.Namespace) -> None:
         )
     given = [
         f"--{name}"
-        for name in ("simulate_ranks", "simulate_steps", "simulate_json", "simulate_cost")
+        for name in (
+            "simulate_ranks",
+            "simulate_steps",
+            "simulate_json",
+            "simulate_cost",
+            "simulate_device",
+        )
         if getattr(args, name) is not None
     ]
     if given and not args.simulate:
@@ -52,6 +62,8 @@ def check_simulation_arguments(args: argparse.Namespace) -> None:
             f"config validate: {', '.join(given)} without --simulate\n"
             "  fix: add --simulate (and the script after the file)"
         )
+    if args.simulate:
+        check_device(args.simulate_device)
     if args.script and not args.simulate:
         raise LaunchError(
             f"config validate reads a script ({args.script}) only with --simulate\n"
@@ -80,11 +92,23 @@ def simulate_validated(
 
     plan = plan_for(settings, gpu_count)
     if plan.device != "cpu" and cluster.gpu_count(settings) == 0:
+        sizes = (
+            "memory sized as CUDA's allocator would"
+            if args.simulate_device == "cuda"
+            else "sizes are the dtypes' (--simulate_device cuda: as CUDA's allocator would)"
+        )
         print(
             f"note: {args.file} runs on GPUs, which this machine lacks: simulated on its CPU "
-            "(the same layout and collectives; sizes are the dtypes', with no GPU allocator)"
+            f"(the same layout and collectives; {sizes})"
         )
         on_cpu = load_settings(config_file=args.file, flags={"use_cpu": True})
         plan = plan_for(on_cpu, 0)
     steps = DEFAULT_STEPS if args.simulate_steps is None else args.simulate_steps
-    return run_simulation(plan, args.simulate_ranks, args.simulate_json, steps, args.simulate_cost)
+    return run_simulation(
+        plan,
+        args.simulate_ranks,
+        args.simulate_json,
+        steps,
+        args.simulate_cost,
+        args.simulate_device,
+    )

@@ -14,6 +14,7 @@ from overdrive.errors import LaunchError
 from overdrive.launch.plan import LaunchPlan
 from overdrive.simulate.checkpoint_total import whole_checkpoint
 from overdrive.simulate.cost import estimate, load_cost
+from overdrive.simulate.device import MODELS, check_device
 from overdrive.simulate.ranks import choose_ranks
 from overdrive.simulate.report import text
 
@@ -31,9 +32,14 @@ def rank_environment(plan: LaunchPlan, rank: int) -> dict[str, str]:
 
 
 def simulate_plan(
-    plan: LaunchPlan, ranks: str | None = None, steps: int = DEFAULT_STEPS
+    plan: LaunchPlan,
+    ranks: str | None = None,
+    steps: int = DEFAULT_STEPS,
+    device: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Simulate the chosen ranks of ``plan``'s world; one report per rank."""
+    """Simulate the chosen ranks of ``plan``'s world, memory sized for ``device``
+    (``--simulate_device``, cpu by default); one report per rank."""
+    device = check_device(device)
     if steps < 1:
         raise LaunchError(
             f"--simulate_steps must be 1 or more, got {steps}\n  fix: pass --simulate_steps 2"
@@ -43,7 +49,8 @@ def simulate_plan(
     for rank in choose_ranks(ranks, plan.world_size):
         with tempfile.TemporaryDirectory(prefix="overdrive-simulate-") as folder:
             out = os.path.join(folder, "rank.json")
-            command = [sys.executable, "-m", WORKER, out, str(steps), *entry, *plan.script_args]
+            command = [sys.executable, "-m", WORKER, out, str(steps), device, *entry]
+            command += plan.script_args
             code = subprocess.call(command, env=rank_environment(plan, rank))
             if code != 0 or not os.path.exists(out):
                 raise LaunchError(
@@ -62,12 +69,14 @@ def run_simulation(
     json_path: str | None,
     steps: int = DEFAULT_STEPS,
     cost_path: str | None = None,
+    device: str | None = None,
 ) -> int:
     """Simulate, print the report (with each rank's estimated step time when ``cost_path``
     names a cost file, read before anything runs), write it as JSON when asked; the exit
-    code."""
+    code. ``device`` (``--simulate_device``) sizes the memory."""
+    device = check_device(device)
     cost = load_cost(cost_path) if cost_path else None
-    reports = simulate_plan(plan, ranks, steps)
+    reports = simulate_plan(plan, ranks, steps, device)
     if cost is not None:
         for report in reports:
             report["step_time"] = estimate(cost, report)
@@ -79,9 +88,14 @@ def run_simulation(
         f"{plan.world_size} processes ({plan.num_machines} machine(s) x {plan.nproc_per_node}), "
         f"layout {plan.decision.layout.describe()}"
     )
-    print(text(layout, reports, whole))
+    print(text(layout, reports, whole, device))
     if json_path:
         with open(json_path, "w", encoding="utf-8") as handle:
-            document = {"world_size": plan.world_size, "ranks": reports, "checkpoint": whole}
+            document = {
+                "world_size": plan.world_size,
+                "device": {"name": device, "memory": MODELS[device]},
+                "ranks": reports,
+                "checkpoint": whole,
+            }
             json.dump(document, handle, indent=2)
     return 0

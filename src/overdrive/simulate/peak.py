@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch.distributed._tools import mod_tracker
+from torch.distributed._tools import mem_tracker, mod_tracker
 from torch.distributed._tools.mem_tracker import MemTracker
 from torch.nn.modules.module import register_module_forward_pre_hook
+
+from overdrive.simulate.device import DEFAULT_DEVICE, allocation_bytes
 
 
 def _by_kind(snapshots: dict[Any, dict[Any, int]]) -> dict[str, int]:
@@ -52,12 +54,29 @@ def _leaf_safe_multi_grad_hook(original: Any) -> Any:
     return register
 
 
+def _sized_for(device: str) -> type:
+    """``MemTracker``'s record of a storage, sizing it as an allocation on ``device``
+    (``overdrive.simulate.device``) whatever device the tensor sits on here."""
+
+    class SizedRefInfo(mem_tracker._WeakRefInfo):
+        def _calculate_mem_consumed(self) -> int:
+            return allocation_bytes(device, self.size * self.element_size)
+
+    return SizedRefInfo
+
+
 class PeakTracker(MemTracker):
     """``MemTracker`` keeping only the process-wide peak: its per-module peaks walk every
-    module on every operator, which for a 32-layer model costs more than the run itself."""
+    module on every operator, which for a 32-layer model costs more than the run itself.
+    ``device`` sizes each allocation as that device's allocator would (``cpu``: the
+    tensor's own bytes)."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: str = DEFAULT_DEVICE) -> None:
         super().__init__()
+        self._record_class = mem_tracker._WeakRefInfo
+        if device != DEFAULT_DEVICE:
+            # MemTracker builds its records through this module-level name
+            mem_tracker._WeakRefInfo = _sized_for(device)
         _tolerate_backward_inside_forward(self._mod_tracker)
         if not hasattr(mod_tracker.register_multi_grad_hook, "__wrapped_original__"):
             register = _leaf_safe_multi_grad_hook(mod_tracker.register_multi_grad_hook)
@@ -103,3 +122,4 @@ class PeakTracker(MemTracker):
 
     def close(self) -> None:
         self._first_forward.remove()
+        mem_tracker._WeakRefInfo = self._record_class

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from overdrive.simulate.device import DEFAULT_DEVICE, MODELS
+
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
 
@@ -82,10 +84,18 @@ def step_time_text(estimate: dict[str, Any]) -> str:
 
 
 def text(
-    layout: str, reports: list[dict[str, Any]], checkpoint: dict[str, int] | None = None
+    layout: str,
+    reports: list[dict[str, Any]],
+    checkpoint: dict[str, int] | None = None,
+    device: str = DEFAULT_DEVICE,
 ) -> str:
-    """The whole report: the layout line, each rank, then the whole checkpoint's size."""
-    lines = [f"overdrive: simulated {layout}", *map(rank_text, reports)]
+    """The whole report: the layout line, the device memory is sized for, each rank, then
+    the whole checkpoint's size."""
+    lines = [
+        f"overdrive: simulated {layout}",
+        f"memory sized for {device} (--simulate_device): {MODELS[device]}",
+        *map(rank_text, reports),
+    ]
     if checkpoint:
         lines.append(
             f"the whole checkpoint (save_state): {checkpoint['files']} file(s), "

@@ -1,5 +1,6 @@
 """``python -m overdrive.run --simulate [--simulate_ranks R,R] [--simulate_steps N]
-[--simulate_json FILE] [--simulate_cost FILE] script.py``: the simulation of ``overdrive launch --simulate`` for the
+[--simulate_json FILE] [--simulate_cost FILE] [--simulate_device DEVICE] script.py``: the
+simulation of ``overdrive launch --simulate`` for the
 world the settings (config file, environment) describe, planned by the same preflight."""
 
 from __future__ import annotations
@@ -8,8 +9,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from overdrive.errors import LaunchError
+from overdrive.simulate.device import check_device
 
-VALUED = ("--simulate_ranks", "--simulate_steps", "--simulate_json", "--simulate_cost")
+VALUED = (
+    "--simulate_ranks",
+    "--simulate_steps",
+    "--simulate_json",
+    "--simulate_cost",
+    "--simulate_device",
+)
 
 
 @dataclass
@@ -20,6 +28,7 @@ class SimulateOptions:
     steps: int = 2
     json_path: str | None = None
     cost_path: str | None = None
+    device: str | None = None
 
 
 def split_simulate_options(argv: Sequence[str]) -> tuple[SimulateOptions | None, list[str]]:
@@ -54,11 +63,13 @@ def split_simulate_options(argv: Sequence[str]) -> tuple[SimulateOptions | None,
         raise LaunchError(
             f"--simulate_steps {steps!r} is not a count\n  fix: --simulate_steps 2 (or more)"
         )
+    check_device(found.get("--simulate_device"))
     options = SimulateOptions(
         found.get("--simulate_ranks"),
         int(steps),
         found.get("--simulate_json"),
         found.get("--simulate_cost"),
+        found.get("--simulate_device"),
     )
     return options, [*rest, *args]
 
@@ -77,4 +88,6 @@ def simulate_script(
     plan = plan_launch(
         settings, target, list(args), is_module=is_module, gpu_count=cluster.gpu_count(settings)
     )
-    return run_simulation(plan, options.ranks, options.json_path, options.steps, options.cost_path)
+    return run_simulation(
+        plan, options.ranks, options.json_path, options.steps, options.cost_path, options.device
+    )

@@ -1,6 +1,7 @@
-"""One simulated rank: ``python -m overdrive.simulate.worker RESULT.json STEPS [-m] target
-[args]``, started by ``overdrive launch --simulate`` with the rank's environment (``RANK``,
-``WORLD_SIZE``, the settings), writes what the rank held and sent as JSON to RESULT.json."""
+"""One simulated rank: ``python -m overdrive.simulate.worker RESULT.json STEPS DEVICE [-m]
+target [args]``, started by ``overdrive launch --simulate`` with the rank's environment (``RANK``,
+``WORLD_SIZE``, the settings), writes what the rank held and sent as JSON to RESULT.json;
+DEVICE (``--simulate_device``) sizes its memory."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from overdrive.alias import install
 from overdrive.processes.process_state import current_accelerator
 from overdrive.simulate.checkpoint import checkpoint_files
 from overdrive.simulate.comms import Snapshot, difference
+from overdrive.simulate.device import DEFAULT_DEVICE
 from overdrive.simulate.fake_world import SimulatedRank, fake_world
 from overdrive.simulate.memory import training_state_bytes
 from overdrive.simulate.stepper import Stepper, StepsDone
@@ -46,14 +48,21 @@ def _groups(members: dict[str, list[int]]) -> dict[str, dict[str, int]]:
 
 
 def simulate_rank(
-    rank: int, world: int, steps: int, target: str, args: list[str], is_module: bool
+    rank: int,
+    world: int,
+    steps: int,
+    target: str,
+    args: list[str],
+    is_module: bool,
+    device: str = DEFAULT_DEVICE,
 ) -> dict[str, Any]:
-    """Run the script as ``rank`` of ``world`` for ``steps`` optimizer steps; the report."""
+    """Run the script as ``rank`` of ``world`` for ``steps`` optimizer steps, its memory sized
+    for ``device``; the report."""
     # deferred: torch's memory tracker loads torch.distributed._tools only where a rank is simulated
     from overdrive.simulate.peak import PeakTracker
 
     counter = SimulatedRank()
-    tracker = PeakTracker()
+    tracker = PeakTracker(device)
     marks: list[Snapshot] = []
     flops: list[int] = []
     state: dict[str, int] = {}
@@ -90,6 +99,7 @@ def simulate_rank(
     return {
         "rank": rank,
         "world_size": world,
+        "device": device,
         "steps": stepper.done,
         "finished": finished,
         "seconds": round(time.monotonic() - started, 2),
@@ -113,13 +123,13 @@ def _checkpoint(accelerator: Any) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    out, steps, rest = argv[0], int(argv[1]), argv[2:]
+    out, steps, device, rest = argv[0], int(argv[1]), argv[2], argv[3:]
     is_module = bool(rest) and rest[0] == "-m"
     if is_module:
         rest = rest[1:]
     install(asked_by=None, started_by="overdrive launch --simulate")
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    report = simulate_rank(rank, world, steps, rest[0], rest[1:], is_module)
+    report = simulate_rank(rank, world, steps, rest[0], rest[1:], is_module, device)
     with open(out, "w", encoding="utf-8") as handle:
         json.dump(report, handle)
     return 0
