@@ -69,10 +69,16 @@ def test_a_simulated_rank_sized_for_cuda_holds_the_rounded_blocks(tmp_path: Path
     assert cpu_rank["peak_bytes"]["Total"] == 400 + 4_000 + 1_200_000
     assert cuda_rank["peak_bytes"]["Total"] == 512 + 4_096 + 1_200_128
     assert cuda_rank["device"] == "cuda" and cpu_rank["device"] == "cpu"
+    # the two small blocks share a 2 MiB segment; 1,200,128 bytes split a 20 MiB one
+    assert cuda_rank["reserved_bytes"] == {"setup": 0, "steps": 22 << 20}
+    assert cpu_rank["reserved_bytes"] == {}
     assert cuda["device"]["name"] == "cuda" and "512 bytes" in cuda["device"]["memory"]
+    assert "segments" in cuda["device"]["memory"]
     assert "memory sized for cuda (--simulate_device): PyTorch's CUDA caching" in cuda_text
     assert "memory sized for cpu (--simulate_device): each tensor's own bytes" in cpu_text
     assert "peak memory in the steps: 1.15 MiB" in cuda_text
+    assert "CUDA's reserved peak (segments of its caching allocator): 0 B before" in cuda_text
+    assert "22.00 MiB in the steps" in cuda_text and "reserved" not in cpu_text
 
 
 REFUSED = "--simulate_device 'tpu' is not a device the simulation sizes memory for"

@@ -18,7 +18,7 @@ MIN_BLOCK = 512
 MODELS = {
     "cpu": "each tensor's own bytes (elements x dtype size)",
     "cuda": "PyTorch's CUDA caching allocator: each allocation rounded up to a multiple of "
-    "512 bytes (segments and fragmentation not modelled)",
+    "512 bytes; its segments replayed for the reserved peak (one stream)",
 }
 """What each device's sizing counts, as the report states it."""
 

@@ -10,6 +10,7 @@ from torch.distributed._tools import mem_tracker, mod_tracker
 from torch.distributed._tools.mem_tracker import MemTracker
 from torch.nn.modules.module import register_module_forward_pre_hook
 
+from overdrive.simulate.cuda_allocator import CachingAllocator
 from overdrive.simulate.device import DEFAULT_DEVICE, allocation_bytes
 
 
@@ -69,11 +70,15 @@ class PeakTracker(MemTracker):
     """``MemTracker`` keeping only the process-wide peak: its per-module peaks walk every
     module on every operator, which for a 32-layer model costs more than the run itself.
     ``device`` sizes each allocation as that device's allocator would (``cpu``: the
-    tensor's own bytes)."""
+    tensor's own bytes); with ``cuda`` the allocations and frees are also replayed through
+    a model of CUDA's caching allocator, for its reserved peak."""
 
     def __init__(self, device: str = DEFAULT_DEVICE) -> None:
         super().__init__()
         self._record_class = mem_tracker._WeakRefInfo
+        self.allocator = CachingAllocator() if device == "cuda" else None
+        self.setup_reserved = 0
+        self.forward_seen = False
         if device != DEFAULT_DEVICE:
             # MemTracker builds its records through this module-level name
             mem_tracker._WeakRefInfo = _sized_for(device)
@@ -84,6 +89,16 @@ class PeakTracker(MemTracker):
             mod_tracker.register_multi_grad_hook = register  # a simulated rank's own process
         self.setup_peak: dict[str, int] = {}
         self._first_forward = register_module_forward_pre_hook(self._on_first_forward)
+
+    def _update_snap(self, u_type: Any, winfo: Any, *args: Any, **kwargs: Any) -> None:
+        super()._update_snap(u_type, winfo, *args, **kwargs)
+        allocator = self.allocator
+        if allocator is None or u_type.name == "REF":
+            return
+        if u_type.name in ("DEL", "SIZE"):  # a resized storage takes a new block
+            allocator.free(winfo)
+        if u_type.name in ("ADD", "SIZE"):
+            allocator.malloc(winfo, winfo.size * winfo.element_size)
 
     def _update_peak_stats(self, peak_state: Any) -> None:
         for device, snapshot in self._curr_mem_snap.items():
@@ -113,12 +128,28 @@ class PeakTracker(MemTracker):
 
     def _on_first_forward(self, module: Any, args: Any) -> None:
         self._first_forward.remove()
+        self.forward_seen = True
         self.setup_peak = _by_kind(self._peak_mem_snap)
         self._peak_mem, self._peak_mem_snap = {}, {}
+        if self.allocator is not None:
+            # Building the model is the script's CPU copy on a real machine: the steps' reserved
+            # peak starts from the segments still in use at the first forward.
+            self.setup_reserved = self.allocator.peak_reserved
+            self.allocator.empty_cache()
+            self.allocator.reset_peaks()
 
     def step_peak(self) -> dict[str, int]:
         """The peak since the first forward, by kind (with its "Total")."""
         return _by_kind(self._peak_mem_snap)
+
+    def reserved_peaks(self) -> dict[str, int]:
+        """CUDA's reserved peak before the first forward and since (the cache emptied there):
+        ``{"setup", "steps"}``; empty unless sized for ``cuda``."""
+        if self.allocator is None:
+            return {}
+        if not self.forward_seen:  # no forward ran: all of it counts as the steps'
+            return {"setup": 0, "steps": self.allocator.peak_reserved}
+        return {"setup": self.setup_reserved, "steps": self.allocator.peak_reserved}
 
     def close(self) -> None:
         self._first_forward.remove()

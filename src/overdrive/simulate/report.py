@@ -49,6 +49,13 @@ def rank_text(report: dict[str, Any]) -> str:
             parts = [f"{k} {size(v)}" for k, v in peak.items() if v and k != "Total"]
             total = peak.get("Total", sum(peak.values()))
             lines.append(f"  peak memory {label}: {size(total)} (" + ", ".join(parts) + ")")
+    reserved = report.get("reserved_bytes")
+    if reserved:
+        lines.append(
+            f"  CUDA's reserved peak (segments of its caching allocator): "
+            f"{size(reserved['setup'])} before the first forward, {size(reserved['steps'])} "
+            "in the steps"
+        )
     for n, window in enumerate(report["collectives_per_step"], start=1):
         label = f"step {n}" + (" (with prepare)" if n == 1 else "")
         lines.append(f"  collectives sent by this rank, {label}: {_collectives(window)}")
