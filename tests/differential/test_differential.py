@@ -84,7 +84,7 @@ NAMED_2 = {
     ),  # fmt: skip
 }
 
-FIXED = {1: range(0, 40), 2: range(0, 16)}
+FIXED = {1: range(0, 20), 2: range(0, 8)}
 
 
 def _regressions(nprocs: int) -> list[dict[str, Any]]:
@@ -96,19 +96,50 @@ def _regressions(nprocs: int) -> list[dict[str, Any]]:
     return found
 
 
+# resumed at the end of epoch 0 with skip_first_batches: Hugging Face Accelerate's dispatcher
+# broadcasts a batch it never read; overdrive hands out an empty epoch 0 (run with the
+# 2-process list, held apart from the comparison)
+WHOLE_DISPATCHED_EPOCH = _named(
+    9201, epochs=2, split_batches=True, dispatch_batches=True, resume_at=4,
+    steps_after_save=1, resume_skip="skip_first_batches",
+)  # fmt: skip
+
+
 def _programs(nprocs: int) -> list[dict[str, Any]]:
     named = list(NAMED.values()) if nprocs == 1 else list(NAMED_2.values())
     generated = [dict(grammar.generate(s, nprocs), id=s) for s in FIXED[nprocs]]
     return named + generated + _regressions(nprocs)
 
 
+@pytest.fixture(scope="module")
+def runs() -> dict[int, dict[str, Any]]:
+    """Each world size's results, run once for the tests below."""
+    return {}
+
+
+def _results(runs: dict[int, dict[str, Any]], nprocs: int) -> dict[str, Any]:
+    if nprocs not in runs:
+        extra = [WHOLE_DISPATCHED_EPOCH] if nprocs == 2 else []
+        runs[nprocs] = runner.run_all(_programs(nprocs) + extra, nprocs)
+    return runs[nprocs]
+
+
 @pytest.mark.distributed
 @pytest.mark.parametrize("nprocs", [1, 2])
-def test_generated_programs_give_accelerates_numbers(nprocs: int) -> None:
+def test_generated_programs_give_accelerates_numbers(
+    runs: dict[int, dict[str, Any]], nprocs: int
+) -> None:
     programs = _programs(nprocs)
-    results = runner.run_all(programs, nprocs)
+    results = _results(runs, nprocs)
     reference = results["accelerate"]
-    broken = [e for r in reference.values() for e in runner.errors(r) if "run ended" in e]
+    ids = {int(p["id"]) for p in programs}
+    broken = [
+        e
+        for pid, r in reference.items()
+        if int(pid) in ids
+        for e in runner.errors(r)
+        if "run ended" in e
+    ]
     assert not broken, f"Hugging Face Accelerate's own run ended early: {broken[0]}"
     divergent = {}
     for p in programs:
@@ -118,20 +149,20 @@ def test_generated_programs_give_accelerates_numbers(nprocs: int) -> None:
             divergent[p["id"]] = (choices, found)
     assert not divergent, json.dumps(divergent, indent=1)[:6000]
     # the programs trained: each logged losses, and the resumed ones resumed
-    ran = [r["ranks"]["0"] for r in reference.values() if "log" in r["ranks"]["0"]]
+    ran = [
+        r["ranks"]["0"]
+        for pid, r in reference.items()
+        if int(pid) in ids and "log" in r["ranks"]["0"]
+    ]
     assert len(ran) >= len(programs) - 2
     assert any(r["log"].get("weights_resumed") for r in ran)
 
 
 @pytest.mark.distributed
-def test_a_skip_over_a_whole_dispatched_epoch_fails_under_accelerate_and_runs_here() -> None:
-    # resumed at the end of epoch 0 with skip_first_batches: Hugging Face Accelerate's
-    # dispatcher broadcasts a batch it never read; overdrive hands out an empty epoch 0
-    program = _named(
-        9201, epochs=2, split_batches=True, dispatch_batches=True, resume_at=4,
-        steps_after_save=1, resume_skip="skip_first_batches",
-    )  # fmt: skip
-    results = runner.run_all([program], 2)
+def test_a_skip_over_a_whole_dispatched_epoch_fails_under_accelerate_and_runs_here(
+    runs: dict[int, dict[str, Any]],
+) -> None:
+    results = _results(runs, 2)
     assert runner.accelerate_fault(results, 9201) == "empty dispatched epoch"
     for engine in runner.ENGINES[1:]:
         ranks = results[engine][9201]["ranks"]
