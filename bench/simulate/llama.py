@@ -1,5 +1,6 @@
 """A Llama-3-shaped causal LM built from a config (no weights) and stepped once on short
-sequences: the script ``run.py`` simulates. ``--shape 8b|70b|405b|tiny``, ``--batch N``."""
+sequences: the script ``run.py`` simulates. ``--shape 8b|70b|405b|tiny``, ``--batch N``,
+``--seq L`` (tokens per sequence, default 128)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--shape", choices=sorted(SHAPES), default="8b")
     parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--seq", type=int, default=SEQ)
     args = parser.parse_args()
     hidden, layers, heads, kv_heads, intermediate, vocab = SHAPES[args.shape]
     config = LlamaConfig(
@@ -36,7 +38,7 @@ def main() -> None:
         max_position_embeddings=8192,
     )
     acc = Accelerator()
-    train_steps(acc, LlamaForCausalLM(config), vocab, SEQ, args.batch)
+    train_steps(acc, LlamaForCausalLM(config), vocab, args.seq, args.batch)
 
 
 if __name__ == "__main__":

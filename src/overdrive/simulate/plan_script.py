@@ -31,7 +31,7 @@ def train_steps(
 ) -> None:
     """AdamW steps of ``model`` (a causal LM) on random tokens, ``batch`` sequences of
     ``seq_len`` a step, through ``acc``: what a simulation of a layout runs."""
-    ids = torch.randint(0, vocab, (4 * batch, seq_len))
+    ids = torch.randint(0, vocab, (4 * batch * acc.num_processes, seq_len))  # 4 steps a rank
     loader = DataLoader(TensorDataset(ids), batch_size=batch)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     model, opt, loader = acc.prepare(model, opt, loader)
