@@ -11,24 +11,35 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import time
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments
 
 
+def _minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 class StepTimes(TrainerCallback):
-    """Wall time of each optimizer step (forward, backward, all-reduce, step)."""
+    """Wall time of each optimizer step (forward, backward, all-reduce, step) and the minor
+    page faults it took (memory the allocator had given back to the system and asked for
+    again)."""
 
     def __init__(self) -> None:
         self.times: list[float] = []
+        self.faults: list[int] = []
         self._start = 0.0
+        self._faults = 0
 
     def on_step_begin(self, args, state, control, **kwargs):  # type: ignore[no-untyped-def]
+        self._faults = _minor_faults()
         self._start = time.perf_counter()
 
     def on_step_end(self, args, state, control, **kwargs):  # type: ignore[no-untyped-def]
         self.times.append(time.perf_counter() - self._start)
+        self.faults.append(_minor_faults() - self._faults)
 
 
 class Tokens(torch.utils.data.Dataset):
@@ -76,6 +87,7 @@ def main() -> None:
         print("RESULT " + json.dumps({
             "engine": accelerate.__file__,
             "times": timer.times,
+            "faults": timer.faults,
             "loss": result.training_loss,
         }), flush=True)  # fmt: skip
 
