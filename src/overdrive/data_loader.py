@@ -29,8 +29,8 @@ from overdrive.data.loaders_by_hand import (
 )
 from overdrive.data.shards_by_hand import BatchSamplerShard, IterableDatasetShard
 from overdrive.data.skip_sampler import SkipBatchSampler
+from overdrive.environment.rank_logging import get_logger
 from overdrive.errors import ConfigError
-from overdrive.logging import get_logger
 from overdrive.processes.process_state import current_accelerator, current_partial_state
 from overdrive.state import GradientState
 from overdrive.training.loop_state import LoopState

@@ -25,7 +25,7 @@ from overdrive.parallel.pipeline_inference import (
     pad_batch,
 )
 from overdrive.parallel.stage_balance import balanced_device_map, split_points_from_map
-from overdrive.state import PartialState
+from overdrive.processes.process_state import PartialState
 from overdrive.utils.modeling import infer_auto_device_map
 
 __all__ = [

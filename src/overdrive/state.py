@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from typing import Any, ClassVar
 
-from overdrive.logging import get_logger
+from overdrive.environment.rank_logging import get_logger
 from overdrive.processes import process_state, state_reset
 from overdrive.processes.process_state import (
     PartialState,

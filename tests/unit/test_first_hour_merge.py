@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import torch
 
+from overdrive.checkpoint import fsdp_files
 from overdrive.cli.main import main
-from overdrive.compat import fsdp_files
 from overdrive.config.resolve import resolve
 from overdrive.config.sources import from_mapping
 

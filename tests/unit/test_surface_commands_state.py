@@ -440,7 +440,7 @@ def test_test_launch_makes_a_state_and_memory_utils_warns() -> None:
     from overdrive.state import PartialState
 
     assert isinstance(test_launch(), PartialState) and callable(debug_launcher)
-    assert notebook_launcher.__module__ == "overdrive.compat.launchers"
+    assert notebook_launcher.__module__ == "overdrive.launch.notebook"
     sys.modules.pop("overdrive.memory_utils", None)
     with pytest.warns(FutureWarning, match="utils.memory"):
         importlib.import_module("overdrive.memory_utils")

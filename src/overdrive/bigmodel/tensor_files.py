@@ -7,6 +7,7 @@ Accelerator's ``save`` use it without loading the checkpoint package.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
@@ -14,6 +15,8 @@ from pathlib import Path
 import torch
 
 from overdrive.bigmodel.sizes import id_tensor_storage
+
+logger = logging.getLogger(__name__)
 
 
 def shared_storage_ties(
@@ -82,3 +85,18 @@ def replace_atomically(path: Path, write: Callable[[Path], object]) -> None:
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
+
+
+def clean_state_dict_for_safetensors(state_dict: dict[str, object]) -> dict[str, object]:
+    """``state_dict`` with one name kept per shared storage (safetensors refuses aliases; the
+    others are deleted from ``state_dict`` too, with a warning) and every tensor contiguous.
+    String entries (bitsandbytes metadata) pass through."""
+    removed = set(shared_storage_ties(state_dict, whole_storage=True))
+    for name in removed:
+        del state_dict[name]
+    if removed:
+        logger.warning(
+            f"Removed shared tensor {removed} while saving. This should be OK, but check by "
+            "verifying that you don't receive any warning while reloading"
+        )
+    return {k: v.contiguous() if isinstance(v, torch.Tensor) else v for k, v in state_dict.items()}

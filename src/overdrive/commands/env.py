@@ -10,8 +10,8 @@ from shutil import which
 from typing import Any
 
 import overdrive
+from overdrive.cli.command_parser import command_parser
 from overdrive.cli.env_cmd import report
-from overdrive.commands.parser import command_parser
 
 
 def env_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:

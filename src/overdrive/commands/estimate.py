@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from overdrive.commands.parser import command_parser
+from overdrive.cli.command_parser import command_parser
 from overdrive.memory_estimate.build import load_spec
 from overdrive.utils import init_empty_weights
 

@@ -13,8 +13,11 @@ import sys
 from typing import Any
 
 from overdrive.cli import launch_cmd
+from overdrive.cli.command_parser import command_parser
 from overdrive.cli.flags import TYPED_FLAGS
 from overdrive.cli.launch_cmd import _dest
+from overdrive.cli.launch_defaults import with_parse_defaults
+from overdrive.cli.launch_namespace import _given, given_flags, settings_from_args
 from overdrive.cli.launch_options import (
     GENERAL,
     GROUPS,
@@ -23,11 +26,8 @@ from overdrive.cli.launch_options import (
     container_for,
     flag_settings,
     launch_options,
-    setting_options,
 )
-from overdrive.commands.launch_defaults import is_parse_default, with_parse_defaults
-from overdrive.commands.parser import command_parser
-from overdrive.config import Settings, load_settings
+from overdrive.config import Settings
 from overdrive.errors import ConfigError
 
 DESCRIPTION = (
@@ -126,39 +126,6 @@ def launch_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     parser.add_argument("training_script", help="the script (or module with -m) to run")
     parser.add_argument("training_script_args", nargs=argparse.REMAINDER, help="its arguments")
     return with_parse_defaults(parser)
-
-
-def _given(args: argparse.Namespace, name: str) -> Any:
-    """A value the user gave: None, an unset switch (False) and a parse default untouched
-    mean "not given"."""
-    value = getattr(args, name, None)
-    if value is None or value is False or is_parse_default(args, name):
-        return None
-    return value
-
-
-def given_flags(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]]:
-    """(setting key -> value, setting key -> flag name) for the options given in ``args``."""
-    flags: dict[str, Any] = {}
-    names: dict[str, str] = {}
-    for option in setting_options():
-        assert option.setting is not None
-        key, value = option.setting.key, _given(args, option.name)
-        if value is not None and key not in flags:  # --distributed_type over --multi_gpu
-            flags[key] = option.const if option.switch else value
-            names[key] = option.name
-    return flags, names
-
-
-def settings_from_args(args: argparse.Namespace) -> Settings:
-    """The settings a launch with ``args`` runs with (flags over environment over file)."""
-    resolved = getattr(args, "resolved_settings", None)
-    if isinstance(resolved, Settings):
-        return resolved
-    flags, names = given_flags(args)
-    return load_settings(
-        flags=flags, flag_names=names, config_file=getattr(args, "config_file", None)
-    )
 
 
 def _validate_launch_command(

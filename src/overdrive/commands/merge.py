@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from overdrive.commands.parser import command_parser
+from overdrive.cli.command_parser import command_parser
 
 description = (
     "Merge a sharded model (a save_fsdp_model folder or a save_state checkpoint) into full "
@@ -34,8 +34,8 @@ def merge_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
 
 def merge_command(args: argparse.Namespace) -> list[str]:
     """Run the merge the parsed ``args`` ask for; returns the written file names."""
-    # deferred: keeps overdrive.commands.merge torch-free (compat.fsdp_files loads torch)
-    from overdrive.compat.fsdp_files import merge_fsdp_weights
+    # deferred: keeps overdrive.commands.merge torch-free (checkpoint.fsdp_files loads torch)
+    from overdrive.checkpoint.fsdp_files import merge_fsdp_weights
 
     return merge_fsdp_weights(
         args.checkpoint_directory,

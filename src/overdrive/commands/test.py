@@ -9,7 +9,7 @@ import subprocess
 from typing import Any
 
 from overdrive.cli import launch_cmd, test_cmd
-from overdrive.commands.parser import command_parser
+from overdrive.cli.command_parser import command_parser
 
 
 def test_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:

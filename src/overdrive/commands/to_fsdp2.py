@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from overdrive.commands.parser import command_parser
+from overdrive.cli.command_parser import command_parser
 from overdrive.config.rules import RESHARDS
 
 logger = logging.getLogger(__name__)

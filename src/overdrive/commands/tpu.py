@@ -8,8 +8,8 @@ import argparse
 import subprocess
 from typing import Any
 
+from overdrive.cli.command_parser import command_parser
 from overdrive.commands.config.config_args import ClusterConfig, load_config_from_file
-from overdrive.commands.parser import command_parser
 
 SETUP_DIRECTORY = "cd /usr/share"
 

@@ -12,9 +12,9 @@ import os
 import warnings
 from typing import Any
 
+from overdrive.bigmodel.write_once import write_once
 from overdrive.compile.model import compiled_like
 from overdrive.errors import ConfigError
-from overdrive.utils.saving import write_once
 
 SAVE_STATE_ARGS = ("output_dir", "timeout", "safe_serialization", "async_save")
 LOAD_STATE_ARGS = ("input_dir", "timeout", "allow_unsafe_pickle", "load_kwargs", "strict")

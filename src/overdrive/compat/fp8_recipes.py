@@ -23,7 +23,7 @@ import torch
 
 from overdrive.errors import ConfigError
 from overdrive.precision.fp8 import FP8RecipeKwargs as EngineRecipe
-from overdrive.utils.ao import filter_linear_layers, find_first_last_linear_layers
+from overdrive.precision.fp8_layers import filter_linear_layers, find_first_last_linear_layers
 from overdrive.utils.dataclasses import AmaxComputeAlgorithm, FP8Format, OptLevel
 from overdrive.utils.environment import clear_environment, parse_flag_from_env
 from overdrive.utils.imports import is_torchao_available, is_transformer_engine_available

@@ -12,8 +12,8 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
+from overdrive.environment.rank_logging import get_logger
 from overdrive.errors import OverdriveError
-from overdrive.logging import get_logger
 from overdrive.setup.effective_settings import tracker_config
 from overdrive.tracking.available import filter_trackers, get_available_trackers, on_main_process
 from overdrive.tracking.base import GeneralTracker, NoOpTracker, Tracker, TrackerError

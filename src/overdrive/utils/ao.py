@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from overdrive.precision.fp8_layers import filter_linear_layers, find_first_last_linear_layers
 from overdrive.utils.imports import torchao_required
 
 __all__ = [
@@ -18,24 +19,6 @@ __all__ = [
     "find_first_last_linear_layers",
     "has_ao_layers",
 ]
-
-
-def find_first_last_linear_layers(model: torch.nn.Module) -> tuple[str | None, str | None]:
-    """The names of the first and last ``nn.Linear`` of ``model`` (in module order), which
-    fp8 training keeps in high precision for stability; None where there is none."""
-    names = [name for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)]
-    return (names[0], names[-1]) if names else (None, None)
-
-
-def filter_linear_layers(module: torch.nn.Module, fqn: str, layers_to_filter: list[Any]) -> bool:
-    """Whether to convert ``module`` (named ``fqn``): not if it is a linear whose in or out
-    features are not divisible by 16 (fp8 matmuls need it), nor if ``fqn`` is in
-    ``layers_to_filter``."""
-    if isinstance(module, torch.nn.Linear) and (
-        module.in_features % 16 != 0 or module.out_features % 16 != 0
-    ):
-        return False
-    return fqn not in layers_to_filter
 
 
 def filter_first_and_last_linear_layers(module: torch.nn.Module, fqn: str) -> bool:

@@ -13,10 +13,10 @@ import os
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from overdrive.errors import ConfigError
+from overdrive.cli.basic_config import write_basic_config as write_basic_config
+from overdrive.environment.variables import patch_environment as patch_environment
 
 logger = logging.getLogger(__name__)
 
@@ -163,24 +163,6 @@ def set_numa_affinity(local_process_index: int, verbose: bool | None = None) -> 
 
 
 @contextlib.contextmanager
-def patch_environment(**kwargs: Any) -> Iterator[None]:
-    """Set environment variables (names upper-cased) inside the block, then restore them."""
-    saved: dict[str, str | None] = {}
-    for key, value in kwargs.items():
-        name = key.upper()
-        saved[name] = os.environ.get(name)
-        os.environ[name] = str(value)
-    try:
-        yield
-    finally:
-        for name, old in saved.items():
-            if old is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = old
-
-
-@contextlib.contextmanager
 def clear_environment() -> Iterator[None]:
     """Run the block with an empty ``os.environ``; the previous variables (and only they)
     are back afterwards."""
@@ -256,39 +238,3 @@ def convert_dict_to_env_variables(current_env: dict[str, str]) -> list[str]:
                 "Skipping %s=%s: it holds forbidden characters or misses a value", key, value
             )
     return lines
-
-
-def write_basic_config(
-    mixed_precision: str = "no",
-    save_location: str | Path | None = None,
-    use_xpu: bool = False,
-) -> Path | bool:
-    """Write a default config file for this machine (like ``overdrive config default``).
-
-    Returns the path written, or False when a file already exists there (it is kept).
-    ``save_location`` defaults to the file ``overdrive launch`` reads.
-    """
-    # deferred: keeps overdrive.utils light and torch-free (cli.config_cmd loads config/, yaml)
-    from overdrive.cli.config_cmd import _gpu_count, _write, default_answers
-
-    # deferred: keeps overdrive.utils light and torch-free (config/ loads yaml)
-    from overdrive.config.sources import default_config_path
-
-    if use_xpu:
-        raise ConfigError(
-            "write_basic_config(use_xpu=True): overdrive runs on CPUs and CUDA GPUs only",
-            key="use_xpu",
-            fix="drop use_xpu",
-        )
-    choices = ("no", "fp16", "bf16", "fp8")
-    if str(mixed_precision).lower() not in choices:
-        raise ConfigError(
-            f"write_basic_config(mixed_precision={mixed_precision!r}) is not one of {choices}",
-            key="mixed_precision",
-            fix=f"use one of {list(choices)}",
-        )
-    path = Path(save_location) if save_location else default_config_path(os.environ)
-    if path.exists():
-        return False
-    _write(path, default_answers(_gpu_count(), str(mixed_precision).lower()))
-    return path

@@ -14,14 +14,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from overdrive.compat.fsdp_files import merge_fsdp_weights, save_fsdp_model
-from overdrive.compat.fsdp_state_files import (
+from overdrive.checkpoint.fsdp_files import merge_fsdp_weights, save_fsdp_model
+from overdrive.checkpoint.fsdp_state_files import (
     load_fsdp_model,
     load_fsdp_optimizer,
     save_fsdp_optimizer,
 )
+from overdrive.environment.rank_logging import get_logger
 from overdrive.errors import OverdriveError
-from overdrive.logging import get_logger
 from overdrive.parallel import fsdp_tools
 
 logger = get_logger(__name__)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from shutil import which  # tests patch overdrive.utils.launch.which
 from typing import Any
 
-from overdrive.commands.launch import settings_from_args
+from overdrive.cli.launch_namespace import settings_from_args
 from overdrive.config.backend import requested_backend
 from overdrive.config.types import DistributedType
 from overdrive.launch import cluster

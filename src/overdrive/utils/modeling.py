@@ -42,7 +42,7 @@ from overdrive.bigmodel.ties import (
 )
 from overdrive.config.types import DistributedType
 from overdrive.state import AcceleratorState
-from overdrive.utils.other import extract_model_from_parallel
+from overdrive.strategies.unwrap import extract_model_from_parallel
 
 WEIGHTS_INDEX_NAME = "pytorch_model.bin.index.json"
 logger = logging.getLogger(__name__)

@@ -17,26 +17,25 @@ from typing import Any, TypeVar
 import torch
 
 from overdrive.bigmodel import moves
+from overdrive.bigmodel.moves import find_device
 from overdrive.ds.helpers import gathered_parameters
-from overdrive.processes import ops
+from overdrive.precision import outputs
+from overdrive.precision.outputs import ConvertOutputsToFp32, convert_outputs_to_fp32
+from overdrive.processes import nesting, ops
+from overdrive.processes.nesting import (
+    CannotPadNestedTensorWarning,
+    concatenate,
+    honor_type,
+    listify,
+    recursively_apply,
+)
 from overdrive.processes.ops import (
     CollectiveMismatchError,
     DistributedOperationException,
     is_namedtuple,
 )
 from overdrive.processes.process_state import current_partial_state
-from overdrive.utils import nesting
 from overdrive.utils.dataclasses import TensorInformation
-from overdrive.utils.nesting import (
-    CannotPadNestedTensorWarning,
-    ConvertOutputsToFp32,
-    concatenate,
-    convert_outputs_to_fp32,
-    find_device,
-    honor_type,
-    listify,
-    recursively_apply,
-)
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -177,7 +176,7 @@ def pad_input_tensors(tensor: Any, batch_size: int, num_processes: int, dim: int
 
 def convert_to_fp32(tensor: Any) -> Any:
     """``tensor`` (a nest) with every fp16/bf16 tensor turned into fp32."""
-    return nesting.convert_to_fp32(tensor)
+    return outputs.convert_to_fp32(tensor)
 
 
 def _debugging() -> bool:

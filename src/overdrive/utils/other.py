@@ -10,11 +10,12 @@ import socket
 from typing import Any
 
 import numpy as np
-import torch
 from torch import nn
 
-from overdrive.bigmodel.tensor_files import shared_storage_ties
+from overdrive.bigmodel.tensor_files import clean_state_dict_for_safetensors
+from overdrive.bigmodel.write_once import save
 from overdrive.checkpoint.serialization import WEIGHTS_ONLY_GLOBALS, load_weights_only
+from overdrive.cli.basic_config import write_basic_config
 from overdrive.compile.regions import (
     compile_regions,
     compile_regions_deepspeed,
@@ -24,12 +25,14 @@ from overdrive.compile.regions import (
     is_compiled_module,
     is_repeated_blocks,
 )
+from overdrive.environment.kernel import check_os_kernel
 from overdrive.launch.ports import free_port
-from overdrive.precision.autocast import AutocastForward
 from overdrive.processes.process_state import current_partial_state
-from overdrive.utils.environment import write_basic_config
-from overdrive.utils.saving import save
-from overdrive.utils.system import check_os_kernel
+from overdrive.strategies.unwrap import (
+    extract_model_from_parallel,
+    get_model_tp_size,
+    model_has_dtensor,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -63,117 +66,9 @@ __all__ = [
 ]
 
 
-def _wrappers() -> tuple[type, ...]:
-    """The distributed containers that hold the user's module as ``.module``."""
-    kinds: list[type] = [nn.parallel.DistributedDataParallel, nn.DataParallel]
-    try:
-        from deepspeed import DeepSpeedEngine
-
-        kinds.append(DeepSpeedEngine)
-    except ImportError:
-        pass
-    if torch.distributed.is_available():
-        from torch.distributed.fsdp import FullyShardedDataParallel
-
-        kinds.append(FullyShardedDataParallel)
-    return tuple(kinds)
-
-
-def extract_model_from_parallel(
-    model: nn.Module,
-    keep_fp32_wrapper: bool = True,
-    keep_torch_compile: bool = True,
-    recursive: bool = False,
-) -> nn.Module:
-    """The user's module from under DDP / DataParallel / DeepSpeed / FSDP and (unless kept)
-    torch.compile wrappers, whole-model or regional.
-
-    ``keep_fp32_wrapper=False`` also removes overdrive's autocast forward; ``recursive`` also
-    unwraps wrapped submodules.
-    """
-    compiled = None
-    if is_compiled_module(model) or "_orig_mod" in model.__dict__:
-        compiled = model
-        inner = model._orig_mod if is_compiled_module(model) else model.__dict__["_orig_mod"]
-        assert isinstance(inner, nn.Module)
-        model = inner
-    wrappers = _wrappers()
-    while isinstance(model, wrappers):
-        model = model.module  # type: ignore[assignment]
-    if not keep_fp32_wrapper:
-        _drop_fp32_forward(model)
-    if recursive:
-        for name, child in list(model.named_children()):
-            unwrapped = extract_model_from_parallel(
-                child, keep_fp32_wrapper, keep_torch_compile, recursive=True
-            )
-            if unwrapped is not child:
-                setattr(model, name, unwrapped)
-    if keep_torch_compile and compiled is not None:
-        if is_compiled_module(compiled):
-            compiled._orig_mod = model  # the compiled wrapper, now around the unwrapped module
-        else:  # regional compilation keeps the original outside its submodules
-            compiled.__dict__["_orig_mod"] = model
-        return compiled
-    return model
-
-
-def _drop_fp32_forward(model: nn.Module) -> None:
-    """Take off overdrive's autocast forward, or a ``convert_outputs_to_fp32`` wrapper whose
-    original forward the model kept in ``_original_forward``."""
-    forward: Any = model.__dict__.get("forward")
-    if isinstance(forward, AutocastForward):
-        del model.forward
-        return
-    original = model.__dict__.pop("_original_forward", None)
-    if original is None or forward is None:
-        return
-    # `==`: two reads of a bound method are equal but not the same object
-    while forward != original and hasattr(forward, "__wrapped__"):
-        forward = forward.__wrapped__
-    if forward == original:
-        model.forward = original
-
-
-def get_model_tp_size(model: nn.Module) -> int | None:
-    """The tensor-parallel degree a transformers model was sharded with, or None.
-
-    transformers before 5 keeps it on the model (``model.tp_size``); from 5 on it sits in the
-    config's ``distributed_config`` and ``model.tp_size`` stays as a None stub.
-    """
-    size = getattr(model, "tp_size", None)
-    if size is not None:
-        return int(size)
-    config = getattr(getattr(model, "config", None), "distributed_config", None)
-    found = config.get("tp_size") if isinstance(config, dict) else getattr(config, "tp_size", None)
-    return None if found is None else int(found)
-
-
-def model_has_dtensor(model: nn.Module) -> bool:
-    """Whether any of ``model``'s parameters is a ``DTensor`` (sharded by FSDP2 or TP)."""
-    from torch.distributed.tensor import DTensor
-
-    return any(isinstance(p, DTensor) for p in model.parameters())
-
-
 def wait_for_everyone() -> None:
     """Block until every process reaches this call (all of them must reach it)."""
     current_partial_state().wait_for_everyone()
-
-
-def clean_state_dict_for_safetensors(state_dict: dict[str, Any]) -> dict[str, Any]:
-    """``state_dict`` with one name kept per shared storage (safetensors refuses aliases; the
-    others are deleted from ``state_dict`` too, with a warning) and every tensor contiguous.
-    String entries (bitsandbytes metadata) pass through."""
-    removed = set(shared_storage_ties(state_dict, whole_storage=True))
-    for name in removed:
-        del state_dict[name]
-    if removed:
-        logger.warning(
-            f"Removed shared tensor {removed} while saving. This should be OK, but check by "
-            "verifying that you don't receive any warning while reloading"
-        )
-    return {k: v.contiguous() if isinstance(v, torch.Tensor) else v for k, v in state_dict.items()}
 
 
 # numpy's core module moved in 2.0; its array rebuilder is one of the safe globals.

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from overdrive.cli.command_parser import command_parser
 from overdrive.cli.config_cmd import _gpu_count, _write
 from overdrive.commands.config.config_args import (
     BaseConfig,
@@ -20,7 +21,6 @@ from overdrive.commands.config.config_args import (
     default_yaml_config_file,
     load_config_from_file,
 )
-from overdrive.commands.parser import command_parser
 from overdrive.config.prompts import MenuPrompter, StreamPrompter
 from overdrive.config.wizard import run_wizard
 

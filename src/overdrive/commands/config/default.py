@@ -7,9 +7,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from overdrive.cli.basic_config import write_basic_config
 from overdrive.cli.config_cmd import _gpu_count, default_answers
 from overdrive.commands.config.config_args import ClusterConfig, default_json_config_file
-from overdrive.utils.environment import write_basic_config
 
 __all__ = ["default_command_parser", "default_config_command", "description", "write_basic_config"]
 

@@ -1,4 +1,5 @@
-"""Checks of the host Hugging Face Accelerate runs at start (``check_os_kernel``)."""
+"""The host check Hugging Face Accelerate runs at start (``check_os_kernel``; the face
+``overdrive/utils/other.py`` re-exports it)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,15 @@
-"""Helpers over nested lists, tuples and mappings of tensors (``accelerate.utils.operations``'
-``recursively_apply``, ``listify``, ``concatenate``, ``find_device``)."""
+"""Nested lists, tuples and mappings of tensors, with Hugging Face Accelerate's semantics
+(the face ``overdrive/utils/operations.py`` re-exports them): ``recursively_apply`` keeps
+each container's type and leaves other leaves alone; ``processes/ops.py``'s ``rebuild`` is
+the collectives' own, which turns a mapping it cannot rebuild into a ``dict``."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
 
-from overdrive.bigmodel.moves import find_device as find_device
 from overdrive.processes.ops import is_namedtuple
 
 
@@ -106,35 +106,3 @@ def pad_input_tensors(data: Any, batch_size: int, num_processes: int, dim: int =
         return padded
 
     return recursively_apply(pad, data, error_on_other_type=True)
-
-
-def _is_half(data: Any) -> bool:
-    return hasattr(data, "dtype") and data.dtype in (torch.float16, torch.bfloat16)
-
-
-def convert_to_fp32(data: Any) -> Any:
-    """``data`` with every fp16/bf16 tensor turned into fp32 (other leaves untouched)."""
-    return recursively_apply(lambda t: t.float(), data, test_type=_is_half)
-
-
-class ConvertOutputsToFp32:
-    """A picklable wrapper of a forward whose outputs come back in fp32."""
-
-    def __init__(self, model_forward: Callable[..., Any]) -> None:
-        self.model_forward = model_forward
-        functools.update_wrapper(self, model_forward)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return convert_to_fp32(self.model_forward(*args, **kwargs))
-
-
-def convert_outputs_to_fp32(model_forward: Callable[..., Any]) -> Callable[..., Any]:
-    """``model_forward`` with fp32 outputs; ``__wrapped__`` leads back to the wrapper so
-    unwrapping can take it off."""
-    wrapped = ConvertOutputsToFp32(model_forward)
-
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        return wrapped(*args, **kwargs)
-
-    forward.__wrapped__ = wrapped  # type: ignore[attr-defined]
-    return forward

@@ -1,4 +1,5 @@
-"""``accelerate.utils.save``: write an object once per job (or per machine), atomically."""
+"""Write an object once per job (or per machine), atomically: the work behind Hugging Face
+Accelerate's ``accelerate.utils.save`` (the face ``overdrive/utils/other.py``)."""
 
 from __future__ import annotations
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from overdrive.environment.variables import patch_environment
 from overdrive.errors import ConfigError
 from overdrive.launch.ports import free_port, port_is_free
-from overdrive.utils.environment import patch_environment
 
 
 def _check_parent(num_processes: int) -> None:
