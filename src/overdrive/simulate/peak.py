@@ -81,7 +81,7 @@ class PeakTracker(MemTracker):
         self.forward_seen = False
         if device != DEFAULT_DEVICE:
             # MemTracker builds its records through this module-level name
-            mem_tracker._WeakRefInfo = _sized_for(device)
+            setattr(mem_tracker, "_WeakRefInfo", _sized_for(device))  # noqa: B010
         _tolerate_backward_inside_forward(self._mod_tracker)
         if not hasattr(mod_tracker.register_multi_grad_hook, "__wrapped_original__"):
             register = _leaf_safe_multi_grad_hook(mod_tracker.register_multi_grad_hook)
@@ -153,4 +153,4 @@ class PeakTracker(MemTracker):
 
     def close(self) -> None:
         self._first_forward.remove()
-        mem_tracker._WeakRefInfo = self._record_class
+        setattr(mem_tracker, "_WeakRefInfo", self._record_class)  # noqa: B010
