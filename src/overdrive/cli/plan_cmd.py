@@ -1,6 +1,7 @@
-"""``overdrive plan --model CONFIG --gpus N --gpu_memory 80GiB [--seq_len L --batch B]``: an
-FSDP2 x TP x PP layout chosen by arithmetic and simulation, written as an Accelerate config
-file (``overdrive.simulate.plan``; docs/simulate.md).
+"""``overdrive plan --model CONFIG --gpus N --gpu_memory 80GiB [--seq_len L --batch B]``: a
+layout (FSDP2 with HSDP replicas, tp, pp and activation checkpointing, or DeepSpeed ZeRO)
+chosen by arithmetic and simulation, written as an Accelerate config file
+(``overdrive.simulate.plan``; docs/simulate.md).
 
 Torch-free: the CLI imports it on every start; the planner is imported when asked for.
 """
@@ -19,13 +20,15 @@ def register(commands: Any) -> None:
     """Add the ``plan`` subcommand."""
     parser: argparse.ArgumentParser = commands.add_parser(
         "plan",
-        help="choose an FSDP2 x TP x PP layout for a model on N GPUs by simulation, and "
-        "write it as a config file",
-        description="Enumerate FSDP2 x tensor x pipeline layouts of --gpus, rule out those "
-        "whose training state alone exceeds --gpu_memory, simulate the rest as rank 0 for one "
-        "step (at most --max_simulated), rank those that fit by the bytes a rank sends per "
-        "step (or the step time --cost estimates) and write the best as an Accelerate config "
-        "file that overdrive launch runs (docs/simulate.md).",
+        help="choose a training layout for a model on N GPUs by simulation, and write it as "
+        "a config file",
+        description="Enumerate layouts of --gpus (FSDP2 with HSDP replicas, tensor and "
+        "pipeline parallelism, activation checkpointing; CPU offload and context parallelism "
+        "by arithmetic only; DeepSpeed ZeRO 1-3), rule out those whose training state alone "
+        "exceeds --gpu_memory, simulate the rest as rank 0 for one step with memory sized for "
+        "a CUDA GPU (at most --max_simulated, fewest bytes sent first), rank those that fit "
+        "by the bytes a rank sends per step (or the step time --cost estimates) and write the "
+        "best as an Accelerate config file that overdrive launch runs (docs/simulate.md).",
         allow_abbrev=False,
     )
     add_flag(parser, "model", required=True, metavar="CONFIG",
@@ -73,6 +76,9 @@ def handle(args: argparse.Namespace) -> int:
     seq_len, source = _seq_len(args.model, args.seq_len)
     print(f"overdrive plan: {args.gpus} GPUs of {size(memory)}, {args.batch} x {seq_len} "
           f"tokens per GPU (sequence length from {source}), fp32 weights and AdamW")  # fmt: skip
+    print("memory sized for a CUDA GPU (--simulate_device cuda): a candidate fits when the "
+          "reserved peak of PyTorch's caching allocator in its simulated step is within "
+          "--gpu_memory; 'est.' figures are arithmetic")  # fmt: skip
     found, layer = plan_layout(
         args.model,
         args.gpus,
@@ -84,10 +90,15 @@ def handle(args: argparse.Namespace) -> int:
         max_simulated=args.max_simulated,
     )
     for candidate in found:
-        parts = [f"state {size(candidate.state_bytes)}"]
+        parts = [f"state on the GPU {size(candidate.state_bytes)}"]
+        if candidate.activation_bytes is not None:
+            parts.append(f"est. activations {size(candidate.activation_bytes)}")
+        parts.append(f"est. sends {size(int(candidate.comm_bytes))}/step")
+        if candidate.reserved_bytes is not None:
+            parts.append(f"simulated reserved peak {size(candidate.reserved_bytes)}")
         if candidate.peak_bytes is not None:
-            parts.append(f"simulated peak {size(candidate.peak_bytes)}")
-            parts.append(f"sends {size(candidate.sent_bytes or 0)}/step")
+            parts.append(f"allocated peak {size(candidate.peak_bytes)}")
+            parts.append(f"sends {size(int(candidate.sent_bytes or 0))}/step")
         if candidate.step_s is not None:
             parts.append(f"step {candidate.step_s:.4g} s")
         print(f"  {candidate.name}: {candidate.verdict} ({', '.join(parts)})")
@@ -97,7 +108,8 @@ def handle(args: argparse.Namespace) -> int:
             f"no layout of {args.gpus} GPUs fits {args.model} in {args.gpu_memory} per GPU",
             key="gpus",
             fix="more GPUs, GPUs with more memory, a smaller --batch or --seq_len, "
-            "or a higher --max_simulated",
+            "a higher --max_simulated, or one of the candidates listed as not simulated "
+            "(CPU offload, context parallelism) tried by hand",
         )
     chosen = fitting[0]
     text = config_text(chosen, args.gpus, args.gpus_per_machine, layer, args.main_process_ip)

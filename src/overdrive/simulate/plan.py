@@ -1,18 +1,21 @@
-"""``overdrive plan``: choose an FSDP2 x TP x PP layout for a model on N GPUs.
+"""``overdrive plan``: choose a layout for a model on N GPUs by arithmetic and simulation.
 
-1. Candidates: every tensor-parallel degree among 1, 2, 4, 8 that fits in a machine and every
-   pipeline degree among powers of two whose product with it divides N (the rest is FSDP2's
-   ``dp_shard``), that ``estimate-memory``'s layout checks accept (whole heads per tp rank, a
-   layer per stage).
-2. Arithmetic: a candidate whose parameters, gradients and AdamW state (fp32, fully sharded,
-   ``estimate-memory``'s FSDP FULL_SHARD row) alone exceed the GPU's memory is ruled out.
-3. Simulation: the others, at most ``max_simulated`` (plain FSDP2 first, then growing tp,
-   then growing pp), are simulated as rank 0 for one step; one fits when its peak memory in
-   the step is within the GPU's memory. A pipeline needs the batch to split into one
-   micro-batch per stage; a candidate whose simulation fails is reported as such.
+1. Candidates (``plan_candidates``): FSDP2 over ``dp_shard`` with HSDP replicas, tp and pp,
+   each with and without activation checkpointing; FSDP2 with its parameters offloaded to
+   the host; context parallelism; DeepSpeed ZeRO stages 1 to 3. Each with its arithmetic.
+2. Arithmetic rules out a candidate whose training state on the GPU (and ZeRO's gradient
+   bucket) alone exceeds the GPU's memory, a pipeline whose batch does not split into one
+   micro-batch per stage and a context-parallel degree the sequence does not split into.
+3. Simulation: the others that can be simulated, at most ``max_simulated``, fewest bytes
+   sent first, are simulated as rank 0 for one step with memory sized for a CUDA GPU
+   (``--simulate_device cuda``); one fits when the caching allocator's reserved peak in the
+   step is within the GPU's memory. A candidate with activation checkpointing is not
+   simulated when the same layout fits without it (it would only add recomputation).
+   CPU offload and context parallelism are listed with their arithmetic and the reason they
+   are not simulated.
 4. The fitting candidates are ranked by the bytes rank 0 sends per step (``cost.wire_bytes``)
-   or, with a cost file, by the estimated step time; the first is written as an Accelerate
-   config file.
+   or, with a cost file, by the estimated step time (no recomputation before recomputation,
+   then the smaller peak); the first is written as an Accelerate config file.
 """
 
 from __future__ import annotations
@@ -20,22 +23,22 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from overdrive.config import load_settings
 from overdrive.errors import ConfigError, LaunchError
-from overdrive.memory_estimate import STRATEGIES, estimate, layout_of
-from overdrive.memory_estimate.arithmetic import check_layout
 from overdrive.memory_estimate.build import load_spec
 from overdrive.preflight.launch import plan_launch
 from overdrive.simulate.cost import estimate as estimate_time
 from overdrive.simulate.cost import load_cost, wire_bytes
 from overdrive.simulate.launch import simulate_plan
+from overdrive.simulate.plan_candidates import Candidate, candidates
+from overdrive.simulate.plan_config import config_text
+
+__all__ = ["Candidate", "candidates", "config_text", "parse_memory", "plan_layout"]
 
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([KMGT]?)(i?)B?\s*$", re.IGNORECASE)
-TP_DEGREES = (1, 2, 4, 8)
 
 
 def parse_memory(text: str) -> int:
@@ -51,77 +54,6 @@ def parse_memory(text: str) -> int:
     power = "KMGT".find(unit.upper()) + 1 if unit else 0
     base = 1024 if binary or not unit else 1000
     return int(float(number) * base**power)
-
-
-@dataclass
-class Candidate:
-    """One layout and what is known of it."""
-
-    tp: int
-    pp: int
-    dp_shard: int
-    state_bytes: int
-    verdict: str = "not simulated (over the cap)"
-    peak_bytes: int | None = None
-    sent_bytes: float | None = None
-    step_s: float | None = None
-    report: dict[str, Any] = field(default_factory=dict, repr=False)
-
-    @property
-    def name(self) -> str:
-        parts = [f"dp_shard={self.dp_shard}"]
-        parts += [f"{n}={d}" for n, d in (("tp", self.tp), ("pp", self.pp)) if d > 1]
-        return " x ".join(parts)
-
-
-def candidates(spec: Any, gpus: int, per_machine: int) -> list[Candidate]:
-    """Every layout of ``gpus`` the checks accept, with its arithmetic state bytes."""
-
-    full_shard = next(s for s in STRATEGIES if s.name == "FSDP FULL_SHARD")
-    found = []
-    for pp in (2**k for k in range(gpus.bit_length())):
-        for tp in TP_DEGREES:
-            if tp > per_machine or gpus % (tp * pp):
-                continue
-            try:
-                layout = layout_of(gpus, tp, pp)
-                check_layout(spec, layout)
-            except ConfigError:
-                continue
-            state = estimate(spec, layout, "fp32", full_shard).state
-            found.append(Candidate(tp, pp, gpus // (tp * pp), state))
-    return found
-
-
-def config_text(
-    candidate: Candidate, gpus: int, per_machine: int, layer: str, ip: str | None
-) -> str:
-    """The candidate as a Hugging Face Accelerate config file (FSDP2, the parallelism_config
-    section for tp and pp)."""
-    machines = max(1, gpus // per_machine)
-    lines = [
-        "compute_environment: LOCAL_MACHINE",
-        "distributed_type: FSDP",
-        f"num_machines: {machines}",
-        f"num_processes: {gpus}",
-        "machine_rank: 0",
-        *([f"main_process_ip: {ip}"] if ip else []),
-        "mixed_precision: 'no'",
-        "fsdp_config:",
-        "  fsdp_version: 2",
-        "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP",
-        f"  fsdp_transformer_layer_cls_to_wrap: {layer}",
-        "  fsdp_reshard_after_forward: true",
-        "  fsdp_state_dict_type: SHARDED_STATE_DICT",
-    ]
-    if candidate.tp > 1 or candidate.pp > 1:
-        lines += [
-            "parallelism_config:",
-            f"  parallelism_config_dp_shard_size: {candidate.dp_shard}",
-            f"  parallelism_config_tp_size: {candidate.tp}",
-            f"  parallelism_config_pp_size: {candidate.pp}",
-        ]
-    return "\n".join(lines) + "\n"
 
 
 def layer_class(model_path: str) -> str:
@@ -155,10 +87,23 @@ def sent_bytes(report: dict[str, Any]) -> float:
     return total
 
 
+SIMULATED_DEVICE = "cuda"
+"""``overdrive plan`` sizes each candidate for a GPU: CUDA's caching allocator's reserved peak."""
+NOT_SIMULATED_OFFLOAD = (
+    "not simulated: the simulated rank runs on this machine's CPU, where memory offloaded to "
+    "the host and the GPU's memory are one pool (arithmetic only)"
+)
+NOT_SIMULATED_CP = (
+    "not simulated: the planned step does not split its batches with maybe_context_parallel "
+    "and context parallelism has not been run under simulation yet (arithmetic only)"
+)
+
+
 def simulate_candidate(
     candidate: Candidate, config: str, script_args: list[str], multi_machine: bool
 ) -> dict[str, Any]:
-    """Rank 0 of the candidate's world for one step, on this machine's CPU."""
+    """Rank 0 of the candidate's world for one step, on this machine's CPU, memory sized for
+    a CUDA GPU."""
 
     flags: dict[str, Any] = {"use_cpu": True}
     if multi_machine:
@@ -166,8 +111,47 @@ def simulate_candidate(
     settings = load_settings(config_file=config, flags=flags)
     script = str(Path(__file__).with_name("plan_script.py"))
     plan = plan_launch(settings, script, script_args, gpu_count=0, oversubscribe=True)
-    (report,) = simulate_plan(plan, "0", 1)
+    (report,) = simulate_plan(plan, "0", 1, SIMULATED_DEVICE)
     return report
+
+
+def ruled_out(candidate: Candidate, memory: int, batch: int, seq_len: int) -> str | None:
+    """Why arithmetic rules the candidate out, or why it cannot be simulated; None if it can."""
+    if candidate.floor_bytes > memory:
+        if candidate.zero:
+            return (
+                "ruled out: parameters, gradients, AdamW state and ZeRO's gradient bucket "
+                "(DeepSpeed's default reduce_bucket_size, 5e8 fp32 elements) alone"
+            )
+        return "ruled out: parameters, gradients and AdamW state alone"
+    if batch % candidate.pp:
+        return (
+            f"ruled out: a batch of {batch} does not split into {candidate.pp} "
+            "micro-batches (one per stage)"
+        )
+    if candidate.cp > 1 and seq_len % (2 * candidate.cp):
+        return (
+            f"ruled out: {seq_len} tokens do not split into 2 x {candidate.cp} equal chunks "
+            "(two per context-parallel rank)"
+        )
+    if candidate.offload:
+        return NOT_SIMULATED_OFFLOAD
+    if candidate.cp > 1:
+        return NOT_SIMULATED_CP
+    return None
+
+
+def _judge(candidate: Candidate, report: dict[str, Any], memory: int, cost: Any) -> None:
+    candidate.report = report
+    candidate.peak_bytes = int(report["peak_bytes"].get("Total", 0))
+    reserved = (report.get("reserved_bytes") or {}).get("steps")
+    candidate.reserved_bytes = int(reserved) if reserved is not None else None
+    candidate.sent_bytes = sent_bytes(report)
+    if cost is not None:
+        candidate.step_s = estimate_time(cost, report)["step_s"]
+    held = candidate.reserved_bytes if reserved is not None else candidate.peak_bytes
+    fits = held <= memory
+    candidate.verdict = "fits" if fits else "does not fit: simulated reserved peak"
 
 
 def plan_layout(
@@ -187,19 +171,20 @@ def plan_layout(
     cost = load_cost(cost_path) if cost_path else None
     spec = load_spec(model, library_name="transformers")
     layer = layer_class(model)
-    found = candidates(spec, gpus, per_machine)
+    found = candidates(spec, gpus, per_machine, seq_len=seq_len, batch=batch)
     script_args = ["--model", os.path.abspath(model), "--seq_len", str(seq_len)]
     script_args += ["--batch", str(batch)]
     simulated = 0
+    fitting_layouts: set[tuple[Any, ...]] = set()
     with tempfile.TemporaryDirectory(prefix="overdrive-plan-") as folder:
         for candidate in found:
-            if candidate.state_bytes > memory:
-                candidate.verdict = "ruled out: parameters, gradients and AdamW state alone"
+            reason = ruled_out(candidate, memory, batch, seq_len)
+            if reason is not None:
+                candidate.verdict = reason
                 continue
-            if batch % candidate.pp:
+            if candidate.checkpointing and candidate.twin in fitting_layouts:
                 candidate.verdict = (
-                    f"ruled out: a batch of {batch} does not split into {candidate.pp} "
-                    "micro-batches (one per stage)"
+                    "not simulated: the same layout fits without activation checkpointing"
                 )
                 continue
             if simulated >= max_simulated:
@@ -212,17 +197,13 @@ def plan_layout(
             except LaunchError:
                 candidate.verdict = "the simulation failed (its error is above)"
                 continue
-            candidate.report = report
-            candidate.peak_bytes = int(report["peak_bytes"].get("Total", 0))
-            candidate.sent_bytes = sent_bytes(report)
-            if cost is not None:
-                candidate.step_s = estimate_time(cost, report)["step_s"]
-            fits = candidate.peak_bytes <= memory
-            candidate.verdict = "fits" if fits else "does not fit: simulated peak"
+            _judge(candidate, report, memory, cost)
+            if candidate.verdict == "fits" and not candidate.checkpointing:
+                fitting_layouts.add(candidate.twin)
 
-    def rank(c: Candidate) -> tuple[float, float]:
+    def rank(c: Candidate) -> tuple[float, bool, float]:
         key = c.step_s if c.step_s is not None else c.sent_bytes
-        return (float(key or 0.0), float(c.peak_bytes or 0))
+        return (float(key or 0.0), c.checkpointing, float(c.reserved_bytes or c.peak_bytes or 0))
 
     fitting = sorted((c for c in found if c.verdict == "fits"), key=rank)
     return fitting + [c for c in found if c.verdict != "fits"], layer
