@@ -8,6 +8,7 @@ from __future__ import annotations
 from overdrive.checkpoint.accelerate_state import (
     load_accelerator_state,
     load_custom_state,
+    logger,
     save_accelerator_state,
     save_custom_state,
 )
@@ -15,6 +16,7 @@ from overdrive.checkpoint.accelerate_state import (
 __all__ = [
     "load_accelerator_state",
     "load_custom_state",
+    "logger",
     "save_accelerator_state",
     "save_custom_state",
 ]
