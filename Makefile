@@ -40,8 +40,11 @@ typecheck: $(STAMP)
 # minutes, and the example DeepSpeed configs that need it; most 4- and 8-process layouts; the
 # repeats of a suite under its other variants): a faster case of each stays, and the whole
 # stays under 30 minutes on 2 cores. `make extended` runs exactly what is left out here.
+# The one-process tests run two at a time (pytest-xdist, one per core); the distributed ones,
+# which start 2-4 processes each, one at a time.
 test: $(STAMP) compat-site lint typecheck
-	$(BIN)/python -m pytest -q --durations=25 tests -m "not extended"
+	$(BIN)/python -m pytest -q -n 2 --durations=15 tests -m "not extended and not distributed"
+	$(BIN)/python -m pytest -q --durations=25 tests -m "not extended and distributed"
 
 # The cases `make test` leaves out (see `extended` in pyproject.toml).
 extended: $(STAMP)
