@@ -149,7 +149,7 @@ def _judge(candidate: Candidate, report: dict[str, Any], memory: int, cost: Any)
     candidate.sent_bytes = sent_bytes(report)
     if cost is not None:
         candidate.step_s = estimate_time(cost, report)["step_s"]
-    held = candidate.reserved_bytes if reserved is not None else candidate.peak_bytes
+    held = candidate.peak_bytes if candidate.reserved_bytes is None else candidate.reserved_bytes
     fits = held <= memory
     candidate.verdict = "fits" if fits else "does not fit: simulated reserved peak"
 
