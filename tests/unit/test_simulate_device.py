@@ -14,15 +14,13 @@ import pytest
 
 from overdrive.cli.main import main
 from overdrive.simulate.device import allocation_bytes, cuda_block_bytes
+from tests.helpers.env import forget_launcher
 
 
 @pytest.fixture(autouse=True)
 def clean(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    forget_launcher(monkeypatch, tmp_path / "cache")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    for name in list(os.environ):
-        if name.startswith(("ACCELERATE_", "OVERDRIVE_")):
-            monkeypatch.delenv(name)
 
 
 @pytest.mark.parametrize(

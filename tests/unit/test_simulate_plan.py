@@ -16,6 +16,7 @@ import pytest
 
 from overdrive.cli.main import main
 from overdrive.errors import ConfigError
+from tests.helpers.env import forget_launcher
 
 pytest.importorskip("transformers")
 
@@ -40,11 +41,8 @@ TINY = {
 
 @pytest.fixture(autouse=True)
 def clean(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    forget_launcher(monkeypatch, tmp_path / "cache")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    for name in list(os.environ):
-        if name.startswith(("ACCELERATE_", "OVERDRIVE_")):
-            monkeypatch.delenv(name)
 
 
 @pytest.fixture
