@@ -53,3 +53,10 @@ def test_its_worker_processes_end_with_it(no_garbage_collector: None) -> None:
     twin = DataLoaderShard(list(range(8)), batch_size=4, use_stateful_dataloader=True)
     skipping = twin.skipping(1)
     assert skipping.base_dataloader is skipping and twin.base_dataloader is twin
+
+
+@pytest.mark.parametrize("cls", [DataLoaderShard, SkipDataLoader, DataLoaderDispatcher])
+def test_base_dataloader_is_an_instance_attribute_as_in_accelerate(cls: type) -> None:
+    with pytest.raises(AttributeError):
+        _ = cls.base_dataloader
+    assert not hasattr(cls, "base_dataloader")

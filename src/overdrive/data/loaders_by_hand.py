@@ -77,6 +77,23 @@ def _stateful_loader(
     return cast("DataLoader[object]", loader)  # a DataLoader subclass
 
 
+class BaseLoader:
+    """``base_dataloader`` of a loader that is its own DataLoader: the loader itself unless
+    another was set. An instance attribute as in Hugging Face Accelerate (reading it on the
+    class raises AttributeError), and not a reference the loader holds to itself: that
+    cycle left a loader with worker processes to the garbage collector, which closes the
+    worker queues before the workers are told to stop, so each worker took 5 s to be killed."""
+
+    def __get__(self, loader: object, owner: type | None = None) -> Any:
+        if loader is None:
+            raise AttributeError("base_dataloader is an attribute of a loader, not of its class")
+        wrapped = vars(loader).get("_wrapped")
+        return loader if wrapped is None else wrapped
+
+    def __set__(self, loader: object, value: object) -> None:
+        vars(loader)["_wrapped"] = None if value is loader else value
+
+
 class _AdaptsLoaders(type):
     """``isinstance(x, DataLoaderAdapter)`` holds for the loaders built here and prepared ones."""
 
@@ -242,20 +259,9 @@ class DataLoaderShard(
         self._drop_last = _drop_last
         self._non_blocking = _non_blocking
         self.torch_device_mesh = torch_device_mesh
-        self._wrapped: DataLoader[Any] | None = None
         self.iteration = iteration  # the epoch the next pass runs
 
-    @property
-    def base_dataloader(self) -> DataLoader[Any]:
-        """The loader whose batches this one hands out: Accelerate's wraps one; this is it."""
-        return self if self._wrapped is None else self._wrapped
-
-    @base_dataloader.setter
-    def base_dataloader(self, loader: DataLoader[Any]) -> None:
-        # Not held as an attribute pointing at itself: that cycle left a loader with worker
-        # processes to the garbage collector, which closes the worker queues before the
-        # workers are told to stop, so each worker took 5 s to be killed.
-        self._wrapped = None if loader is self else loader
+    base_dataloader = BaseLoader()
 
     def set_epoch(self, epoch: int) -> None:
         """Tell the batch sampler, the sampler (or the dataset) which epoch starts."""
