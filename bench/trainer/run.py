@@ -5,7 +5,10 @@ launch`` (its package from the test-only folder ``make compat`` installs) and un
 ``overdrive launch`` (the alias answers transformers' ``import accelerate``), on 1 and 2 CPU
 processes, engines alternating launch by launch. Reports the median and 10th-percentile step
 time of each (the first ``--skip`` steps of every run left out: warm-up), the ratio, and the
-minor page faults per step.
+minor page faults per step. Each repeat launches both engines one after the other, so it also
+gives one paired ratio (overdrive's median step over Accelerate's in that repeat); the median of
+those and a bootstrap 95% interval over the repeats say how far the ratio moves with the
+machine's own drift between launches.
 
     .venv/bin/python bench/trainer/run.py [--repeats 4] [--processes 1,2] [--malloc fixed]
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -68,6 +72,13 @@ def launch(engine: str, nprocs: int, out: str, steps: int, malloc: str = "glibc"
     return row
 
 
+def paired_interval(ratios: list[float], draws: int = 4000) -> tuple[float, float]:
+    """A bootstrap 95% interval of the median of the paired ratios (the repeats resampled)."""
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(draws))
+    return medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--repeats", type=int, default=4)
@@ -86,14 +97,18 @@ def main() -> None:
         faults: dict[str, list[int]] = {"accelerate": [], "overdrive": []}
         crashes = {"accelerate": 0, "overdrive": 0}
         losses: dict[str, set[float]] = {"accelerate": set(), "overdrive": set()}
+        paired: list[float] = []
         for repeat in range(args.repeats):
             order = ["accelerate", "overdrive"] if repeat % 2 == 0 else ["overdrive", "accelerate"]
+            medians = {}
             for engine in order:
                 row = launch(engine, nprocs, tempfile.mkdtemp(), args.steps, args.malloc)
+                medians[engine] = statistics.median(row["times"][args.skip :])
                 times[engine] += row["times"][args.skip :]
                 faults[engine] += row["faults"][args.skip :]
                 crashes[engine] += row["crashed"]
                 losses[engine].add(round(row["loss"], 6))
+            paired.append(medians["overdrive"] / medians["accelerate"])
         med = {}
         for engine, values in times.items():
             med[engine] = statistics.median(values)
@@ -103,6 +118,10 @@ def main() -> None:
                   f"{per_step:.0f} | {args.repeats} | {sorted(losses[engine])} |")  # fmt: skip
         ratio = med["overdrive"] / med["accelerate"]
         print(f"| {nprocs} | overdrive / Accelerate | **{ratio:.3f}x** | | | | |")
+        low, high = paired_interval(paired)
+        print(f"{nprocs} processes, paired ratio per repeat: median {statistics.median(paired):.3f}x, "
+              f"95% interval {low:.3f}x to {high:.3f}x; each: "
+              + " ".join(f"{r:.3f}" for r in paired))  # fmt: skip
         for engine, count in crashes.items():
             if count:
                 print(f"{engine} on {nprocs}: {count} of {args.repeats} runs died after training")
