@@ -3,11 +3,13 @@
 Every function is a no-op (returns its input) when fewer than two processes run. With
 ``debug=True`` the ranks first exchange the shapes and dtypes of what they are about to
 send and raise ``CollectiveMismatchError`` listing each rank's shapes instead of hanging.
-``gather`` always exchanges shapes (it has to, to accept different first-dim sizes).
+``gather`` always checks them (it has to, to accept different first-dim sizes): one small
+all-gather of integers, the descriptions exchanged only to word an error.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -157,6 +159,42 @@ def check_shapes(op: str, data: Any, free_dim: int | None = None) -> list[list[L
     return per_rank
 
 
+SIZE_SLOTS = 8
+"""First-dim sizes a gather's header carries; more leaves take a second exchange."""
+
+
+def _signature(leaves: list[Leaf]) -> int:
+    """A number every rank computes alike from the paths, dtypes and shapes past dim 0."""
+    return zlib.crc32(repr(_mask(leaves, 0)).encode())
+
+
+def _first_dim_sizes(op: str, data: Any) -> list[list[int]]:
+    """Per leaf, every rank's first-dim size, after checking that every rank sends the same
+    structure, dtypes and shapes past dim 0. One small all-gather of integers (leaf count,
+    signature, the sizes) instead of an exchange of pickled descriptions; the descriptions are
+    exchanged only to word the error when the ranks differ."""
+    leaves = _describe(data)
+    sizes = [shape[0] for _, shape, _ in leaves]
+    header = [len(leaves), _signature(leaves)]
+    header += (sizes + [-1] * SIZE_SLOTS)[:SIZE_SLOTS]
+    mine = torch.tensor(header, dtype=torch.int64, device=comm_device())
+    table = [torch.empty_like(mine) for _ in range(world_size())]
+    dist.all_gather(table, mine)
+    rows = [row.tolist() for row in table]
+    rows[_rank()] = header
+    if any(row[:2] != header[:2] for row in rows):
+        # The descriptions decide, and word the error. They agree only where the integers
+        # read back were not the ones sent: a simulated rank's tensors hold no values.
+        per_rank = check_shapes(op, data, free_dim=0)
+        return [[theirs[i][1][0] for theirs in per_rank] for i in range(len(leaves))]
+    if len(leaves) <= SIZE_SLOTS:
+        return [[row[2 + i] for row in rows] for i in range(len(leaves))]
+    every = torch.tensor(sizes, dtype=torch.int64, device=comm_device())
+    parts = [torch.empty_like(every) for _ in rows]
+    dist.all_gather(parts, every)
+    return [[int(part[i]) for part in parts] for i in range(len(leaves))]
+
+
 # --------------------------------------------------------------------------- collectives
 def gather(data: Any, *, debug: bool | None = None, ranks: list[int] | None = None) -> Any:
     """Concatenate every rank's tensors along dim 0 (0-dim tensors become one row each).
@@ -164,11 +202,10 @@ def gather(data: Any, *, debug: bool | None = None, ranks: list[int] | None = No
     Ranks may send different first-dim sizes; nothing is padded in the result. ``ranks``
     keeps only those ranks' parts, in that order (every rank still takes part).
     """
-    del debug  # shapes are always exchanged here
+    del debug  # structure and shapes are always checked here
     if world_size() == 1:
         return map_tensors(_at_least_1d, data)  # same shapes as with several processes
-    per_rank = check_shapes("gather", map_tensors(_at_least_1d, data), free_dim=0)
-    sizes_by_leaf = [[leaves[i][1][0] for leaves in per_rank] for i in range(len(per_rank[0]))]
+    sizes_by_leaf = _first_dim_sizes("gather", map_tensors(_at_least_1d, data))
     leaf_iter = iter(sizes_by_leaf)
 
     def one(tensor: torch.Tensor) -> torch.Tensor:

@@ -111,6 +111,11 @@ def check_ops() -> None:
     assert got["t"][0].tolist() == list(range(W)) and got["t"][1] == "keep"
 
     assert ops.gather_object([RANK, f"r{RANK}"]) == [x for r in range(W) for x in (r, f"r{r}")]
+    # more leaves than the size exchange's header holds, each its own first-dim size
+    many = {f"k{i}": torch.full((RANK + i + 1,), float(i)) for i in range(ops.SIZE_SLOTS + 3)}
+    wide = ops.gather(many)
+    for i in range(ops.SIZE_SLOTS + 3):
+        assert wide[f"k{i}"].tolist() == [float(i)] * sum(r + i + 1 for r in range(W)), i
 
     nested = [torch.tensor([1.0, RANK]), {"n": torch.tensor(RANK)}]
     summed = ops.reduce(nested, "sum", debug=True)
@@ -139,13 +144,22 @@ def check_ops() -> None:
             ),
             # gather always checks: only dim 0 may differ between ranks
             (lambda: ops.gather(torch.zeros(3, RANK + 1)), lambda r: [3, r + 1]),
+            # ... and the structure (another key on the last rank) and the dtypes
+            (
+                lambda: ops.gather({"a" if RANK < W - 1 else "b": torch.zeros(2)}),
+                lambda r: [2],
+            ),
+            (
+                lambda: ops.gather(torch.zeros(2, dtype=torch.float32 if RANK else torch.int64)),
+                lambda r: [2],
+            ),
         ):
             try:
                 call()
             except CollectiveMismatchError as exc:
                 text = str(exc)
                 for r in range(W):  # the message lists every rank's shape
-                    assert f"rank {r}: " in text and f"{shape(r)} float32" in text, text
+                    assert f"rank {r}: " in text and f"{shape(r)} " in text, text
             else:
                 raise AssertionError("a shape mismatch did not raise")
     STATE.wait_for_everyone()  # the group still works after the errors
