@@ -1,5 +1,5 @@
 """A transformers Trainer script under `overdrive launch --simulate`, against its real run:
-the same parameter and optimizer bytes held, the same reduce-scatters per step."""
+the same parameter and optimizer bytes held, the same collectives in a step, kind by kind."""
 
 from __future__ import annotations
 
@@ -41,9 +41,4 @@ def test_a_trainer_script_simulates_as_it_runs_under_fsdp2(tmp_path: Path) -> No
             mine["collectives_per_step"][-1],
             theirs["collectives_per_step"][-1],
         )
-        assert last_mine["reduce_scatter"] == last_theirs["reduce_scatter"]
-        gathered, real_gathered = (
-            last_mine["all_gather"]["bytes"],
-            last_theirs["all_gather"]["bytes"],
-        )
-        assert abs(gathered - real_gathered) <= 0.01 * real_gathered
+        assert last_mine == last_theirs

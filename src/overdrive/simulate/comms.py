@@ -68,6 +68,14 @@ def _is_tensor(value: Any) -> bool:
     return isinstance(value, torch.Tensor)
 
 
+def _is_wrapper(kind: type) -> bool:
+    """A tensor subclass that dispatches its operators to inner tensors (a DTensor), as
+    opposed to a plain or fake tensor, whose operators this mode handles itself."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return kind is not torch.Tensor and not issubclass(kind, (FakeTensor, torch.nn.Parameter))
+
+
 def _group(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, Any]:
     """The group a collective runs on, by the mesh dimension it belongs to (``dp_shard``,
     ``tp`` ...), ``world`` for the default group, else the group's own description; and the
@@ -115,6 +123,11 @@ class CollectiveCounter(TorchDispatchMode):
         """Group -> its global ranks, for each group a collective ran on."""
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if any(_is_wrapper(t) for t in types):
+            # A DTensor's operator runs its own code (sharding, redistribution, context
+            # parallelism's ring) on local tensors: let it, so that the collectives it issues
+            # come back here, as they would not from inside this mode's own call.
+            return NotImplemented
         namespace = getattr(func, "namespace", "")
         if namespace in ("c10d", "_c10d_functional"):
             name = func._schema.name.split("::", 1)[-1]

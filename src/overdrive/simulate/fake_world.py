@@ -66,6 +66,8 @@ class SimulatedRank(CollectiveCounter):
             with unset_fake_temporarily():  # a real tensor (a mesh's rank table): its value
                 return func(*args, **(kwargs or {}))
         out = super().__torch_dispatch__(func, types, args, kwargs)
+        if out is NotImplemented:  # a DTensor's operator: counted on its local tensors
+            return out
         self.flops += operator_flops(func, args, kwargs or {}, out)
         return out
 
