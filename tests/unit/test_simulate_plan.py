@@ -23,7 +23,14 @@ pytest.importorskip("transformers")
 from overdrive.memory_estimate import STRATEGIES, estimate  # noqa: E402
 from overdrive.memory_estimate.build import load_spec  # noqa: E402
 from overdrive.parallel.layout import ParallelLayout  # noqa: E402
-from overdrive.simulate.plan import Candidate, candidates, config_text, parse_memory  # noqa: E402
+from overdrive.simulate.plan import (  # noqa: E402
+    Candidate,
+    candidates,
+    config_text,
+    layer_class,
+    parse_memory,
+    simulate_candidate,
+)
 
 TINY = {
     "model_type": "llama",
@@ -200,9 +207,7 @@ def test_only_activation_checkpointing_fits_and_the_written_file_launches(
         "not simulated: the simulated rank runs on this machine's CPU"
         in (lines["dp_shard=2 + CPU offload"])
     )
-    assert (
-        "not simulated: the planned step does not split its batches" in lines["dp_shard=1 x cp=2"]
-    )
+    assert "not simulated (over the cap)" in lines["dp_shard=1 x cp=2"]
     assert "chosen: dp_shard=2 + activation checkpointing;" in printed
     assert "fsdp_activation_checkpointing: true" in out.read_text()
     assert main(["config", "validate", str(out)]) == 0
@@ -220,6 +225,33 @@ def test_only_activation_checkpointing_fits_and_the_written_file_launches(
     assert done.returncode == 0, done.stderr
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert rows == [{"world": 2, "fsdp_version": 2, "checkpointing": True, "layers": 2}] * 2
+
+
+def test_a_context_parallel_candidate_is_simulated_with_half_the_tokens_a_rank(
+    tiny: Path, tmp_path: Path
+) -> None:
+    """dp_shard=2 x cp=2 against dp_shard=4 on 4 GPUs, 2 sequences of 512 tokens a rank: the
+    same parameter, gradient and AdamW bytes (FSDP2 shards over dp_shard x cp), each rank's
+    step in a context-parallel block with the ring's collectives on the cp dimension, and a
+    smaller activation peak (each rank computes 256 tokens of each sequence)."""
+    config = json.loads((tiny / "config.json").read_text())
+    (tiny / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 512}))
+    spec = load_spec(str(tiny), library_name="transformers")
+    by_name = {c.name: c for c in candidates(spec, 4, 8, seq_len=512, batch=2)}
+    script_args = ["--model", str(tiny), "--seq_len", "512", "--batch", "2"]
+    reports = {}
+    for name in ("dp_shard=4", "dp_shard=2 x cp=2"):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(config_text(by_name[name], 4, 8, layer_class(str(tiny)), None))
+        reports[name] = simulate_candidate(by_name[name], str(path), script_args, False)
+    plain, context = reports["dp_shard=4"], reports["dp_shard=2 x cp=2"]
+    assert context["state_bytes"] == plain["state_bytes"]
+    ring = context["collectives_per_step"][-1]
+    assert {"all_gather", "all_to_all"} <= set(ring), ring
+    assert set(ring["all_to_all"]["groups"]) == {"cp"}, ring
+    assert "all_to_all" not in plain["collectives_per_step"][-1]
+    activations = [r["peak_bytes"].get("Activation", 0) for r in (plain, context)]
+    assert 0 < activations[1] < 0.75 * activations[0], activations
 
 
 @pytest.mark.extended  # about 60 s: two simulated pipelines

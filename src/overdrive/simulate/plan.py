@@ -93,10 +93,6 @@ NOT_SIMULATED_OFFLOAD = (
     "not simulated: the simulated rank runs on this machine's CPU, where memory offloaded to "
     "the host and the GPU's memory are one pool (arithmetic only)"
 )
-NOT_SIMULATED_CP = (
-    "not simulated: the planned step does not split its batches with maybe_context_parallel "
-    "and context parallelism has not been run under simulation yet (arithmetic only)"
-)
 
 
 def simulate_candidate(
@@ -136,8 +132,6 @@ def ruled_out(candidate: Candidate, memory: int, batch: int, seq_len: int) -> st
         )
     if candidate.offload:
         return NOT_SIMULATED_OFFLOAD
-    if candidate.cp > 1:
-        return NOT_SIMULATED_CP
     return None
 
 

@@ -8,7 +8,11 @@ parameters, gradients and optimizer state, then, given a folder (argv[1]), calls
 Run for real with ``REAL_PEAK=1``, it also follows its own memory with the simulation's
 tracker over its real tensors, as a simulated rank does over fake ones (from before the model
 is built, the step peak from the first forward, the per-module state reset after each
-optimizer step); ``RESULT`` then holds ``peak``: its peak in the steps by kind."""
+optimizer step); ``RESULT`` then holds ``peak``: its peak in the steps by kind.
+
+Under context parallelism (``--parallelism_config_cp_size``) each step runs in
+``accelerator.maybe_context_parallel`` on (input ids, position ids, labels shifted before the
+split), the loss computed from the logits, as Hugging Face Accelerate's guide writes it."""
 
 from __future__ import annotations
 
@@ -39,10 +43,26 @@ def _peak_tracker() -> Any:
     return tracker
 
 
+def _context_parallel_loss(acc: Accelerator, model: Any, tokens: torch.Tensor) -> torch.Tensor:
+    """The loss of ``tokens`` (SEQ + 1 a row) in a context-parallel block: this process keeps
+    its chunks of the inputs and of the labels, shifted before they are split."""
+    inputs = tokens[:, :SEQ].clone()
+    positions = torch.arange(SEQ).expand_as(inputs).clone()
+    labels = tokens[:, 1:].clone()
+    buffers = [inputs, positions, labels]
+    with acc.maybe_context_parallel(buffers, [1, 1, 1], set(buffers)):
+        logits = model(input_ids=inputs, position_ids=positions).logits
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
+        acc.backward(loss)
+    return loss
+
+
 def main() -> None:
     tracker = _peak_tracker()
     acc = Accelerator(cpu=True)
-    ids = torch.randint(0, VOCAB, (STEPS * BATCH * acc.num_processes, SEQ))
+    layout = acc.parallelism_config
+    context_parallel = layout is not None and layout.cp_enabled
+    ids = torch.randint(0, VOCAB, (STEPS * BATCH * acc.num_processes, SEQ + 1))
     loader = DataLoader(TensorDataset(ids), batch_size=BATCH)
     model = LlamaForCausalLM(smallest_llama_config(vocab=VOCAB, seq=SEQ))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -53,8 +73,11 @@ def main() -> None:
     state: dict[str, int] = {}
     with counter:
         for (batch,) in loader:
-            loss = model(input_ids=batch, labels=batch).loss
-            acc.backward(loss)
+            if context_parallel:
+                _context_parallel_loss(acc, model, batch)
+            else:
+                tokens = batch[:, :SEQ]
+                acc.backward(model(input_ids=tokens, labels=tokens).loss)
             opt.step()
             if tracker is not None:
                 tracker.reset_mod_stats()  # where the simulation resets it: after the step
