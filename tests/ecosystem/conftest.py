@@ -6,7 +6,9 @@ harness's helpers always run."""
 import os
 
 collect_ignore_glob = (
-    [] if os.environ.get("OVERDRIVE_ECOSYSTEM") == "1" else ["test_side_by_side.py"]
+    []
+    if os.environ.get("OVERDRIVE_ECOSYSTEM") == "1"
+    else ["test_side_by_side.py", "test_simulate_trl.py"]
 )
 # The adaptation layer is put first on the scripts' path; it holds no tests.
 collect_ignore = ["adapt"]
