@@ -5,7 +5,7 @@ holds the same parameter, gradient and optimizer bytes, peaks within 10% of the 
 memory (the same tracker over real tensors) and says what its `save_state` writes (file by
 file against the real save), under one process, DDP, FSDP1, FSDP2 (full and sharded state
 dicts), TP, FSDP2 x TP, PP, PP x FSDP2, PP x TP, context parallelism over FSDP2 and DeepSpeed
-ZeRO-1/2/3; a Llama-3-8B shape
+ZeRO-0/1/2/3; a Llama-3-8B shape
 simulated as one of 512 processes holds 1/512 of the model."""
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ FLAGS = {
     "pp_fsdp2": [*PP, *FSDP2, *LAYERS],
     "pp_tp": [*PP, *TP],
     "cp": [*FSDP2, *LAYERS, "--parallelism_config_cp_size", "2"],
+    "zero0": ["--use_deepspeed", "--zero_stage", "0"],
     "zero1": ["--use_deepspeed", "--zero_stage", "1"],
     "zero2": ["--use_deepspeed", "--zero_stage", "2"],
     "zero3": ["--use_deepspeed", "--zero_stage", "3"],
@@ -54,6 +55,7 @@ KINDS = {
     "pp_fsdp2": {"send", "recv", "all_gather", "reduce_scatter"},
     "pp_tp": {"send", "recv", "all_reduce"},  # the last stage also gathers the head's output
     "cp": {"all_gather", "reduce_scatter", "all_to_all"},  # the ring: keys, values, gradients
+    "zero0": {"all_reduce"},
     "zero1": {"all_reduce", "all_gather"},
     "zero2": {"all_reduce", "all_gather"},
     "zero3": {"all_reduce", "all_gather", "reduce_scatter"},
@@ -66,10 +68,10 @@ BOTH_ENDS = {
     "pp_tp",
     "cp",
 }  # simulated at the default ranks, the first and the last
-DEEPSPEED = {"zero1", "zero2", "zero3"}
+DEEPSPEED = {"zero0", "zero1", "zero2", "zero3"}
 PIPELINE = {"pp", "pp_fsdp2", "pp_tp"}
 # Every process writes what rank 0 writes of its own: the whole checkpoint follows from rank 0.
-ALIKE = {"one_process", "ddp", "zero1", "zero2", "zero3"}
+ALIKE = {"one_process", "ddp", "zero0", "zero1", "zero2", "zero3"}
 # Not yet explained: pp x FSDP2's first stage holds 18% more activation bytes simulated than
 # real (12% of its peak, 290,606 against 246,940 bytes; docs/simulate.md).
 PEAK_BOUND = {"pp_fsdp2": 0.15}
@@ -107,6 +109,7 @@ def _simulate(
         pytest.param("pp_fsdp2", marks=[pytest.mark.extended, pytest.mark.four_processes]),
         pytest.param("pp_tp", marks=[pytest.mark.extended, pytest.mark.four_processes]),
         pytest.param("cp", marks=pytest.mark.extended),
+        pytest.param("zero0", marks=[pytest.mark.extended, pytest.mark.deepspeed]),
         pytest.param("zero1", marks=[pytest.mark.extended, pytest.mark.deepspeed]),
         pytest.param("zero2", marks=[pytest.mark.extended, pytest.mark.deepspeed]),
         pytest.param("zero3", marks=[pytest.mark.extended, pytest.mark.deepspeed]),

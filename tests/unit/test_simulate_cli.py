@@ -64,6 +64,33 @@ def test_a_simulated_rank_is_checked_before_anything_runs(
     assert "must not run" not in err
 
 
+@pytest.mark.parametrize("where", ["flag", "json"])
+def test_zero_offload_is_refused_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    """DeepSpeed's CPU Adam would crash a simulated rank: refused with the setting, where it
+    came from and the fix, exit code 2, the script never started."""
+    script = tmp_path / "train.py"
+    script.write_text("raise SystemExit('the script must not run')\n")
+    argv = ["launch", "--simulate", "--cpu", "--num_processes", "2", "--use_deepspeed"]
+    if where == "flag":
+        argv += ["--zero_stage", "2", "--offload_optimizer_device", "cpu"]
+    else:
+        ds = tmp_path / "ds.json"
+        zero = {"stage": 3, "offload_param": {"device": "cpu"}}
+        ds.write_text(json.dumps({"zero_optimization": zero, "train_micro_batch_size_per_gpu": 1}))
+        argv += ["--deepspeed_config_file", str(ds)]
+    assert main([*argv, str(script)]) == 2
+    err = capsys.readouterr().err
+    assert "--simulate does not run DeepSpeed's ZeRO-Offload" in err
+    if where == "flag":
+        assert "offload_optimizer_device = cpu, from flag --offload_optimizer_device" in err
+    else:
+        assert "zero_optimization.offload_param.device = cpu, from" in err and "ds.json" in err
+    assert "fix: simulate the same layout without offload" in err
+    assert "must not run" not in err and "Traceback" not in err
+
+
 SCRIPT = TRAIN_SCRIPT + 'print("the script finished")\n'
 CONFIG = "distributed_type: MULTI_CPU\nnum_processes: 4\nuse_cpu: true\n"
 

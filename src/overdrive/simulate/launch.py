@@ -15,6 +15,7 @@ from overdrive.launch.plan import LaunchPlan
 from overdrive.simulate.checkpoint_total import whole_checkpoint
 from overdrive.simulate.cost import estimate, load_cost
 from overdrive.simulate.device import MODELS, check_device
+from overdrive.simulate.offload_refusal import refuse_zero_offload
 from overdrive.simulate.ranks import choose_ranks
 from overdrive.simulate.report import text
 
@@ -40,6 +41,7 @@ def simulate_plan(
     """Simulate the chosen ranks of ``plan``'s world, memory sized for ``device``
     (``--simulate_device``, cpu by default); one report per rank."""
     device = check_device(device)
+    refuse_zero_offload(plan.settings, plan.decision.backend)
     if steps < 1:
         raise LaunchError(
             f"--simulate_steps must be 1 or more, got {steps}\n  fix: pass --simulate_steps 2"
