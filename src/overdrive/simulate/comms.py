@@ -68,12 +68,19 @@ def _is_tensor(value: Any) -> bool:
     return isinstance(value, torch.Tensor)
 
 
+_WRAPPERS: dict[type, bool] = {torch.Tensor: False}
+
+
 def _is_wrapper(kind: type) -> bool:
     """A tensor subclass that dispatches its operators to inner tensors (a DTensor), as
-    opposed to a plain or fake tensor, whose operators this mode handles itself."""
-    from torch._subclasses.fake_tensor import FakeTensor
+    opposed to a plain or fake tensor, whose operators this mode handles itself (asked for
+    every operator: the answer is kept per type)."""
+    known = _WRAPPERS.get(kind)
+    if known is None:
+        from torch._subclasses.fake_tensor import FakeTensor
 
-    return kind is not torch.Tensor and not issubclass(kind, (FakeTensor, torch.nn.Parameter))
+        known = _WRAPPERS[kind] = not issubclass(kind, (FakeTensor, torch.nn.Parameter))
+    return known
 
 
 def _group(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, Any]:
