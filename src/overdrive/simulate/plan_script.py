@@ -43,18 +43,19 @@ def train_steps(
     model, opt, loader = acc.prepare(model, opt, loader)
     for (tokens,) in loader:
         if context_parallel:
-            _context_parallel_step(acc, model, tokens, seq_len)
+            context_parallel_step(acc, model, tokens, seq_len)
         else:
             acc.backward(model(input_ids=tokens, labels=tokens).loss)
         opt.step()
         opt.zero_grad()
 
 
-def _context_parallel_step(
+def context_parallel_step(
     acc: Accelerator, model: torch.nn.Module, tokens: torch.Tensor, seq_len: int
-) -> None:
-    """Forward and backward of one batch in a context-parallel block: each process keeps its
-    chunks of the inputs, positions and next-token labels."""
+) -> torch.Tensor:
+    """Forward and backward of one batch (``seq_len`` + 1 tokens a row) in a context-parallel
+    block, as Hugging Face Accelerate's guide writes it: each process keeps its chunks of the
+    inputs, positions and next-token labels (shifted before the split); the loss."""
     inputs = tokens[:, :seq_len].clone()
     positions = torch.arange(seq_len).expand_as(inputs).clone()
     labels = tokens[:, 1:].clone()
@@ -63,6 +64,7 @@ def _context_parallel_step(
         logits = model(input_ids=inputs, position_ids=positions).logits
         loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
         acc.backward(loss)
+    return loss
 
 
 if __name__ == "__main__":

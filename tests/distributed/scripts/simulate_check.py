@@ -29,6 +29,7 @@ from transformers import LlamaForCausalLM
 from overdrive.accelerator import Accelerator
 from overdrive.simulate.comms import CollectiveCounter, difference
 from overdrive.simulate.memory import training_state_bytes
+from overdrive.simulate.plan_script import context_parallel_step
 
 STEPS, BATCH, SEQ, VOCAB = 3, 4, 16, 64
 
@@ -41,20 +42,6 @@ def _peak_tracker() -> Any:
     tracker = PeakTracker()
     tracker.__enter__()
     return tracker
-
-
-def _context_parallel_loss(acc: Accelerator, model: Any, tokens: torch.Tensor) -> torch.Tensor:
-    """The loss of ``tokens`` (SEQ + 1 a row) in a context-parallel block: this process keeps
-    its chunks of the inputs and of the labels, shifted before they are split."""
-    inputs = tokens[:, :SEQ].clone()
-    positions = torch.arange(SEQ).expand_as(inputs).clone()
-    labels = tokens[:, 1:].clone()
-    buffers = [inputs, positions, labels]
-    with acc.maybe_context_parallel(buffers, [1, 1, 1], set(buffers)):
-        logits = model(input_ids=inputs, position_ids=positions).logits
-        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
-        acc.backward(loss)
-    return loss
 
 
 def main() -> None:
@@ -74,7 +61,7 @@ def main() -> None:
     with counter:
         for (batch,) in loader:
             if context_parallel:
-                _context_parallel_loss(acc, model, batch)
+                context_parallel_step(acc, model, batch, SEQ)
             else:
                 tokens = batch[:, :SEQ]
                 acc.backward(model(input_ids=tokens, labels=tokens).loss)
