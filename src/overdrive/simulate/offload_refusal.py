@@ -8,42 +8,29 @@ came from, with the fix, before anything starts.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from overdrive.config import Settings
 from overdrive.config.types import DistributedType
+from overdrive.ds.config import KNOBS, build
 from overdrive.errors import LaunchError
 
-OFFLOAD_KEYS = (
-    ("deepspeed_config.offload_optimizer_device", "zero_optimization.offload_optimizer.device"),
-    ("deepspeed_config.offload_param_device", "zero_optimization.offload_param.device"),
+OFFLOAD_PATHS = (
+    "zero_optimization.offload_optimizer.device",
+    "zero_optimization.offload_param.device",
 )
-FILE_KEY = "deepspeed_config.deepspeed_config_file"
-
-
-def _from_file(path: str, dotted: str) -> object:
-    try:
-        tree: object = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None  # the real launch's own check words what is wrong with the file
-    for part in dotted.split("."):
-        tree = tree.get(part) if isinstance(tree, dict) else None
-    return tree
 
 
 def zero_offload(settings: Settings) -> tuple[str, str, str] | None:
-    """(setting, device, where it came from) of the first ZeRO offload the settings or their
-    DeepSpeed config file ask for; None without one."""
-    for key, dotted in OFFLOAD_KEYS:
-        device = settings[key]
+    """(what asks for it, device, where it came from) of the first ZeRO offload in the
+    DeepSpeed config the settings make (with their DeepSpeed JSON file, if any); None without
+    one. What asks is the setting, or the JSON's path when the file gives it."""
+    config = build(settings)
+    setting_of = {path: key for key, path in KNOBS}
+    for path in OFFLOAD_PATHS:
+        device = config.get(path)
         if device not in (None, "none"):
-            return key, str(device), str(settings.source(key))
-        path = settings[FILE_KEY]
-        if path is not None:
-            found = _from_file(str(path), dotted)
-            if found not in (None, "none"):
-                return dotted, str(found), f"{FILE_KEY} {path}"
+            source = config.sources.get(path, config.origin)
+            name = path if source == config.origin else setting_of[path]
+            return name, str(device), source
     return None
 
 
@@ -54,9 +41,9 @@ def refuse_zero_offload(settings: Settings, backend: DistributedType) -> None:
     found = zero_offload(settings)
     if found is None:
         return
-    key, device, source = found
+    name, device, source = found
     raise LaunchError(
-        f"--simulate does not run DeepSpeed's ZeRO-Offload ({key} = {device}, from {source}): "
+        f"--simulate does not run DeepSpeed's ZeRO-Offload ({name} = {device}, from {source}): "
         "its CPU Adam steps the optimizer in the tensors' memory, which a simulated rank's "
         "tensors do not have\n"
         "  fix: simulate the same layout without offload (leave out --offload_optimizer_device "
