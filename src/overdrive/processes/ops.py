@@ -180,7 +180,7 @@ def _first_dim_sizes(op: str, data: Any) -> list[list[int]]:
     mine = torch.tensor(header, dtype=torch.int64, device=comm_device())
     table = [torch.empty_like(mine) for _ in range(world_size())]
     dist.all_gather(table, mine)
-    rows = [row.tolist() for row in table]
+    rows = torch.stack(table).tolist()  # one read back (one device sync under NCCL)
     rows[_rank()] = header
     if any(row[:2] != header[:2] for row in rows):
         # The descriptions decide, and word the error. They agree only where the integers
@@ -192,7 +192,8 @@ def _first_dim_sizes(op: str, data: Any) -> list[list[int]]:
     every = torch.tensor(sizes, dtype=torch.int64, device=comm_device())
     parts = [torch.empty_like(every) for _ in rows]
     dist.all_gather(parts, every)
-    return [[int(part[i]) for part in parts] for i in range(len(leaves))]
+    by_rank = torch.stack(parts).tolist()
+    return [[theirs[i] for theirs in by_rank] for i in range(len(leaves))]
 
 
 # --------------------------------------------------------------------------- collectives
