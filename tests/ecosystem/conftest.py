@@ -1,7 +1,7 @@
 """The side-by-side ecosystem runs need TRL, PEFT, diffusers and Hugging Face Accelerate in
 test-only folders and diffusers' scripts from GitHub, and take minutes: pytest collects their
-checks, and the simulation of TRL's script, only under `make ecosystem` (OVERDRIVE_ECOSYSTEM=1). The fast unit tests of the
-harness's helpers always run."""
+checks, and the simulation of TRL's script, only under `make ecosystem`
+(OVERDRIVE_ECOSYSTEM=1). The fast unit tests of the harness's helpers always run."""
 
 import os
 
