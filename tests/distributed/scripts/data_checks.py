@@ -136,30 +136,41 @@ def check_ops() -> None:
     assert first.shape == (2, W) and (first[:, : W - RANK - 1] == 0).all()
 
     if W > 1:
-        for call, shape in (
-            (lambda: ops.reduce(torch.zeros(RANK + 2), debug=True), lambda r: [r + 2]),
+        for call, shape, dtype in (
+            (
+                lambda: ops.reduce(torch.zeros(RANK + 2), debug=True),
+                lambda r: [r + 2],
+                lambda r: "float32",
+            ),
             (
                 lambda: ops.broadcast({"k": torch.zeros(2, RANK + 1)}, debug=True),
                 lambda r: [2, r + 1],
+                lambda r: "float32",
             ),
             # gather always checks: only dim 0 may differ between ranks
-            (lambda: ops.gather(torch.zeros(3, RANK + 1)), lambda r: [3, r + 1]),
+            (
+                lambda: ops.gather(torch.zeros(3, RANK + 1)),
+                lambda r: [3, r + 1],
+                lambda r: "float32",
+            ),
             # ... and the structure (another key on the last rank) and the dtypes
             (
                 lambda: ops.gather({"a" if RANK < W - 1 else "b": torch.zeros(2)}),
                 lambda r: [2],
+                lambda r: "float32",
             ),
             (
                 lambda: ops.gather(torch.zeros(2, dtype=torch.float32 if RANK else torch.int64)),
                 lambda r: [2],
+                lambda r: "float32" if r else "int64",
             ),
         ):
             try:
                 call()
             except CollectiveMismatchError as exc:
                 text = str(exc)
-                for r in range(W):  # the message lists every rank's shape
-                    assert f"rank {r}: " in text and f"{shape(r)} " in text, text
+                for r in range(W):  # the message lists every rank's shape and dtype
+                    assert f"rank {r}: " in text and f"{shape(r)} {dtype(r)}" in text, text
             else:
                 raise AssertionError("a shape mismatch did not raise")
     STATE.wait_for_everyone()  # the group still works after the errors
