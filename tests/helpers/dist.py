@@ -99,11 +99,11 @@ def launch_command(
 
 
 def run_torchrun(
-    script: Path, *, nprocs: int = 2, timeout: float = 180
+    script: Path, *, nprocs: int = 2, args: Sequence[str] = (), timeout: float = 180
 ) -> subprocess.CompletedProcess[str]:
     """The same script under plain `torchrun` (torch.distributed.run) on its own free port."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nprocs)]
-    cmd += ["--master_port", str(free_port()), str(script)]
+    cmd += ["--master_port", str(free_port()), str(script), *args]
     return subprocess.run(
         cmd, env=clean_env(), capture_output=True, text=True, timeout=timeout, cwd=REPO
     )

@@ -163,15 +163,12 @@ def _release_process_group() -> None:
     already finished its work (pytorch/pytorch#179291); the launcher would then report a
     failure for a run that succeeded.
     """
-    dist = sys.modules.get("torch.distributed")
-    if dist is None:
-        return
+    if "torch.distributed" not in sys.modules:
+        return  # no group without it; importing it here would only slow the exit
     try:
-        if dist.is_available() and dist.is_initialized():
-            import gc
+        from overdrive.launch.group_teardown import destroy_at_exit
 
-            gc.collect()
-            dist.destroy_process_group()
+        destroy_at_exit()
     except Exception:  # noqa: BLE001 - teardown is best effort; the exit code stands
         pass
 

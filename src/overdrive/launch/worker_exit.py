@@ -6,8 +6,10 @@ that has a Python object when the script returns (it drops finished collectives 
 after signalling them done). If it drops it once the interpreter is finalizing, the thread
 is stopped mid-destructor and the process aborts (SIGABRT, "terminate called without an
 active exception") although the run succeeded: seen in about one 3-process run in five on
-two cores, even after ``destroy_process_group()``. Skipping finalization closes that window;
-``multiprocessing`` children end the same way.
+two cores, even after ``destroy_process_group()``, which leaves the group alive while
+anything refers to it (``launch/group_teardown.py`` releases torch's own references).
+Skipping finalization closes that window for any group left; ``multiprocessing`` children
+end the same way.
 
 What finalization would have done for the user is done here first: non-daemon threads are
 joined, ``atexit`` callbacks run, every open file is flushed, and garbage is collected.

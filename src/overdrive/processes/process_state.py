@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import atexit
 import builtins
-import gc
 import os
 import sys
 import warnings
@@ -34,6 +33,7 @@ from overdrive.config.types import DistributedType
 from overdrive.environment.process_env import DEFAULT_MASTER_PORT, ProcessEnv, detect_process_env
 from overdrive.environment.rank_logging import get_logger
 from overdrive.errors import ConfigError
+from overdrive.launch.group_teardown import destroy_at_exit, destroy_default_group
 from overdrive.launch.suggest import suggest_command
 from overdrive.parallel.decide import Decision, decide_layout
 from overdrive.processes import ops, state_reset
@@ -240,8 +240,8 @@ class PartialState:
             )
         self._created_group = True
         self._backend = backend
-        atexit.unregister(_destroy_at_exit)  # registered once however many groups
-        atexit.register(_destroy_at_exit)
+        atexit.unregister(destroy_at_exit)  # registered once however many groups
+        atexit.register(destroy_at_exit)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -421,7 +421,7 @@ class PartialState:
     def destroy_process_group(self) -> None:
         """Destroy the default process group if this object created it."""
         if self._created_group and dist.is_initialized():
-            dist.destroy_process_group()
+            destroy_default_group()
         self._created_group = False
         self._backend = None
 
@@ -459,16 +459,6 @@ def _init_kwargs_from(
             fix="pass the process-group arguments one way",
         )
     return InitProcessGroupKwargs(**given_here)
-
-
-def _destroy_at_exit() -> None:
-    """Tear the group down while the interpreter is alive: a gloo group left to interpreter
-    finalization sometimes aborts a finished process (SIGABRT, "terminate called without an
-    active exception"; pytorch/pytorch#179291). Collecting first frees unreachable DDP
-    wrappers, which hold the group too."""
-    if dist.is_available() and dist.is_initialized():
-        gc.collect()
-        dist.destroy_process_group()
 
 
 def _share(n: int, world: int, rank: int) -> tuple[int, int]:
