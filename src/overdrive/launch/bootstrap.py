@@ -166,6 +166,7 @@ def _release_process_group() -> None:
     if "torch.distributed" not in sys.modules:
         return  # no group without it; importing it here would only slow the exit
     try:
+        # deferred: it imports torch.distributed, which the worker loads only if the script does
         from overdrive.launch.group_teardown import destroy_at_exit
 
         destroy_at_exit()
