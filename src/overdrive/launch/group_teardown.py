@@ -1,19 +1,27 @@
-"""Destroying the default process group so that it is really gone, gloo threads included.
+"""Destroying the process groups so that they are really gone, gloo threads included, and
+in an order that cannot deadlock.
 
-``torch.distributed.destroy_process_group()`` only drops torch's registry of the group; the
+``torch.distributed.destroy_process_group()`` only drops torch's registry of the groups; a
 group itself (and, under gloo, its worker threads) lives on while anything else refers to it.
 One such reference is torch's own: ``torch.distributed.nn.functional`` writes
 ``group=group.WORLD`` as default arguments, evaluated when it is first imported. Creating an
 optimizer imports ``torch._dynamo``, which imports that module, so in most training scripts
 it is imported after the group exists and keeps the group for the life of the process.
-
-DTensor (FSDP2, tensor and context parallelism) keeps others: its sharding and
-redistribution caches hold tensor specs, whose device mesh holds the group.
+DTensor (FSDP2, tensor and context parallelism) keeps others: its sharding and redistribution
+caches hold tensor specs, whose device mesh holds the group.
 
 A group that outlives the script is torn down by interpreter finalization with its threads
 still running, which sometimes aborts a process that finished its work (SIGABRT, "terminate
-called without an active exception"). Releasing those defaults as well lets the group be
-destroyed while the interpreter is whole, its threads joined.
+called without an active exception"): a gloo worker drops a finished collective a moment
+after signalling it done, and dropping a tensor that has a Python object takes the GIL.
+
+Who drops a group's last reference matters for the same reason. Its destructor joins the
+worker threads; DDP's reducer drops its reference holding the GIL, so a worker still dropping
+a collective waits for the GIL and the join waits for the worker: a deadlock (seen after
+``PartialState.destroy_process_group()`` when the DDP model was freed next). A Python
+reference to a group releases the GIL in its destructor. So the groups destroyed here are
+held until exit, where everything else that holds them has been collected first and these
+references are the last: each destructor then joins its threads without the GIL.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import gc
 import importlib
 import sys
 import types
+from typing import Any
 
 import torch.distributed as dist
 
@@ -37,21 +46,31 @@ _DTENSOR_CACHES = (
 )
 
 
+_kept: list[Any] = []
+"""The groups destroyed here, held until exit (see the module's docstring)."""
+
+
 def destroy_default_group() -> None:
-    """Destroy the default process group and release the references torch keeps to it."""
-    group = dist.group.WORLD
+    """Destroy every process group (as ``destroy_process_group()`` does) and release the
+    references torch keeps to them; the groups end at exit (``destroy_at_exit``)."""
+    groups = list(getattr(dist.distributed_c10d._world, "pg_map", {})) or [dist.group.WORLD]
     dist.destroy_process_group()
-    if group is not None:
+    _kept.extend(group for group in groups if group is not None)
+    for group in _kept:
         release_group_defaults(group)
 
 
 def destroy_at_exit() -> None:
-    """At interpreter exit: collect first (unreachable DDP wrappers hold the group too), then
-    destroy the default group while the interpreter is whole."""
-    if dist.is_available() and dist.is_initialized():
-        clear_dtensor_caches()
-        gc.collect()
+    """At exit, while the interpreter is whole: empty DTensor's caches, collect (unreachable
+    DDP wrappers hold the groups too), destroy the groups still open, then drop the last
+    references, so that each group joins its threads now rather than in finalization."""
+    if not (dist.is_available() and (dist.is_initialized() or _kept)):
+        return
+    clear_dtensor_caches()
+    gc.collect()
+    if dist.is_initialized():
         destroy_default_group()
+    _kept.clear()
 
 
 def clear_dtensor_caches() -> None:
