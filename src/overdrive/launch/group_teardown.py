@@ -50,7 +50,7 @@ _kept: list[Any] = []
 """The groups destroyed here, held until exit (see the module's docstring)."""
 
 
-def destroy_default_group() -> None:
+def destroy_all_groups() -> None:
     """Destroy every process group (as ``destroy_process_group()`` does) and release the
     references torch keeps to them; the groups end at exit (``destroy_at_exit``)."""
     groups = list(getattr(dist.distributed_c10d._world, "pg_map", {})) or [dist.group.WORLD]
@@ -69,7 +69,7 @@ def destroy_at_exit() -> None:
     clear_dtensor_caches()
     gc.collect()
     if dist.is_initialized():
-        destroy_default_group()
+        destroy_all_groups()
     _kept.clear()
 
 

@@ -33,7 +33,7 @@ from overdrive.config.types import DistributedType
 from overdrive.environment.process_env import DEFAULT_MASTER_PORT, ProcessEnv, detect_process_env
 from overdrive.environment.rank_logging import get_logger
 from overdrive.errors import ConfigError
-from overdrive.launch.group_teardown import destroy_at_exit, destroy_default_group
+from overdrive.launch.group_teardown import destroy_all_groups, destroy_at_exit
 from overdrive.launch.suggest import suggest_command
 from overdrive.parallel.decide import Decision, decide_layout
 from overdrive.processes import ops, state_reset
@@ -421,7 +421,7 @@ class PartialState:
     def destroy_process_group(self) -> None:
         """Destroy the default process group if this object created it."""
         if self._created_group and dist.is_initialized():
-            destroy_default_group()
+            destroy_all_groups()
         self._created_group = False
         self._backend = None
 
