@@ -21,6 +21,7 @@ HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "form_group.py"
 BIN = Path(sys.executable).parent
 COMPAT_SITE = HERE.parents[1] / ".compat" / "site"
+PLAIN = "overdrive, no --cpu"
 
 
 def launchers(nprocs: int) -> dict[str, list[str]]:
@@ -36,6 +37,9 @@ def launchers(nprocs: int) -> dict[str, list[str]]:
             n,
             str(SCRIPT),
         ],
+        # What a user types on a CPU machine: no --cpu, no CUDA_VISIBLE_DEVICES (the launcher
+        # then has to find out that there is no GPU).
+        PLAIN: [str(BIN / "overdrive"), "launch", "-q", "--num_processes", n, str(SCRIPT)],
         # Hugging Face Accelerate starts one process for `--cpu --num_processes 2` (which then
         # cannot form a group), so it is measured with --multi_gpu, its working CPU spelling.
         "accelerate": [
@@ -60,15 +64,17 @@ def launchers(nprocs: int) -> dict[str, list[str]]:
     return {name: cmd for name, cmd in found.items() if shutil.which(cmd[0])}
 
 
-def _env(cmd: list[str]) -> dict[str, str]:
+def _env(name: str, cmd: list[str]) -> dict[str, str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    if name == PLAIN:
+        del env["CUDA_VISIBLE_DEVICES"]
     if "accelerate.commands.accelerate_cli" in cmd:
         env["PYTHONPATH"] = str(COMPAT_SITE)
     return env
 
 
-def time_once(cmd: list[str], nprocs: int) -> float:
-    env = _env(cmd)
+def time_once(name: str, cmd: list[str], nprocs: int) -> float:
+    env = _env(name, cmd)
     start = time.perf_counter()
     result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     elapsed = time.perf_counter() - start
@@ -86,11 +92,11 @@ def main() -> None:
     cmds = launchers(args.nprocs)
     times: dict[str, list[float]] = {name: [] for name in cmds}
     names = list(cmds)
-    time_once(cmds[names[0]], args.nprocs)  # warm the file cache once, not counted
+    time_once(names[0], cmds[names[0]], args.nprocs)  # warm the file cache once, not counted
     for round_index in range(args.rounds):
         order = names[round_index % len(names) :] + names[: round_index % len(names)]
         for name in order:
-            times[name].append(time_once(cmds[name], args.nprocs))
+            times[name].append(time_once(name, cmds[name], args.nprocs))
     base = statistics.median(times["torchrun"])
     print(
         f"| launcher | median (s) | min (s) | ratio to torchrun |  ({args.rounds} rounds, {args.nprocs} processes)"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -58,3 +59,31 @@ def test_the_simulating_launcher_imports_no_torch() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False"]
+
+
+COUNT_GPUS = """
+import sys
+from overdrive.config import load_settings
+from overdrive.launch import cluster
+cluster.GPU_DRIVER_PATHS = ({paths},)
+print(cluster.gpu_count(load_settings(flags=dict(num_processes=2))), "torch" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("driver", [False, True], ids=["no-driver", "driver"])
+def test_a_launch_without_cpu_imports_torch_only_where_a_gpu_driver_is(
+    driver: bool, tmp_path: Path
+) -> None:
+    """Without ``--cpu`` the launcher counts GPUs. With no driver's device file it answers 0
+    without importing torch; where one exists, torch counts (0 on this machine)."""
+    device = tmp_path / "nvidiactl"
+    if driver:
+        device.touch()
+    code = COUNT_GPUS.replace("{paths}", repr(str(device)))
+    env = clean_env()
+    del env["CUDA_VISIBLE_DEVICES"]  # an empty value says "no GPU" before any probe
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0", str(driver)]
