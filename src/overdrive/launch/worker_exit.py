@@ -42,11 +42,21 @@ def _join_threads() -> None:
 
 
 def _open_files() -> list[io.IOBase]:
-    """Every file object alive now (one walk over the heap: with a large library imported it
-    holds hundreds of thousands of objects, a quarter of a second each time)."""
+    """Every file object alive now (one walk over the heap: with transformers imported it
+    holds about 400,000 objects of about a thousand types)."""
     # type(), not isinstance(): isinstance reads __class__, and some objects warn when any
-    # attribute is read (torch.distributed.reduce_op).
-    return [o for o in gc.get_objects() if issubclass(type(o), io.IOBase)]
+    # attribute is read (torch.distributed.reduce_op). io.IOBase is an ABC, whose issubclass
+    # is a registry lookup: asked once per type, the walk takes 0.10 s instead of 0.21 s.
+    is_file: dict[type, bool] = {}
+    files = []
+    for obj in gc.get_objects():
+        kind = type(obj)
+        answer = is_file.get(kind)
+        if answer is None:
+            answer = is_file[kind] = issubclass(kind, io.IOBase)
+        if answer:
+            files.append(obj)
+    return files
 
 
 def _flush(files: list[io.IOBase]) -> None:
