@@ -1,6 +1,6 @@
-"""Layouts beyond one data-parallel dimension under ``overdrive launch --simulate``, fast
-enough for make test: the simulated rank only (test_simulate_matches_real.py holds each
-against the real run in make extended)."""
+"""Layouts beyond one data-parallel dimension under ``overdrive launch --simulate``, the
+simulated rank alone, against numbers worked out by hand (test_simulate_matches_real.py
+holds each layout against its real run)."""
 
 from __future__ import annotations
 
@@ -61,6 +61,7 @@ def test_fsdp2_by_tensor_parallelism_on_4_processes(tmp_path: Path) -> None:
 
 
 @pytest.mark.distributed
+@pytest.mark.extended  # make test holds pp 2 against its real run (test_simulate_matches_real)
 def test_the_last_pipeline_stage(tmp_path: Path) -> None:
     """pp=2, the last stage: it learns what the first stage sends it (the hidden states of
     a micro-batch) without that stage, then sends and receives one micro-batch's

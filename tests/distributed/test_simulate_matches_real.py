@@ -11,12 +11,14 @@ simulated as one of 512 processes holds 1/512 of the model."""
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.deepspeed import DS_ENV
-from tests.helpers.dist import assert_ok, result_rows, run_launch
+from tests.helpers.dist import assert_ok, finish_launch, result_rows, run_launch, start_launch
 
 pytest.importorskip("transformers")
 
@@ -78,17 +80,11 @@ PEAK_BOUND = {"pp_fsdp2": 0.15}
 NOT_MEASURED = {"fsdp1"}  # its optimizer state dict needs object collectives (docs/simulate.md)
 
 
-def _simulate(
-    script: str,
-    flags: list[str],
-    report: Path,
-    ranks: list[str],
-    nprocs: int = 2,
-    env: dict[str, str] | None = None,
-) -> dict:
-    sim = [*ranks, "--simulate", "--simulate_steps", "3", "--simulate_json", str(report)]
-    launch_args = [*sim, *flags]
-    result = run_launch(script, nprocs=nprocs, launch_args=launch_args, env=env, timeout=300)
+def _simulate_flags(report: Path, ranks: list[str]) -> list[str]:
+    return [*ranks, "--simulate", "--simulate_steps", "3", "--simulate_json", str(report)]
+
+
+def _simulated(result: subprocess.CompletedProcess[str], report: Path, nprocs: int) -> dict:
     assert_ok(result)
     assert f"rank 0 of {nprocs}: stopped after 3 optimizer step(s)" in result.stdout, result.stdout
     return json.loads(report.read_text())
@@ -99,39 +95,46 @@ def _simulate(
     "layout",
     [
         "fsdp2_sharded",
+        "one_process",
+        "ddp",
+        "tp",
+        "pp",
+        pytest.param("pp_fsdp2", marks=pytest.mark.four_processes),
+        pytest.param("zero2", marks=pytest.mark.deepspeed),
+        pytest.param("zero3", marks=pytest.mark.deepspeed),
         pytest.param("fsdp2", marks=pytest.mark.extended),
-        pytest.param("one_process", marks=pytest.mark.extended),
-        pytest.param("ddp", marks=pytest.mark.extended),
         pytest.param("fsdp1", marks=pytest.mark.extended),
-        pytest.param("tp", marks=pytest.mark.extended),
         pytest.param("fsdp2_tp", marks=[pytest.mark.extended, pytest.mark.four_processes]),
-        pytest.param("pp", marks=pytest.mark.extended),
-        pytest.param("pp_fsdp2", marks=[pytest.mark.extended, pytest.mark.four_processes]),
         pytest.param("pp_tp", marks=[pytest.mark.extended, pytest.mark.four_processes]),
         pytest.param("cp", marks=pytest.mark.extended),
         pytest.param("zero0", marks=[pytest.mark.extended, pytest.mark.deepspeed]),
         pytest.param("zero1", marks=[pytest.mark.extended, pytest.mark.deepspeed]),
-        pytest.param("zero2", marks=[pytest.mark.extended, pytest.mark.deepspeed]),
-        pytest.param("zero3", marks=[pytest.mark.extended, pytest.mark.deepspeed]),
     ],
-)  # make test keeps the FSDP2 case, sharded (the others take 25-45 s; test_simulate_layouts.py
-# simulates FSDP2 x TP and PP alone in make test)
+)  # make test holds the layouts Hugging Face Accelerate users start from: one process, DDP,
+# FSDP2, TP, PP, pp x FSDP2 on 4 processes, ZeRO-2 and ZeRO-3 (7-26 s each, the real run and
+# its simulation side by side); make extended adds the others
 def test_a_simulated_step_sends_and_holds_what_the_real_one_does(
     layout: str, tmp_path: Path
 ) -> None:
     nprocs = PROCESSES.get(layout, 2)
     env = DS_ENV if layout in DEEPSPEED else None
     saved = tmp_path / "saved"
-    real = run_launch(
-        SCRIPT, nprocs=nprocs, args=[str(saved)], launch_args=FLAGS[layout], timeout=300,
+    ranks = [] if layout in BOTH_ENDS else ["--simulate_ranks", "0"]
+    report = tmp_path / "report.json"
+    # The real run and its simulation side by side: neither waits for the other's imports.
+    real_run = start_launch(
+        SCRIPT, nprocs=nprocs, args=[str(saved)], launch_args=FLAGS[layout],
         env={**(env or {}), "REAL_PEAK": "1"},
     )  # fmt: skip
+    simulated_run = start_launch(
+        SCRIPT, nprocs=nprocs, launch_args=[*_simulate_flags(report, ranks), *FLAGS[layout]],
+        env=env,
+    )  # fmt: skip
+    real, simulation = finish_launch(real_run), finish_launch(simulated_run)
     assert_ok(real)
     measured = {row["rank"]: row for row in result_rows(real.stdout)}
     assert sorted(measured) == list(range(nprocs))
-    ranks = [] if layout in BOTH_ENDS else ["--simulate_ranks", "0"]
-    report = tmp_path / "report.json"
-    simulated = _simulate(SCRIPT, FLAGS[layout], report, ranks, nprocs, env)
+    simulated = _simulated(simulation, report, nprocs)
     expected = [0, nprocs - 1] if layout in BOTH_ENDS else [0]
     assert [r["rank"] for r in simulated["ranks"]] == expected
     for mine in simulated["ranks"]:
@@ -160,6 +163,11 @@ def _check_checkpoint(document: dict, saved: Path, layout: str) -> None:
     """Each simulated rank's files are in the real checkpoint with their sizes; the whole
     checkpoint's count and bytes follow when the simulated ranks stand for every rank."""
     written = {str(p.relative_to(saved)): p.stat().st_size for p in saved.rglob("*") if p.is_file()}
+    # Where every process holds the whole state, a process that reaches save_state after the
+    # main process committed adds its directory with a record of its own (save_alone.py):
+    # a matter of timing, which the simulation (taking every rank as on time) does not model.
+    late = {name for name in written if re.fullmatch(r"rank_\d+/record\.json", name)}
+    written = {name: size for name, size in written.items() if name not in late}
     for rank in document["ranks"]:
         files = rank["checkpoint"]
         if layout in NOT_MEASURED:
@@ -179,7 +187,7 @@ def _check_checkpoint(document: dict, saved: Path, layout: str) -> None:
     if layout in NOT_MEASURED or not (layout in BOTH_ENDS or layout in ALIKE):
         return
     whole, total = document["checkpoint"], sum(written.values())
-    assert whole["files"] == len(written)  # the manifest included
+    assert whole["files"] == len(written), sorted(written)  # the manifest included
     assert abs(whole["bytes"] - total) <= (0.03 if layout in PIPELINE else 0.01) * total
 
 

@@ -66,6 +66,43 @@ def run_launch(
     )
 
 
+def start_launch(
+    script: str | Path,
+    *,
+    nprocs: int = 2,
+    args: Sequence[str] = (),
+    launch_args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+) -> subprocess.Popen[str]:
+    """`run_launch`'s command started and left running, its output piped (for two launches
+    side by side); `finish_launch` waits for it."""
+    cmd = launch_command(script, nprocs=nprocs, args=args, launch_args=launch_args)
+    return subprocess.Popen(
+        cmd,
+        env=clean_env(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+
+
+def finish_launch(
+    process: subprocess.Popen[str], timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """Wait for a `start_launch` process; what `run_launch` would have returned."""
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.terminate()  # the launcher ends its workers on SIGTERM
+        try:
+            process.communicate(timeout=30)
+        finally:
+            process.kill()
+        raise
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
 def launch_command(
     script: str | Path,
     *,
