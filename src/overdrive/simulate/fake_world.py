@@ -4,7 +4,8 @@ with them.
 
 - ``FakeTensorMode`` gives every tensor the script creates a shape, dtype and device but no
   storage; real tensors that reach it (made before it started) are taken as inputs.
-- A value the code reads (``tensor.item()``, ``bool(tensor)``) of a fake tensor does not exist;
+- A value the code reads (``tensor.item()``, ``bool(tensor)``) of a fake tensor does not exist,
+  unless it was computed from constants alone (``known_values``: then it is the real value);
   ``SimulatedRank`` (entered by the caller, inside this context) answers 0 for integers, ``False`` for booleans and 1.0 for floating point (1.0, not 0.0:
   an optimizer's step counter is a float tensor, and a bias correction of ``1 - beta**0``
   would divide by zero).
@@ -36,6 +37,7 @@ from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from overdrive.simulate.comms import CollectiveCounter
 from overdrive.simulate.flops import operator_flops
 from overdrive.simulate.fsdp_chunks import lazy_chunk_with_empty
+from overdrive.simulate.known_values import KnownValues
 from overdrive.simulate.patching import patched
 from overdrive.simulate.pipeline_meta import simulated_pipeline_stages
 
@@ -58,17 +60,20 @@ class SimulatedRank(CollectiveCounter):
     def __init__(self) -> None:
         super().__init__()
         self.flops = 0
+        self.known = KnownValues()
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         if func in READS:
             if isinstance(args[0], FakeTensor):
-                return made_up_value(args[0])
+                known = self.known.read(args[0])
+                return made_up_value(args[0]) if known is None else known
             with unset_fake_temporarily():  # a real tensor (a mesh's rank table): its value
                 return func(*args, **(kwargs or {}))
         out = super().__torch_dispatch__(func, types, args, kwargs)
         if out is NotImplemented:  # a DTensor's operator: counted on its local tensors
             return out
         self.flops += operator_flops(func, args, kwargs or {}, out)
+        self.known.follow(func, args, kwargs or {}, out)
         return out
 
 
