@@ -190,6 +190,9 @@ class KnownValues:
         """Run ``func`` for real on this CPU (a real tensor shaped as ``like`` first among
         the arguments, when given) and keep its outputs as ``out``'s values; False when it
         cannot run."""
+        fakes, _ = tree_flatten(out)
+        if not any(isinstance(f, FakeTensor) and f.numel() <= ELEMENT_LIMIT for f in fakes):
+            return True  # nothing small enough to keep: not run (a model's zeros, say)
         kwargs = {key: _on_cpu(value) for key, value in kwargs.items()}
         try:
             with _disable_current_modes():
@@ -198,7 +201,6 @@ class KnownValues:
                 real = func(*args, **kwargs)
         except Exception:  # an operator this CPU cannot run on these values: left unknown
             return False
-        fakes, _ = tree_flatten(out)
         reals, _ = tree_flatten(real)
         if len(fakes) != len(reals):
             return True
