@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
 from overdrive.checkpoint import model_files, serialization, shards
 from overdrive.checkpoint.records import FileRecord
@@ -47,6 +49,31 @@ def _measured_tensor_files(sizes: dict[str, int]) -> Iterator[None]:
         yield
 
 
+def _shaped_redistribute(
+    self: Any, device_mesh: Any = None, placements: Any = None, **_: Any
+) -> Any:
+    """``DTensor.redistribute`` for a measurement: a DTensor of the same global shape in the
+    asked placements, its local part an empty tensor of the right shape. The real one would
+    run the gathers through the fake group, operator by operator, for values no file holds:
+    only a tensor's shape and dtype decide the size of its file."""
+    mesh = device_mesh if device_mesh is not None else self.device_mesh
+    places = tuple(placements) if placements is not None else tuple(self.placements)
+    shape, _offset = compute_local_shape_and_global_offset(self.shape, mesh, places)
+    local = self._local_tensor.new_empty(shape)
+    return DTensor.from_local(
+        local, mesh, places, run_check=False, shape=self.shape, stride=self.stride()
+    )
+
+
+@contextlib.contextmanager
+def _gathers_by_shape() -> Iterator[None]:
+    """While a save is measured, a DTensor's redistribution (the full state dict's gathers,
+    ``full_tensor``) makes a tensor of the right shape instead of running collectives, which
+    the report does not count for the save."""
+    with patched(DTensor, "redistribute", _shaped_redistribute):
+        yield
+
+
 def _written(snap: Snapshot, folder: Path, sizes: dict[str, int]) -> dict[str, int]:
     folder.mkdir()
     write(snap, folder, lambda stage: None)
@@ -71,6 +98,7 @@ def checkpoint_files(accelerator: Any) -> dict[str, dict[str, int]]:
     with (
         tempfile.TemporaryDirectory() as temp,
         _measured_tensor_files(sizes),
+        _gathers_by_shape(),
         warnings.catch_warnings(),
     ):
         # whether two tensors share storage decides only a copy, never a size

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
+from torch.utils._python_dispatch import _disable_current_modes
 
 from overdrive.simulate.comms import CollectiveCounter
 from overdrive.simulate.flops import operator_flops
@@ -84,6 +85,35 @@ def _outside_fake(function: Callable[..., Any]) -> Callable[..., Any]:
             return function(*args, **kwargs)
 
     return wrapper
+
+
+def _outside_modes(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` run with no dispatch mode active: its tensors are real, and neither
+    counted nor tracked (for arithmetic PyTorch does with small tensors)."""
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with _disable_current_modes():
+            return function(*args, **kwargs)
+
+    return wrapper
+
+
+@contextlib.contextmanager
+def _strided_shard_sizes_by_arithmetic() -> Iterator[None]:
+    """A ``_StridedShard``'s local size and offset (FSDP2 over tensor parallelism) are
+    worked out on an index tensor as long as the sharded dimension, read back element by
+    element: under the fake mode each element is an operator (1.6 million of them in a
+    405B-shaped save). Computed on real tensors, outside the simulation's modes."""
+    from torch.distributed.tensor import placement_types
+
+    strided = getattr(placement_types, "_StridedShard", None)
+    name = "local_shard_size_and_offset"
+    if strided is None or name not in vars(strided):
+        yield
+        return
+    with patched(strided, name, _outside_modes(vars(strided)[name])):
+        yield
 
 
 def _apply_skipping_no_ops(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -238,6 +268,7 @@ def fake_world(rank: int, world_size: int) -> Iterator[None]:
             stack.enter_context(patched(mesh, "mesh", table))
             stack.enter_context(_ddp_on_fake_tensors())
             stack.enter_context(_fsdp2_pieces_when_read())
+            stack.enter_context(_strided_shard_sizes_by_arithmetic())
             stack.enter_context(_object_collectives())
             stack.enter_context(simulated_pipeline_stages())
             stack.enter_context(_deepspeed_on_fake_tensors(stack))
