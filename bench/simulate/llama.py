@@ -1,6 +1,8 @@
 """A Llama-3-shaped causal LM built from a config (no weights) and stepped once on short
 sequences: the script ``run.py`` simulates. ``--shape 8b|70b|405b|tiny``, ``--batch N``,
-``--seq L`` (tokens per sequence, default 128)."""
+``--seq L`` (tokens per sequence, default 128), ``--sequence_parallel`` (under tensor
+parallelism, the norms and the residual stream split over the sequence, as TorchTitan's
+Llama plan does)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import argparse
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from overdrive.accelerator import Accelerator
+from overdrive.arguments.plugins import ParallelismConfig
 from overdrive.simulate.plan_script import train_steps
 
 SHAPES = {
@@ -26,6 +29,7 @@ def main() -> None:
     parser.add_argument("--shape", choices=sorted(SHAPES), default="8b")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--seq", type=int, default=SEQ)
+    parser.add_argument("--sequence_parallel", action="store_true")
     args = parser.parse_args()
     hidden, layers, heads, kv_heads, intermediate, vocab = SHAPES[args.shape]
     config = LlamaConfig(
@@ -37,7 +41,9 @@ def main() -> None:
         num_key_value_heads=kv_heads,
         max_position_embeddings=8192,
     )
-    acc = Accelerator()
+    # the sizes come from the launch (PARALLELISM_CONFIG_*); only the plan's style is set here
+    layout = ParallelismConfig(sequence_parallel=True) if args.sequence_parallel else None
+    acc = Accelerator(parallelism_config=layout)
     train_steps(acc, LlamaForCausalLM(config), vocab, args.seq, args.batch)
 
 

@@ -52,3 +52,33 @@ def test_one_point_runs_and_reports_its_cost(tmp_path: Path) -> None:
     tiny = 22_688 * 4  # the tiny Llama's fp32 parameters, head untied
     # a 64th of them, plus FSDP2's rounding of each shard's rows up (large on so small a model)
     assert tiny / 64 <= point["held_param_bytes"] < tiny / 32
+
+
+def _tp_collectives(tmp_path: Path, *script_flags: str) -> dict:
+    """The tensor-parallel group's collectives of the tiny shape's second step, simulated
+    as rank 0 of dp_shard 2 x tp 2."""
+    report = tmp_path / "report.json"
+    launch = [sys.executable, "-m", "overdrive.cli.main", "launch", "--simulate", "--cpu"]
+    launch += ["--simulate_ranks", "0", "--simulate_steps", "2", "--simulate_json", str(report)]
+    launch += ["--num_processes", "4", "--oversubscribe", "--use_fsdp", "--fsdp_version", "2"]
+    launch += ["--fsdp_transformer_layer_cls_to_wrap", "LlamaDecoderLayer"]
+    launch += ["--parallelism_config_tp_size", "2"]
+    script = [str(BENCH / "llama.py"), "--shape", "tiny", "--seq", "16", *script_flags]
+    result = subprocess.run([*launch, *script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (rank,) = json.loads(report.read_text())["ranks"]
+    step = rank["collectives_per_step"][-1]
+    return {
+        kind: entry["groups"]["tp"]["count"]
+        for kind, entry in step.items()
+        if "tp" in entry["groups"]
+    }
+
+
+@pytest.mark.extended  # about 15 s: two simulated launches
+def test_the_scripts_sequence_parallel_flag_splits_the_sequence_over_tp(tmp_path: Path) -> None:
+    plain, split = _tp_collectives(tmp_path), _tp_collectives(tmp_path, "--sequence_parallel")
+    # without it the rowwise outputs are all-reduced; with it they are reduce-scattered over
+    # the sequence and gathered again before the next split block
+    assert "reduce_scatter" not in plain and plain["all_reduce"] > 0
+    assert split["reduce_scatter"] > 0 and split["all_gather"] > plain.get("all_gather", 0)
