@@ -185,6 +185,7 @@ def handle(args: argparse.Namespace) -> int:
         oversubscribe=args.oversubscribe,
         rank_prefix=False if args.no_rank_prefix else None,
         log_dir=_log_dir(args, settings["project_dir"]),
+        simulated_device=args.simulate_device if getattr(args, "simulate", False) else None,
     )
     if getattr(args, "simulate", False):
         # deferred: keeps overdrive.cli.launch_cmd torch-free (the simulation loads torch)

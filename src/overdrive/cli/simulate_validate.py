@@ -87,7 +87,12 @@ def simulate_validated(
     def plan_for(chosen: Any, gpus: int) -> Any:
         script_args = list(args.script_args)
         return plan_launch(
-            chosen, args.script, script_args, gpu_count=gpus, oversubscribe=oversubscribe
+            chosen,
+            args.script,
+            script_args,
+            gpu_count=gpus,
+            oversubscribe=oversubscribe,
+            simulated_device=args.simulate_device,
         )
 
     plan = plan_for(settings, gpu_count)

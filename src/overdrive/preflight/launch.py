@@ -94,12 +94,15 @@ def plan_launch(
     rank_prefix: bool | None = None,
     log_dir: str | None = None,
     warn: Callable[[str], None] = _stderr_warning,
+    simulated_device: str | None = None,
 ) -> LaunchPlan:
     """Check the settings as a launch on this machine would, and plan it.
 
     Raises the first refusal (backend not available, machines or processes that do not fit,
     a precision or compile option this machine cannot run); settings that are valid but
     cannot take effect go to ``warn`` (stderr by default), one message each.
+    ``simulated_device`` (a simulation's ``--simulate_device``): the device the precision
+    check takes the processes to run on, where it is not this machine's.
     """
     check_available(settings)
     # the plan decides the parallel layout too: a layout that cannot factor stops there
@@ -116,7 +119,7 @@ def plan_launch(
         rank_prefix=rank_prefix,
         log_dir=log_dir,
     )
-    _check_precision(settings, plan.device)
+    _check_precision(settings, simulated_device or plan.device)
     _check_compile(settings)
     _check_fsdp(settings)
     _check_deepspeed(settings, warn)

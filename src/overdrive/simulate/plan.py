@@ -106,7 +106,14 @@ def simulate_candidate(
         flags["main_process_ip"] = "10.0.0.1"  # never contacted: no worker starts
     settings = load_settings(config_file=config, flags=flags)
     script = str(Path(__file__).with_name("plan_script.py"))
-    plan = plan_launch(settings, script, script_args, gpu_count=0, oversubscribe=True)
+    plan = plan_launch(
+        settings,
+        script,
+        script_args,
+        gpu_count=0,
+        oversubscribe=True,
+        simulated_device=SIMULATED_DEVICE,
+    )
     (report,) = simulate_plan(plan, "0", 1, SIMULATED_DEVICE)
     return report
 

@@ -86,7 +86,12 @@ def simulate_script(
 
     settings = load_settings()
     plan = plan_launch(
-        settings, target, list(args), is_module=is_module, gpu_count=cluster.gpu_count(settings)
+        settings,
+        target,
+        list(args),
+        is_module=is_module,
+        gpu_count=cluster.gpu_count(settings),
+        simulated_device=options.device,
     )
     return run_simulation(
         plan, options.ranks, options.json_path, options.steps, options.cost_path, options.device

@@ -18,6 +18,7 @@ from overdrive.simulate.checkpoint import checkpoint_files
 from overdrive.simulate.comms import Snapshot, difference
 from overdrive.simulate.device import DEFAULT_DEVICE
 from overdrive.simulate.fake_world import SimulatedRank, fake_world
+from overdrive.simulate.fp8_device import fp8_on_simulated_gpu
 from overdrive.simulate.known_values import libraries_read_known_values
 from overdrive.simulate.memory import training_state_bytes
 from overdrive.simulate.stepper import Stepper, StepsDone
@@ -83,7 +84,12 @@ def simulate_rank(
     finished = "script ended"
     checkpoint: dict[str, Any] = {}
     try:
-        with fake_world(rank, world), counter, libraries_read_known_values(counter.known):
+        with (
+            fake_world(rank, world),
+            counter,
+            libraries_read_known_values(counter.known),
+            fp8_on_simulated_gpu(device),
+        ):
             with tracker:
                 try:
                     _run_script(target, args, is_module)

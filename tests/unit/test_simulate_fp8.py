@@ -1,0 +1,96 @@
+"""fp8 under ``--simulate``: refused as a real CPU launch refuses it, word for word, when the
+simulated device is this CPU; simulated as on a GPU with float8 matrix products (torchao's
+``Float8Linear`` on fake tensors) with ``--simulate_device cuda``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from overdrive.cli.main import main
+
+pytest.importorskip("torchao")
+pytest.importorskip("transformers")
+
+SCRIPT = """
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+from overdrive import Accelerator
+
+acc = Accelerator()
+config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, vocab_size=64)
+model = LlamaForCausalLM(config)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+model, opt = acc.prepare(model, opt)
+print("linear:", type(acc.unwrap_model(model).model.layers[0].mlp.up_proj).__name__)
+for _ in range(2):
+    ids = torch.randint(0, 64, (2, 16))
+    acc.backward(model(input_ids=ids, labels=ids).loss)
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+@pytest.fixture(autouse=True)
+def clean(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    for name in list(__import__("os").environ):
+        if name.startswith(("ACCELERATE_", "OVERDRIVE_")):
+            monkeypatch.delenv(name)
+
+
+def test_fp8_on_a_simulated_cpu_is_refused_as_the_real_launch_refuses_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("raise SystemExit('the script must not run')\n")
+    flags = ["--cpu", "--num_processes", "2", "--mixed_precision", "fp8", str(script)]
+    assert main(["launch", "--dry_run", *flags]) == 2
+    refused = capsys.readouterr().err
+    assert "mixed_precision='fp8' (from flag --mixed_precision) needs a CUDA GPU" in refused
+    assert main(["launch", "--simulate", *flags]) == 2
+    assert capsys.readouterr().err == refused
+    assert main(["launch", "--simulate", "--simulate_device", "cpu", *flags]) == 2
+    assert capsys.readouterr().err == refused
+
+
+def _simulated(tmp_path: Path, precision: str) -> tuple[str, dict]:
+    script = tmp_path / f"train_{precision}.py"
+    script.write_text(SCRIPT)
+    report = tmp_path / f"{precision}.json"
+    launch = [sys.executable, "-m", "overdrive.cli.main", "launch", "--simulate", "--cpu"]
+    launch += ["--simulate_device", "cuda", "--simulate_ranks", "0", "--simulate_steps", "2"]
+    launch += ["--simulate_json", str(report), "--num_processes", "2", "--use_fsdp"]
+    launch += ["--fsdp_version", "2", "--fsdp_transformer_layer_cls_to_wrap", "LlamaDecoderLayer"]
+    launch += ["--mixed_precision", precision, str(script)]
+    result = subprocess.run(launch, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (rank,) = json.loads(report.read_text())["ranks"]
+    return result.stdout, rank
+
+
+def test_fp8_on_a_simulated_gpu_runs_torchaos_float8_linears(tmp_path: Path) -> None:
+    out, rank = _simulated(tmp_path, "fp8")
+    assert "linear: Float8Linear" in out
+    assert rank["steps"] == 2 and rank["peak_bytes"]["Total"] > 0
+
+
+@pytest.mark.extended  # about 8 s more: the same world in bf16
+def test_fp8_holds_its_float8_casts_and_sends_what_bf16_does(tmp_path: Path) -> None:
+    fp8_out, fp8 = _simulated(tmp_path, "fp8")
+    bf16_out, bf16 = _simulated(tmp_path, "bf16")
+    assert "linear: Float8Linear" in fp8_out and "linear: Linear" in bf16_out
+    # the float8 casts of each converted linear's weight and input are held besides bf16's
+    assert fp8["peak_bytes"]["Total"] > bf16["peak_bytes"]["Total"]
+    # FSDP2 makes the same collectives (torchao's float8 all-gather is off by default)
+    assert _counts(fp8) == _counts(bf16)
+
+
+def _counts(rank: dict) -> dict[str, int]:
+    return {kind: entry["count"] for kind, entry in rank["collectives_per_step"][-1].items()}
