@@ -1,5 +1,5 @@
 """``overdrive launch --simulate``: each chosen rank of the planned world in its own process
-(``overdrive.simulate.worker``), one after the other, then the report."""
+(``overdrive.simulate.worker``), as many at once as this machine has cores, then the report."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from overdrive.errors import LaunchError
@@ -46,14 +47,20 @@ def simulate_plan(
         raise LaunchError(
             f"--simulate_steps must be 1 or more, got {steps}\n  fix: pass --simulate_steps 2"
         )
-    reports = []
     entry = ["-m", plan.target] if plan.is_module else [plan.target]
-    for rank in choose_ranks(ranks, plan.world_size):
-        with tempfile.TemporaryDirectory(prefix="overdrive-simulate-") as folder:
-            out = os.path.join(folder, "rank.json")
+    chosen = choose_ranks(ranks, plan.world_size)
+    with tempfile.TemporaryDirectory(prefix="overdrive-simulate-") as folder:
+
+        def simulate_one(rank: int) -> tuple[int, str]:
+            out = os.path.join(folder, f"rank_{rank}.json")
             command = [sys.executable, "-m", WORKER, out, str(steps), device, *entry]
             command += plan.script_args
-            code = subprocess.call(command, env=rank_environment(plan, rank))
+            return subprocess.call(command, env=rank_environment(plan, rank)), out
+
+        with ThreadPoolExecutor(max_workers=parallel_ranks(len(chosen))) as pool:
+            results = list(pool.map(simulate_one, chosen))
+        reports = []
+        for rank, (code, out) in zip(chosen, results, strict=True):
             if code != 0 or not os.path.exists(out):
                 raise LaunchError(
                     f"the simulation of rank {rank} of {plan.world_size} failed (exit code "
@@ -63,6 +70,16 @@ def simulate_plan(
             with open(out, encoding="utf-8") as handle:
                 reports.append(json.load(handle))
     return reports
+
+
+def parallel_ranks(count: int) -> int:
+    """How many of ``count`` simulated ranks run at once: one per CPU core this process may
+    use (each rank is one busy Python process of about 0.5 GiB)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(count, cores))
 
 
 def run_simulation(
