@@ -75,6 +75,12 @@ def test_a_simulated_rank_sized_for_cuda_holds_the_rounded_blocks(tmp_path: Path
     assert "memory sized for cuda (--simulate_device): PyTorch's CUDA caching" in cuda_text
     assert "memory sized for cpu (--simulate_device): each tensor's own bytes" in cpu_text
     assert "peak memory in the steps: 1.15 MiB" in cuda_text
+    # no module ran: the peak is reached outside every one, and outside any backward
+    assert cuda_rank["peak_moment"] == {"module": "Global", "phase": "forward"}
+    assert (
+        "peak memory in the steps: 1.15 MiB (Activation 1.15 MiB), reached in Global (forward)"
+        in cuda_text
+    )
     assert "CUDA's reserved peak (segments of its caching allocator): 0 B before" in cuda_text
     assert "22.00 MiB in the steps" in cuda_text and "reserved" not in cpu_text
 

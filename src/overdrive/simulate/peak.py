@@ -88,6 +88,7 @@ class PeakTracker(MemTracker):
             register.__wrapped_original__ = mod_tracker.register_multi_grad_hook
             mod_tracker.register_multi_grad_hook = register  # a simulated rank's own process
         self.setup_peak: dict[str, int] = {}
+        self._peak_at: tuple[Any, bool, bool] | None = None
         self._first_forward = register_module_forward_pre_hook(self._on_first_forward)
 
     def _update_snap(self, u_type: Any, winfo: Any, *args: Any, **kwargs: Any) -> None:
@@ -105,6 +106,19 @@ class PeakTracker(MemTracker):
             if self._peak_mem.get(device, 0) < snapshot["Total"]:
                 self._peak_mem[device] = snapshot["Total"]
                 self._peak_mem_snap[device] = dict(snapshot)
+                tracker = self._mod_tracker
+                self._peak_at = (tuple(tracker.parents), tracker.is_bw, self._in_opt)
+
+    def peak_moment(self) -> dict[str, str]:
+        """Where the step's peak (``step_peak``) was reached: the innermost module running
+        then (its qualified name, ``Global`` outside any) and the phase (``forward``,
+        ``backward`` or ``optimizer step``); empty before any peak."""
+        if self._peak_at is None:
+            return {}
+        parents, backward, optimizer = self._peak_at
+        module = max(parents, key=lambda name: name.count("."), default="Global")
+        phase = "optimizer step" if optimizer else "backward" if backward else "forward"
+        return {"module": module, "phase": phase}
 
     def _track_module_params_and_buffers(
         self, module: Any, install_grad_hooks: bool = True
@@ -131,6 +145,7 @@ class PeakTracker(MemTracker):
         self.forward_seen = True
         self.setup_peak = _by_kind(self._peak_mem_snap)
         self._peak_mem, self._peak_mem_snap = {}, {}
+        self._peak_at = None
         if self.allocator is not None:
             # Building the model is the script's CPU copy on a real machine: the steps' reserved
             # peak starts from the segments still in use at the first forward.

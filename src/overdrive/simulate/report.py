@@ -48,7 +48,11 @@ def rank_text(report: dict[str, Any]) -> str:
         if peak:
             parts = [f"{k} {size(v)}" for k, v in peak.items() if v and k != "Total"]
             total = peak.get("Total", sum(peak.values()))
-            lines.append(f"  peak memory {label}: {size(total)} (" + ", ".join(parts) + ")")
+            line = f"  peak memory {label}: {size(total)} (" + ", ".join(parts) + ")"
+            moment = report.get("peak_moment") if key == "peak_bytes" else None
+            if moment:
+                line += f", reached in {moment['module']} ({moment['phase']})"
+            lines.append(line)
     reserved = report.get("reserved_bytes")
     if reserved:
         lines.append(

@@ -113,6 +113,7 @@ def simulate_rank(
         "state_bytes": state,
         "setup_peak_bytes": tracker.setup_peak,
         "peak_bytes": tracker.step_peak(),
+        "peak_moment": tracker.peak_moment(),
         "reserved_bytes": tracker.reserved_peaks(),
         "collectives_per_step": windows,
         "flops_per_step": [b - a for a, b in zip([0, *flops], flops, strict=False)],

@@ -8,7 +8,8 @@ parameters, gradients and optimizer state, then, given a folder (argv[1]), calls
 Run for real with ``REAL_PEAK=1``, it also follows its own memory with the simulation's
 tracker over its real tensors, as a simulated rank does over fake ones (from before the model
 is built, the step peak from the first forward, the per-module state reset after each
-optimizer step); ``RESULT`` then holds ``peak``: its peak in the steps by kind.
+optimizer step); ``RESULT`` then holds ``peak``: its peak in the steps by kind, and
+``peak_moment``: where it was reached.
 
 Under context parallelism (``--parallelism_config_cp_size``) each step runs in
 ``accelerator.maybe_context_parallel`` on (input ids, position ids, labels shifted before the
@@ -78,6 +79,7 @@ def main() -> None:
         tracker.__exit__(None, None, None)
         tracker.close()
         result["peak"] = tracker.step_peak()
+        result["peak_moment"] = tracker.peak_moment()
     print("RESULT " + json.dumps(result), flush=True)
     if len(sys.argv) > 1:
         acc.save_state(sys.argv[1])
