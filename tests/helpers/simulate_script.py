@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
+from overdrive.cli.main import main
+
 TRAIN_SCRIPT = """\
 import torch
 from overdrive import Accelerator
@@ -15,3 +21,20 @@ for _ in range(10):
     opt.step()
     opt.zero_grad()
 """
+
+
+def assert_simulate_refuses_as_launch(
+    capsys: pytest.CaptureFixture[str], folder: Path, flags: list[str], *extra: list[str]
+) -> str:
+    """``overdrive launch --simulate`` refuses ``flags`` (then with each of ``extra`` added)
+    word for word as ``overdrive launch --dry_run`` does, exit code 2 each, before a script
+    that must not run starts; the message."""
+    script = folder / "train.py"
+    script.write_text("raise SystemExit('the script must not run')\n")
+    argv = [*flags, str(script)]
+    assert main(["launch", "--dry_run", *argv]) == 2
+    refused = capsys.readouterr().err
+    for more in ([], *extra):
+        assert main(["launch", "--simulate", *more, *argv]) == 2
+        assert capsys.readouterr().err == refused
+    return refused

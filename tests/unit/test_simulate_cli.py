@@ -15,7 +15,7 @@ import pytest
 from overdrive.cli.main import main
 from overdrive.errors import LaunchError
 from overdrive.simulate.ranks import choose_ranks
-from tests.helpers.simulate_script import TRAIN_SCRIPT
+from tests.helpers.simulate_script import TRAIN_SCRIPT, assert_simulate_refuses_as_launch
 
 
 @pytest.fixture(autouse=True)
@@ -42,14 +42,9 @@ def test_a_rank_outside_the_world_is_refused(spec: str) -> None:
 def test_the_launchs_own_refusal_word_for_word(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    script = tmp_path / "train.py"
-    script.write_text("raise SystemExit('the script must not run')\n")
-    flags = ["--cpu", "--num_processes", "3", "--parallelism_config_tp_size", "2", str(script)]
-    assert main(["launch", "--dry_run", *flags]) == 2
-    refused = capsys.readouterr().err
+    flags = ["--cpu", "--num_processes", "3", "--parallelism_config_tp_size", "2"]
+    refused = assert_simulate_refuses_as_launch(capsys, tmp_path, flags)
     assert "does not divide the 3 processes" in refused
-    assert main(["launch", "--simulate", *flags]) == 2
-    assert capsys.readouterr().err == refused
 
 
 def test_a_simulated_rank_is_checked_before_anything_runs(

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from overdrive.cli.main import main
+from tests.helpers.env import forget_launcher
+from tests.helpers.simulate_script import assert_simulate_refuses_as_launch
 
 pytest.importorskip("torchao")
 pytest.importorskip("transformers")
@@ -38,26 +39,18 @@ for _ in range(2):
 
 @pytest.fixture(autouse=True)
 def clean(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    forget_launcher(monkeypatch, tmp_path / "cache")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    for name in list(__import__("os").environ):
-        if name.startswith(("ACCELERATE_", "OVERDRIVE_")):
-            monkeypatch.delenv(name)
 
 
 def test_fp8_on_a_simulated_cpu_is_refused_as_the_real_launch_refuses_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    script = tmp_path / "train.py"
-    script.write_text("raise SystemExit('the script must not run')\n")
-    flags = ["--cpu", "--num_processes", "2", "--mixed_precision", "fp8", str(script)]
-    assert main(["launch", "--dry_run", *flags]) == 2
-    refused = capsys.readouterr().err
+    flags = ["--cpu", "--num_processes", "2", "--mixed_precision", "fp8"]
+    refused = assert_simulate_refuses_as_launch(
+        capsys, tmp_path, flags, ["--simulate_device", "cpu"]
+    )
     assert "mixed_precision='fp8' (from flag --mixed_precision) needs a CUDA GPU" in refused
-    assert main(["launch", "--simulate", *flags]) == 2
-    assert capsys.readouterr().err == refused
-    assert main(["launch", "--simulate", "--simulate_device", "cpu", *flags]) == 2
-    assert capsys.readouterr().err == refused
 
 
 def _simulated(tmp_path: Path, precision: str) -> tuple[str, dict]:
