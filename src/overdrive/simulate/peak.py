@@ -116,7 +116,9 @@ class PeakTracker(MemTracker):
         if self._peak_at is None:
             return {}
         parents, backward, optimizer = self._peak_at
-        module = max(parents, key=lambda name: name.count("."), default="Global")
+        # the deepest name; among names as deep, the last in order (the set's own order
+        # changes with the process's string hashing)
+        module = max(parents, key=lambda name: (name.count("."), name), default="Global")
         phase = "optimizer step" if optimizer else "backward" if backward else "forward"
         return {"module": module, "phase": phase}
 
