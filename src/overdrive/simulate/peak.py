@@ -66,6 +66,13 @@ def _sized_for(device: str) -> type:
     return SizedRefInfo
 
 
+def _depth_then_name(name: str) -> tuple[int, str]:
+    """Orders the modules running at a moment: the deepest last, ``Global`` (outside every
+    module) first; names as deep by name, since a set's order changes with the process's
+    string hashing."""
+    return (-1 if name == "Global" else name.count("."), name)
+
+
 class PeakTracker(MemTracker):
     """``MemTracker`` keeping only the process-wide peak: its per-module peaks walk every
     module on every operator, which for a 32-layer model costs more than the run itself.
@@ -116,9 +123,7 @@ class PeakTracker(MemTracker):
         if self._peak_at is None:
             return {}
         parents, backward, optimizer = self._peak_at
-        # the deepest name; among names as deep, the last in order (the set's own order
-        # changes with the process's string hashing)
-        module = max(parents, key=lambda name: (name.count("."), name), default="Global")
+        module = max(parents, key=_depth_then_name, default="Global")
         phase = "optimizer step" if optimizer else "backward" if backward else "forward"
         return {"module": module, "phase": phase}
 
