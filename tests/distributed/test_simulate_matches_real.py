@@ -3,7 +3,8 @@ script, for real on gloo processes and simulated as ranks of the same world, sen
 collectives in a step (counted on the real group by the script itself, in every process),
 holds the same parameter, gradient and optimizer bytes, peaks within 10% of the real run's
 memory (the same tracker over real tensors; reached in the same phase and module, or a
-module inside or around it, but under pipeline parallelism) and says what its `save_state` writes (file by
+module inside or around it, but under pipeline parallelism; the communication buffers
+within 10% of it too) and says what its `save_state` writes (file by
 file against the real save), under one process, DDP, FSDP1, FSDP2 (full and sharded state
 dicts), TP, FSDP2 x TP, PP, PP x FSDP2, PP x TP, context parallelism over FSDP2 and DeepSpeed
 ZeRO-0/1/2/3; a Llama-3-8B shape
@@ -73,6 +74,9 @@ BOTH_ENDS = {
 }  # simulated at the default ranks, the first and the last
 DEEPSPEED = {"zero0", "zero1", "zero2", "zero3"}
 PIPELINE = {"pp", "pp_fsdp2", "pp_tp"}
+# A communication buffer is live at the peak (measured on the real runs): FSDP2's staging,
+# a pipeline stage's received tensors, ZeRO-3's gathered parameters.
+LIVE_AT_PEAK = {"fsdp2", "fsdp2_sharded", "fsdp2_tp", "cp", "zero3", *PIPELINE}
 # Every process writes what rank 0 writes of its own: the whole checkpoint follows from rank 0.
 ALIKE = {"one_process", "ddp", "zero0", "zero1", "zero2", "zero3"}
 NOT_MEASURED = {"fsdp1"}  # its optimizer state dict needs object collectives (docs/simulate.md)
@@ -149,6 +153,7 @@ def test_a_simulated_step_sends_and_holds_what_the_real_one_does(
             assert abs(mine["state_bytes"][key] - real_bytes) <= 0.1 * real_bytes, key
         mine_peak, real_peak = mine["peak_bytes"]["Total"], theirs["peak"]["Total"]
         assert abs(mine_peak - real_peak) <= 0.1 * real_peak, (mine["rank"], mine_peak, real_peak)
+        _check_communication_buffers(layout, mine["peak_bytes"], theirs["peak"])
         if layout not in PIPELINE:  # a real stage's peak moves with the moment its sends end
             _check_peak_moment(mine["peak_moment"], theirs["peak_moment"])
     _check_checkpoint(simulated, saved, layout)
@@ -156,6 +161,33 @@ def test_a_simulated_step_sends_and_holds_what_the_real_one_does(
         for mine in simulated["ranks"]:
             first = {k: v for k, v in mine["collectives_per_step"][0].items() if k != "broadcast"}
             assert first == measured[mine["rank"]]["collectives_per_step"][0]
+
+
+def _unclaimed(peak: dict[str, int]) -> int:
+    """What no parameter, gradient, optimizer state or module buffer holds at the peak."""
+    return peak["Activation"] + peak["Temp"] + peak["Communication"]
+
+
+def _check_communication_buffers(layout: str, mine: dict[str, int], theirs: dict[str, int]) -> None:
+    """The peak's communication buffers are the real run's, within 10% of its peak, and
+    present where the layout keeps one live at its peak (FSDP's all-gather and reduce-scatter
+    staging, a pipeline stage's received tensors, ZeRO-3's gathered parameters).
+
+    DDP aside: its real reducer rebuilds its buckets in the second step, where the
+    simulation keeps the first ones, and the rebuilt bucket counts as communication from its
+    first all-reduce, after that step's peak. There the simulated line holds the bucket
+    (every gradient, in the tiny model's one bucket) and the real run counts it an
+    activation: the two agree on what no parameter, gradient or state holds."""
+    if layout == "ddp":
+        assert mine["Communication"] == mine["Parameter"], mine
+        assert abs(_unclaimed(mine) - _unclaimed(theirs)) <= 0.1 * theirs["Total"], (mine, theirs)
+        return
+    if layout in LIVE_AT_PEAK:
+        assert theirs["Communication"] > 0, theirs
+    assert abs(mine["Communication"] - theirs["Communication"]) <= 0.1 * theirs["Total"], (
+        mine,
+        theirs,
+    )
 
 
 def _check_peak_moment(mine: dict[str, str], theirs: dict[str, str]) -> None:

@@ -1,5 +1,5 @@
-"""Peak memory by kind (parameters, gradients, optimizer state, activations, temporaries), from
-PyTorch's ``MemTracker``, split into the peak before the script's first forward (building and
+"""Peak memory by kind (parameters, gradients, optimizer state, activations, temporaries and
+communication buffers), from PyTorch's ``MemTracker``, split into the peak before the script's first forward (building and
 preparing the model) and the peak during the training steps."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from torch.distributed._tools import mem_tracker, mod_tracker
 from torch.distributed._tools.mem_tracker import MemTracker
 from torch.nn.modules.module import register_module_forward_pre_hook
 
+from overdrive.simulate.comm_buffers import COMMUNICATION, communication_buffers
 from overdrive.simulate.cuda_allocator import CachingAllocator
 from overdrive.simulate.device import DEFAULT_DEVICE, allocation_bytes
 
@@ -53,6 +54,11 @@ def _leaf_safe_multi_grad_hook(original: Any) -> Any:
         return original(tensors, fn, mode=mode)
 
     return register
+
+
+_UNCLAIMED = (mem_tracker._MemRefType.ACT, mem_tracker._MemRefType.TEMP)
+"""The kinds a communication buffer is taken from: what no parameter, gradient, optimizer
+state or module buffer holds."""
 
 
 def _sized_for(device: str) -> type:
@@ -99,6 +105,9 @@ class PeakTracker(MemTracker):
         self._first_forward = register_module_forward_pre_hook(self._on_first_forward)
 
     def _update_snap(self, u_type: Any, winfo: Any, *args: Any, **kwargs: Any) -> None:
+        self._curr_mem_snap.setdefault(winfo.device, dict.fromkeys(self._ref_class, 0)).setdefault(
+            COMMUNICATION, 0
+        )
         super()._update_snap(u_type, winfo, *args, **kwargs)
         allocator = self.allocator
         if allocator is None or u_type.name == "REF":
@@ -107,6 +116,25 @@ class PeakTracker(MemTracker):
             allocator.free(winfo)
         if u_type.name in ("ADD", "SIZE"):
             allocator.malloc(winfo, winfo.size * winfo.element_size)
+
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
+        if self.forward_seen:  # prepare's broadcasts send parameters not yet claimed as such
+            for tensor in communication_buffers(func, args):
+                self._count_as_communication(tensor)
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+    def _count_as_communication(self, tensor: Any) -> None:
+        """``tensor``'s storage counts as a communication buffer from now on, unless it holds
+        a parameter, gradient, optimizer state or module buffer (``comm_buffers``)."""
+        for storage in mem_tracker.get_untyped_storages(tensor):
+            winfo, _ = self._WINFO.get(storage, (None, None))
+            if winfo is None or winfo.reftype not in _UNCLAIMED:
+                continue
+            old = winfo.reftype
+            winfo.reftype = COMMUNICATION
+            self._update_snap(mem_tracker._UpdateType.REF, winfo, old_reftype=old)
 
     def _update_peak_stats(self, peak_state: Any) -> None:
         for device, snapshot in self._curr_mem_snap.items():
