@@ -171,10 +171,14 @@ def _trained_precision(settings: Settings) -> str:
 
 
 def param_dtypes(mixed_precision: str) -> tuple[torch.dtype, torch.dtype] | None:
-    """(parameter dtype, gradient-reduction dtype) for FSDP's mixed precision, or None."""
+    """(parameter dtype, gradient-reduction dtype) for FSDP's mixed precision, or None.
+
+    fp8 gathers bf16 parameters, as Hugging Face Accelerate's FSDP plugin maps fp8 to bf16
+    (its float8 linears cast their bf16 weights themselves). Gradients are reduced in fp32,
+    where Hugging Face Accelerate reduces in the parameters' dtype (docs/fsdp.md)."""
     import torch
 
-    if mixed_precision == "bf16":
+    if mixed_precision in ("bf16", "fp8"):
         return torch.bfloat16, torch.float32
     if mixed_precision == "fp16":
         return torch.float16, torch.float32
