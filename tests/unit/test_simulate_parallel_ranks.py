@@ -1,5 +1,6 @@
 """Simulated ranks run at once, one per core: two ranks that can only finish together (each
-opens one end of a named pipe, which blocks until the other end is open) both finish."""
+opens one end of a named pipe, which blocks until the other end is open) both finish, their
+lines relayed behind their ranks as the real launch relays them."""
 
 from __future__ import annotations
 
@@ -42,5 +43,7 @@ def test_two_simulated_ranks_run_at_the_same_time(tmp_path: Path) -> None:
     env = {**os.environ, "RENDEZVOUS": str(pipe)}
     result = subprocess.run(launch, capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "rank 0 met the other" in result.stdout and "rank 1 met the other" in result.stdout
+    # relayed as the real launch relays its ranks: whole lines, each behind its rank
+    assert "[rank 0] rank 0 met the other\n" in result.stdout
+    assert "[rank 1] rank 1 met the other\n" in result.stdout
     assert [r["rank"] for r in json.loads(report.read_text())["ranks"]] == [0, 1]

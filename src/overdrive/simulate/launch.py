@@ -1,5 +1,6 @@
 """``overdrive launch --simulate``: each chosen rank of the planned world in its own process
-(``overdrive.simulate.worker``), as many at once as this machine has cores, then the report."""
+(``overdrive.simulate.worker``), as many at once as this machine has cores, its output relayed
+as the real launch relays it, then the report."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from typing import Any
 
 from overdrive.errors import LaunchError
 from overdrive.launch.plan import LaunchPlan
+from overdrive.launch.relay import Relay
+from overdrive.launch.relay import supported as relay_supported
 from overdrive.simulate.checkpoint_total import whole_checkpoint
 from overdrive.simulate.cost import estimate, load_cost
 from overdrive.simulate.device import MODELS, check_device
@@ -50,15 +53,25 @@ def simulate_plan(
     entry = ["-m", plan.target] if plan.is_module else [plan.target]
     chosen = choose_ranks(ranks, plan.world_size)
     with tempfile.TemporaryDirectory(prefix="overdrive-simulate-") as folder:
+        relay = _relay_output(plan, folder, chosen)
 
         def simulate_one(rank: int) -> tuple[int, str]:
             out = os.path.join(folder, f"rank_{rank}.json")
             command = [sys.executable, "-m", WORKER, out, str(steps), device, *entry]
             command += plan.script_args
-            return subprocess.call(command, env=rank_environment(plan, rank)), out
+            env = rank_environment(plan, rank)
+            if relay is None:
+                return subprocess.call(command, env=env), out
+            streams = [os.path.join(folder, f"rank_{rank}.{name}") for name in ("out", "err")]
+            with open(streams[0], "wb") as stdout, open(streams[1], "wb") as stderr:
+                return subprocess.call(command, env=env, stdout=stdout, stderr=stderr), out
 
-        with ThreadPoolExecutor(max_workers=parallel_ranks(len(chosen))) as pool:
-            results = list(pool.map(simulate_one, chosen))
+        try:
+            with ThreadPoolExecutor(max_workers=parallel_ranks(len(chosen))) as pool:
+                results = list(pool.map(simulate_one, chosen))
+        finally:
+            if relay is not None:
+                relay.stop()
         reports = []
         for rank, (code, out) in zip(chosen, results, strict=True):
             if code != 0 or not os.path.exists(out):
@@ -70,6 +83,20 @@ def simulate_plan(
             with open(out, encoding="utf-8") as handle:
                 reports.append(json.load(handle))
     return reports
+
+
+def _relay_output(plan: LaunchPlan, folder: str, ranks: list[int]) -> Relay | None:
+    """The real launch's relay of the ranks' output (whole lines, behind ``[rank N] `` unless
+    ``--no_rank_prefix``), so ranks run at once never mix their lines; None where named pipes
+    do not exist (the ranks then print directly)."""
+    if not relay_supported():
+        return None
+    relay = Relay(prefix=plan.rank_prefix)
+    for rank in ranks:
+        relay.add_pipe(os.path.join(folder, f"rank_{rank}.out"), rank, to_err=False)
+        relay.add_pipe(os.path.join(folder, f"rank_{rank}.err"), rank, to_err=True)
+    relay.start()
+    return relay
 
 
 def parallel_ranks(count: int) -> int:
