@@ -1,6 +1,7 @@
 """Peak memory by kind (parameters, gradients, optimizer state, activations, temporaries and
-communication buffers), from PyTorch's ``MemTracker``, split into the peak before the script's first forward (building and
-preparing the model) and the peak during the training steps."""
+communication buffers), from PyTorch's ``MemTracker``, split into the peak before the
+script's first forward (building and preparing the model) and the peak during the training
+steps."""
 
 from __future__ import annotations
 
@@ -88,6 +89,8 @@ class PeakTracker(MemTracker):
 
     def __init__(self, device: str = DEFAULT_DEVICE) -> None:
         super().__init__()
+        # every snapshot's kinds: MemTracker's own and the communication buffers
+        self._ref_class = (*mem_tracker._MemRefType, COMMUNICATION)  # type: ignore[assignment]
         self._record_class = mem_tracker._WeakRefInfo
         self.allocator = CachingAllocator() if device == "cuda" else None
         self.setup_reserved = 0
@@ -105,9 +108,6 @@ class PeakTracker(MemTracker):
         self._first_forward = register_module_forward_pre_hook(self._on_first_forward)
 
     def _update_snap(self, u_type: Any, winfo: Any, *args: Any, **kwargs: Any) -> None:
-        self._curr_mem_snap.setdefault(winfo.device, dict.fromkeys(self._ref_class, 0)).setdefault(
-            COMMUNICATION, 0
-        )
         super()._update_snap(u_type, winfo, *args, **kwargs)
         allocator = self.allocator
         if allocator is None or u_type.name == "REF":
