@@ -10,6 +10,8 @@ from contextlib import contextmanager
 import torch
 import torch.distributed as dist
 
+from overdrive.simulate.comm_buffers import BUFFER_ARGUMENTS
+from overdrive.simulate.comms import KINDS
 from overdrive.simulate.fake_world import fake_world
 from overdrive.simulate.peak import PeakTracker, _by_kind
 
@@ -115,3 +117,10 @@ def test_nothing_counts_before_the_first_forward() -> None:
 
     assert _communication_after(broadcast, forward_first=False) == 0
     assert _communication_after(broadcast) == BYTES
+
+
+def test_every_buffer_operator_is_a_counted_collective_of_this_torch() -> None:
+    # a misspelt or renamed operator would silently never count
+    for name in BUFFER_ARGUMENTS:
+        assert hasattr(torch.ops.c10d, name), name
+        assert name in KINDS, name

@@ -17,6 +17,8 @@ from typing import Any
 from torch.distributed._tools.mem_tracker import _RefType
 from torch.utils._pytree import tree_leaves
 
+from overdrive.simulate.comms import operator_name
+
 
 class _CommunicationRefType(_RefType):
     COMMUNICATION = "Communication"
@@ -44,7 +46,8 @@ BUFFER_ARGUMENTS: dict[str, tuple[int, ...]] = {
     "recv_": (0,),
     "recv_any_source_": (0,),
 }
-"""``c10d`` operator name -> the positions of its arguments that are communication buffers."""
+"""``c10d`` operator name -> the positions of its arguments that are communication buffers
+(each one a collective ``comms.KINDS`` counts)."""
 
 
 def communication_buffers(func: Any, args: tuple[Any, ...]) -> list[Any]:
@@ -52,7 +55,7 @@ def communication_buffers(func: Any, args: tuple[Any, ...]) -> list[Any]:
     operator outside ``c10d`` or one the rule leaves out)."""
     if getattr(func, "namespace", None) != "c10d":
         return []
-    positions = BUFFER_ARGUMENTS.get(func._schema.name.split("::")[-1], ())
+    positions = BUFFER_ARGUMENTS.get(operator_name(func) or "", ())
     return [
         leaf
         for position in positions

@@ -40,6 +40,7 @@ KINDS = {
     "scatter_": "scatter",
     "send": "send",
     "recv_": "recv",
+    "recv_any_source_": "recv",
     "barrier": "barrier",
 }
 """Operator name (``c10d`` or ``_c10d_functional`` namespace) -> the kind it is reported as."""
@@ -55,6 +56,14 @@ OUTPUT_FIRST = {
     "reduce_scatter_tensor_coalesced_",
 }
 """The ``c10d`` operators whose first argument is the output (the input comes second)."""
+
+
+def operator_name(func: Any) -> str | None:
+    """A ``c10d`` or ``_c10d_functional`` operator's name without its namespace (the keys of
+    ``KINDS``); None for any other operator."""
+    if getattr(func, "namespace", "") not in ("c10d", "_c10d_functional"):
+        return None
+    return str(func._schema.name.split("::", 1)[-1])
 
 
 def _input_bytes(name: str, args: tuple[Any, ...]) -> int:
@@ -135,9 +144,8 @@ class CollectiveCounter(TorchDispatchMode):
             # parallelism's ring) on local tensors: let it, so that the collectives it issues
             # come back here, as they would not from inside this mode's own call.
             return NotImplemented
-        namespace = getattr(func, "namespace", "")
-        if namespace in ("c10d", "_c10d_functional"):
-            name = func._schema.name.split("::", 1)[-1]
+        name = operator_name(func)
+        if name is not None:
             kind = KINDS.get(name)
             if kind is not None:
                 name_of_group, group = _group(func, args, kwargs or {})
