@@ -264,4 +264,8 @@ def _finish(
 
 
 def _one_line(exc: BaseException) -> str:
+    """The error as passed on to the other processes: overdrive's own message as it is
+    (it names the file and the fix), anything else behind its class name."""
+    if isinstance(exc, CheckpointError):
+        return str(exc).strip()
     return "".join(traceback.format_exception_only(exc)).strip()
