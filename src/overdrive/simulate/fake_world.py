@@ -18,6 +18,10 @@ with them.
   see ``_object_collectives``.
 - A pipeline stage learns its neighbours' shapes from them: see ``pipeline_meta``.
 - DeepSpeed compares integers across ranks: see ``deepspeed_checks``.
+- A DataLoader's worker processes, and a shuffled order only rank 0 draws: see
+  ``_loader_workers_outside_modes`` and ``_shuffled_batches_drawn_by_each_rank``.
+- DTensor's shape propagation is not the rank's work: see
+  ``_sharding_propagation_unobserved``.
 - ``DeviceMesh`` builds its rank table with tensor operations that need values: it is built
   outside the fake mode (it is small and holds no model data), and so are the meshes made
   from it (a dimension, flattened dimensions, FSDP2's data-parallel x tensor-parallel mesh).
@@ -35,6 +39,7 @@ import torch.distributed as dist
 from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from torch.utils._python_dispatch import _disable_current_modes
 
+from overdrive.data.samplers import ShardedBatchSampler
 from overdrive.simulate.comms import CollectiveCounter
 from overdrive.simulate.flops import operator_flops
 from overdrive.simulate.fsdp_chunks import lazy_chunk_with_empty
@@ -134,6 +139,48 @@ def _sharding_propagation_unobserved() -> Iterator[None]:
         return
     with patched(propagator, name, _outside_modes(vars(propagator)[name])):
         yield
+
+
+def _batches_drawn_here(self: ShardedBatchSampler) -> Iterator[list[int]]:
+    return (list(batch) for batch in self._source)
+
+
+@contextlib.contextmanager
+def _shuffled_batches_drawn_by_each_rank() -> Iterator[None]:
+    """A loader whose order only rank 0 can draw (a shuffling sampler that is not seedable)
+    has rank 0 broadcast the epoch's batches. A simulated rank other than 0 learns nothing
+    from a broadcast (``_object_collectives``), so each simulated rank draws the batches
+    itself: as many, of the same sizes, in an order of its own (values are not simulated)."""
+    with patched(ShardedBatchSampler, "_batches", _batches_drawn_here):
+        yield
+
+
+@contextlib.contextmanager
+def _loader_workers_outside_modes() -> Iterator[None]:
+    """A DataLoader's worker processes are forked from the simulated rank with its dispatch
+    modes active, so their collate would build the batch as fake tensors in shared memory,
+    which fails. A worker is a process of its own that reads the dataset for real: it runs
+    outside the rank's modes. The rank rebuilds each tensor it receives outside them too,
+    then copies it into a tensor of its own, so the batch counts in its memory as one the
+    rank read itself does."""
+    from torch.multiprocessing import reductions
+    from torch.utils.data._utils import worker
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(patched(worker, "_worker_loop", _outside_modes(worker._worker_loop)))
+        rebuild = _received_as_the_rank_own(reductions.rebuild_tensor)
+        stack.enter_context(patched(reductions, "rebuild_tensor", rebuild))
+        yield
+
+
+def _received_as_the_rank_own(rebuild: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(rebuild)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with _disable_current_modes():
+            received = rebuild(*args, **kwargs)
+        return received.clone() if isinstance(received, torch.Tensor) else received
+
+    return wrapper
 
 
 def _apply_skipping_no_ops(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -290,6 +337,8 @@ def fake_world(rank: int, world_size: int) -> Iterator[None]:
             stack.enter_context(_fsdp2_pieces_when_read())
             stack.enter_context(_strided_shard_sizes_by_arithmetic())
             stack.enter_context(_sharding_propagation_unobserved())
+            stack.enter_context(_loader_workers_outside_modes())
+            stack.enter_context(_shuffled_batches_drawn_by_each_rank())
             stack.enter_context(_object_collectives())
             stack.enter_context(simulated_pipeline_stages())
             stack.enter_context(_deepspeed_on_fake_tensors(stack))
