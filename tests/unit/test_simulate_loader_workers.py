@@ -1,6 +1,7 @@
-"""A simulated rank reads a shuffled DataLoader as the real one does, worker processes and
-all: every rank, not only rank 0 (whose draw a real run broadcasts), takes its steps, and
-the batches the workers send count in the rank's memory as batches it read itself do."""
+"""A simulated rank reads its DataLoader as the real one does, worker processes and all:
+every rank, not only rank 0 (whose shuffled order, or whose batches of an iterable dataset,
+a real run broadcasts), takes its steps, and the batches the workers send count in the
+rank's memory as batches it read itself do."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 SCRIPT = """
 import sys
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset
 from overdrive import Accelerator
 
 
@@ -25,10 +26,18 @@ class Ramp(Dataset):
         return x, x.sum(dim=0, keepdim=True)
 
 
+class Stream(IterableDataset):
+    def __iter__(self):
+        return (Ramp()[i] for i in range(64))
+
+
 acc = Accelerator()
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-loader = DataLoader(Ramp(), batch_size=4, shuffle=True, num_workers=int(sys.argv[1]))
+if sys.argv[1] == "stream":  # dispatched: only rank 0 reads in a real run
+    loader = DataLoader(Stream(), batch_size=4)
+else:
+    loader = DataLoader(Ramp(), batch_size=4, shuffle=True, num_workers=int(sys.argv[1]))
 model, opt, loader = acc.prepare(model, opt, loader)
 for x, y in loader:
     acc.backward(torch.nn.functional.mse_loss(model(x), y))
@@ -37,7 +46,7 @@ for x, y in loader:
 """
 
 
-def _simulate(tmp_path: Path, workers: int) -> list[dict]:
+def _simulate(tmp_path: Path, workers: int | str) -> list[dict]:
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     report = tmp_path / f"report_{workers}.json"
@@ -59,3 +68,14 @@ def test_a_shuffled_loader_with_worker_processes_on_every_simulated_rank(tmp_pat
         batch = 4 * 8 * 4 + 4 * 1 * 4
         held, own = worked["peak_bytes"]["Activation"], read["peak_bytes"]["Activation"]
         assert held >= own >= batch, (held, own)
+
+
+def test_an_iterable_dataset_dispatched_from_rank_0_feeds_every_simulated_rank(
+    tmp_path: Path,
+) -> None:
+    ranks = _simulate(tmp_path, workers="stream")
+    assert [(r["rank"], r["steps"]) for r in ranks] == [(0, 2), (1, 2)], ranks
+    for rank in ranks:
+        # each step's batch reaches every rank by a broadcast of its two tensors
+        step = rank["collectives_per_step"][-1]
+        assert step["broadcast"]["count"] == 2, step

@@ -147,7 +147,7 @@ class PreparedDataLoader(_LoaderBase):
             self._inner = make(
                 self._item_shards, batch_size=per_rank, drop_last=base.drop_last, **kwargs
             )
-        elif mode == "iterable" or self._rank == 0:
+        elif reads_the_data(mode, self._rank):
             if batch_sampler is None:  # an iterable dataset
                 self._inner = make(
                     base.dataset, batch_size=base.batch_size, drop_last=base.drop_last, **kwargs
@@ -578,6 +578,12 @@ class PreparedDataLoader(_LoaderBase):
             f"batch_size={self.batch_size}, split_batches={self.split_batches}, "
             f"even_batches={self.even_batches}, epoch={self.epoch})"
         )
+
+
+def reads_the_data(mode: str, rank: int) -> bool:
+    """Whether this process reads the dataset itself: an iterable loader's every process, a
+    dispatching loader's process 0 only (it sends the others their shares)."""
+    return mode == "iterable" or rank == 0
 
 
 def _needs_index_sync(batch_sampler: Iterable[list[int]]) -> bool:

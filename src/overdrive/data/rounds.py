@@ -145,14 +145,15 @@ def dispatched_shares(
 ) -> Iterator[tuple[object, RoundLayout]]:
     """Rank 0 reads ``rounds`` and broadcasts each; every rank keeps its share.
 
-    Other ranks pass ``rounds=None``. Skipped rounds are read by rank 0 and never sent.
+    Other ranks pass ``rounds=None``. Skipped rounds are read by rank 0 and never sent. (A
+    simulated rank reads its own rounds whatever its rank, ``overdrive.simulate``: what it
+    receives is then its own read.)
     """
     index = 0
     while True:
         header: list[tuple[object, RoundLayout] | None] = [None]
         padded: object = None
-        if rank == 0:
-            assert rounds is not None
+        if rounds is not None:
             item = next(rounds, None)
             while item is not None and index < skip:
                 index += 1
@@ -164,7 +165,7 @@ def dispatched_shares(
         if header[0] is None:
             return
         skeleton, lay = header[0]
-        if rank != 0:
+        if rounds is None:
             padded = _materialize(skeleton, comm_device)
         padded = ops.broadcast(padded, from_process=0)
         start, stop = lay.slice_for(rank)

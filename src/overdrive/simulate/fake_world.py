@@ -18,8 +18,9 @@ with them.
   see ``_object_collectives``.
 - A pipeline stage learns its neighbours' shapes from them: see ``pipeline_meta``.
 - DeepSpeed compares integers across ranks: see ``deepspeed_checks``.
-- A DataLoader's worker processes, and a shuffled order only rank 0 draws: see
-  ``_loader_workers_outside_modes`` and ``_shuffled_batches_drawn_by_each_rank``.
+- A DataLoader's worker processes, a shuffled order only rank 0 draws, and batches only
+  rank 0 reads: see ``_loader_workers_outside_modes``, ``_shuffled_batches_drawn_by_each_rank``
+  and ``_dispatched_batches_read_by_each_rank``.
 - DTensor's shape propagation is not the rank's work: see
   ``_sharding_propagation_unobserved``.
 - ``DeviceMesh`` builds its rank table with tensor operations that need values: it is built
@@ -39,6 +40,7 @@ import torch.distributed as dist
 from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from torch.utils._python_dispatch import _disable_current_modes
 
+from overdrive.data import loader as data_loader
 from overdrive.data.samplers import ShardedBatchSampler
 from overdrive.simulate.comms import CollectiveCounter
 from overdrive.simulate.flops import operator_flops
@@ -152,6 +154,20 @@ def _shuffled_batches_drawn_by_each_rank() -> Iterator[None]:
     from a broadcast (``_object_collectives``), so each simulated rank draws the batches
     itself: as many, of the same sizes, in an order of its own (values are not simulated)."""
     with patched(ShardedBatchSampler, "_batches", _batches_drawn_here):
+        yield
+
+
+def _every_rank_reads(mode: str, rank: int) -> bool:
+    return True
+
+
+@contextlib.contextmanager
+def _dispatched_batches_read_by_each_rank() -> Iterator[None]:
+    """A dispatching loader (``dispatch_batches``, an iterable dataset's default) has rank 0
+    read every batch and broadcast it. A simulated rank other than 0 learns nothing from a
+    broadcast of objects, and would take no step: each simulated rank reads the batches
+    itself, and the broadcast of each batch's tensors is still made (and counted)."""
+    with patched(data_loader, "reads_the_data", _every_rank_reads):
         yield
 
 
@@ -339,6 +355,7 @@ def fake_world(rank: int, world_size: int) -> Iterator[None]:
             stack.enter_context(_sharding_propagation_unobserved())
             stack.enter_context(_loader_workers_outside_modes())
             stack.enter_context(_shuffled_batches_drawn_by_each_rank())
+            stack.enter_context(_dispatched_batches_read_by_each_rank())
             stack.enter_context(_object_collectives())
             stack.enter_context(simulated_pipeline_stages())
             stack.enter_context(_deepspeed_on_fake_tensors(stack))
