@@ -46,4 +46,8 @@ def test_two_simulated_ranks_run_at_the_same_time(tmp_path: Path) -> None:
     # relayed as the real launch relays its ranks: whole lines, each behind its rank
     assert "[rank 0] rank 0 met the other\n" in result.stdout
     assert "[rank 1] rank 1 met the other\n" in result.stdout
-    assert [r["rank"] for r in json.loads(report.read_text())["ranks"]] == [0, 1]
+    ranks = json.loads(report.read_text())["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1]
+    # a script that took fewer optimizer steps than asked says so
+    for rank in ranks:
+        assert rank["finished"] == "script ended after 0 of the 2 optimizer step(s) asked"

@@ -102,6 +102,9 @@ def simulate_rank(
     finally:
         stepper.close()
         tracker.close()
+    if stepper.done < steps and not finished.startswith("stopped"):
+        # a rank that took fewer steps than asked says so (it read no data, or ran out)
+        finished = f"script ended after {stepper.done} of the {steps} optimizer step(s) asked"
     windows = [difference(b, a) for a, b in zip([{}, *marks], marks, strict=False)]
     return {
         "rank": rank,
