@@ -6,7 +6,8 @@ memory (the same tracker over real tensors; reached in the same phase and module
 module inside or around it, but under pipeline parallelism; the communication buffers
 within 10% of it too) and says what its `save_state` writes (file by
 file against the real save), under one process, DDP, FSDP1, FSDP2 (full and sharded state
-dicts), TP, FSDP2 x TP, PP, PP x FSDP2, PP x TP, context parallelism over FSDP2 and DeepSpeed
+dicts), TP, FSDP2 x TP, PP, PP x FSDP2, PP x TP, PP x FSDP2 x TP (8 processes), context
+parallelism over FSDP2 and DeepSpeed
 ZeRO-0/1/2/3; a Llama-3-8B shape
 simulated as one of 512 processes holds 1/512 of the model."""
 
@@ -40,13 +41,14 @@ FLAGS = {
     "pp": PP,
     "pp_fsdp2": [*PP, *FSDP2, *LAYERS],
     "pp_tp": [*PP, *TP],
+    "pp_fsdp2_tp": [*PP, *TP, *FSDP2, *LAYERS],
     "cp": [*FSDP2, *LAYERS, "--parallelism_config_cp_size", "2"],
     "zero0": ["--use_deepspeed", "--zero_stage", "0"],
     "zero1": ["--use_deepspeed", "--zero_stage", "1"],
     "zero2": ["--use_deepspeed", "--zero_stage", "2"],
     "zero3": ["--use_deepspeed", "--zero_stage", "3"],
 }
-PROCESSES = {"one_process": 1, "fsdp2_tp": 4, "pp_fsdp2": 4, "pp_tp": 4}  # else 2
+PROCESSES = {"one_process": 1, "fsdp2_tp": 4, "pp_fsdp2": 4, "pp_tp": 4, "pp_fsdp2_tp": 8}
 KINDS = {
     "one_process": set(),
     "ddp": {"all_reduce", "broadcast"},
@@ -58,6 +60,7 @@ KINDS = {
     "pp": {"send", "recv"},
     "pp_fsdp2": {"send", "recv", "all_gather", "reduce_scatter"},
     "pp_tp": {"send", "recv", "all_reduce"},  # the last stage also gathers the head's output
+    "pp_fsdp2_tp": {"send", "recv", "all_reduce", "all_gather", "reduce_scatter"},
     "cp": {"all_gather", "reduce_scatter", "all_to_all"},  # the ring: keys, values, gradients
     "zero0": {"all_reduce"},
     "zero1": {"all_reduce", "all_gather"},
@@ -70,10 +73,11 @@ BOTH_ENDS = {
     "pp",
     "pp_fsdp2",
     "pp_tp",
+    "pp_fsdp2_tp",
     "cp",
 }  # simulated at the default ranks, the first and the last
 DEEPSPEED = {"zero0", "zero1", "zero2", "zero3"}
-PIPELINE = {"pp", "pp_fsdp2", "pp_tp"}
+PIPELINE = {"pp", "pp_fsdp2", "pp_tp", "pp_fsdp2_tp"}
 # A communication buffer is live at the peak (measured on the real runs): FSDP2's staging,
 # a pipeline stage's received tensors, ZeRO-3's gathered parameters.
 LIVE_AT_PEAK = {"fsdp2", "fsdp2_sharded", "fsdp2_tp", "cp", "zero3", *PIPELINE}
@@ -108,6 +112,7 @@ def _simulated(result: subprocess.CompletedProcess[str], report: Path, nprocs: i
         pytest.param("fsdp1", marks=pytest.mark.extended),
         pytest.param("fsdp2_tp", marks=[pytest.mark.extended, pytest.mark.four_processes]),
         pytest.param("pp_tp", marks=[pytest.mark.extended, pytest.mark.four_processes]),
+        pytest.param("pp_fsdp2_tp", marks=[pytest.mark.extended, pytest.mark.four_processes]),
         pytest.param("cp", marks=pytest.mark.extended),
         pytest.param("zero0", marks=[pytest.mark.extended, pytest.mark.deepspeed]),
         pytest.param("zero1", marks=[pytest.mark.extended, pytest.mark.deepspeed]),
