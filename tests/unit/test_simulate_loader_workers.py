@@ -15,6 +15,7 @@ import sys
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 from overdrive import Accelerator
+from overdrive.utils import DataLoaderConfiguration
 
 
 class Ramp(Dataset):
@@ -31,7 +32,8 @@ class Stream(IterableDataset):
         return (Ramp()[i] for i in range(64))
 
 
-acc = Accelerator()
+stateful = sys.argv[2] == "stateful"  # torchdata's StatefulDataLoader, its own workers
+acc = Accelerator(dataloader_config=DataLoaderConfiguration(use_stateful_dataloader=stateful))
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 if sys.argv[1] == "stream":  # dispatched: only rank 0 reads in a real run
@@ -46,12 +48,20 @@ for x, y in loader:
 """
 
 
-def _simulate(tmp_path: Path, workers: int | str) -> list[dict]:
+def _simulate(tmp_path: Path, workers: int | str, reader: str = "plain") -> list[dict]:
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     report = tmp_path / f"report_{workers}.json"
     launch = [sys.executable, "-m", "overdrive.cli.main", "launch", "--simulate", "--cpu"]
-    launch += ["--num_processes", "2", "--simulate_json", str(report), str(script), str(workers)]
+    launch += [
+        "--num_processes",
+        "2",
+        "--simulate_json",
+        str(report),
+        str(script),
+        str(workers),
+        reader,
+    ]
     result = subprocess.run(launch, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     ranks: list[dict] = json.loads(report.read_text())["ranks"]
@@ -79,3 +89,10 @@ def test_an_iterable_dataset_dispatched_from_rank_0_feeds_every_simulated_rank(
         # each step's batch reaches every rank by a broadcast of its two tensors
         step = rank["collectives_per_step"][-1]
         assert step["broadcast"]["count"] == 2, step
+
+
+def test_torchdatas_stateful_loader_with_worker_processes_on_every_simulated_rank(
+    tmp_path: Path,
+) -> None:
+    ranks = _simulate(tmp_path, workers=2, reader="stateful")
+    assert [(r["rank"], r["steps"]) for r in ranks] == [(0, 2), (1, 2)], ranks

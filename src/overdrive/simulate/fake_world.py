@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -173,20 +174,36 @@ def _dispatched_batches_read_by_each_rank() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _loader_workers_outside_modes() -> Iterator[None]:
-    """A DataLoader's worker processes are forked from the simulated rank with its dispatch
-    modes active, so their collate would build the batch as fake tensors in shared memory,
-    which fails. A worker is a process of its own that reads the dataset for real: it runs
-    outside the rank's modes. The rank rebuilds each tensor it receives outside them too,
-    then copies it into a tensor of its own, so the batch counts in its memory as one the
-    rank read itself does."""
+    """A DataLoader's worker processes (PyTorch's, torchdata's) are forked from the simulated
+    rank with its dispatch modes active, so their collate would build the batch as fake
+    tensors in shared memory, which fails. A worker is a process of its own that reads the
+    dataset for real: a process forked from the rank leaves the rank's modes at once. The
+    rank rebuilds each tensor it receives outside them too, then copies it into a tensor of
+    its own, so the batch counts in its memory as one the rank read itself does."""
     from torch.multiprocessing import reductions
-    from torch.utils.data._utils import worker
 
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(patched(worker, "_worker_loop", _outside_modes(worker._worker_loop)))
+    _FORKED_LEAVE_MODES[:] = [True]
+    try:
         rebuild = _received_as_the_rank_own(reductions.rebuild_tensor)
-        stack.enter_context(patched(reductions, "rebuild_tensor", rebuild))
-        yield
+        with patched(reductions, "rebuild_tensor", rebuild):
+            yield
+    finally:
+        _FORKED_LEAVE_MODES[:] = [False]
+
+
+_FORKED_LEAVE_MODES = [False]
+"""Whether a process forked now leaves the dispatch modes (while a rank is simulated)."""
+_LEFT: list[Any] = []  # the modes' exit, kept: collected, it would enter them again
+
+
+def _leave_modes_after_fork() -> None:
+    if _FORKED_LEAVE_MODES[0]:
+        left = _disable_current_modes()
+        left.__enter__()
+        _LEFT.append(left)
+
+
+os.register_at_fork(after_in_child=_leave_modes_after_fork)
 
 
 def _received_as_the_rank_own(rebuild: Callable[..., Any]) -> Callable[..., Any]:
