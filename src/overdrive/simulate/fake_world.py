@@ -108,7 +108,17 @@ def _outside_modes(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @contextlib.contextmanager
-def _strided_shard_sizes_by_arithmetic() -> Iterator[None]:
+def _method_outside_modes(owner: type | None, name: str) -> Iterator[None]:
+    """Inside: ``owner``'s method ``name`` runs outside the simulation's modes (nothing
+    changes where this torch has no such class or method)."""
+    if owner is None or name not in vars(owner):
+        yield
+        return
+    with patched(owner, name, _outside_modes(vars(owner)[name])):
+        yield
+
+
+def _strided_shard_sizes_by_arithmetic() -> contextlib.AbstractContextManager[None]:
     """A ``_StridedShard``'s local size and offset (FSDP2 over tensor parallelism) are
     worked out on an index tensor as long as the sharded dimension, read back element by
     element: under the fake mode each element is an operator (1.6 million of them in a
@@ -116,16 +126,10 @@ def _strided_shard_sizes_by_arithmetic() -> Iterator[None]:
     from torch.distributed.tensor import placement_types
 
     strided = getattr(placement_types, "_StridedShard", None)
-    name = "local_shard_size_and_offset"
-    if strided is None or name not in vars(strided):
-        yield
-        return
-    with patched(strided, name, _outside_modes(vars(strided)[name])):
-        yield
+    return _method_outside_modes(strided, "local_shard_size_and_offset")
 
 
-@contextlib.contextmanager
-def _sharding_propagation_unobserved() -> Iterator[None]:
+def _sharding_propagation_unobserved() -> contextlib.AbstractContextManager[None]:
     """DTensor works out an operator's output shape, the first time it meets that operator
     and those input shapes, by running it on fake tensors of the global shapes. In a real
     run those run in a fake mode of their own, unseen by a memory tracker; in a simulated
@@ -136,12 +140,7 @@ def _sharding_propagation_unobserved() -> Iterator[None]:
     from torch.distributed.tensor import _sharding_prop
 
     propagator = getattr(_sharding_prop, "ShardingPropagator", None)
-    name = "_propagate_tensor_meta_non_cached"
-    if propagator is None or name not in vars(propagator):
-        yield
-        return
-    with patched(propagator, name, _outside_modes(vars(propagator)[name])):
-        yield
+    return _method_outside_modes(propagator, "_propagate_tensor_meta_non_cached")
 
 
 def _batches_drawn_here(self: ShardedBatchSampler) -> Iterator[list[int]]:
