@@ -57,27 +57,27 @@ def main() -> None:
         else:
             dist.recv(token, src=1)
 
-    hook = acc.register_save_state_pre_hook(joined_before_the_commit)
-    if args.order == "late":
-        hook.remove()
+    joined = args.order == "joined"
+    hook = acc.register_save_state_pre_hook(joined_before_the_commit) if joined else None
 
     full = rank in {int(r) for r in args.full.split(",") if r}
     if full:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a failed write, not a killed process
         resource.setrlimit(resource.RLIMIT_FSIZE, (LIMIT, resource.RLIM_INFINITY))
-    if args.order == "late" and rank == 1:
+    if not joined and rank == 1:
         dist.recv(token, src=0)
     try:
         acc.save_state()
         caught = None
     except Exception as exc:
         caught = {"type": type(exc).__name__, "message": str(exc)}
-    if args.order == "late" and rank == 0:
+    if not joined and rank == 0:
         dist.send(token, dst=1)
     if full:
         resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY,) * 2)
     (out / f"error_{rank}.json").write_text(json.dumps(caught))
-    hook.remove()
+    if hook is not None:
+        hook.remove()  # the second save needs no order
     acc.wait_for_everyone()
     saved = acc.save_state()  # room again: this one must succeed
     (out / f"saved_{rank}.json").write_text(json.dumps(str(saved)))
