@@ -44,6 +44,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from overdrive.data import loader as data_loader
 from overdrive.data.samplers import ShardedBatchSampler
 from overdrive.simulate.comms import CollectiveCounter
+from overdrive.simulate.device_query import fake_device
 from overdrive.simulate.flops import operator_flops
 from overdrive.simulate.fsdp_chunks import lazy_chunk_with_empty
 from overdrive.simulate.known_values import KnownValues
@@ -72,6 +73,9 @@ class SimulatedRank(CollectiveCounter):
         self.known = KnownValues()
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        device = fake_device(func, args)
+        if device is not None:
+            return device
         if func in READS:
             if isinstance(args[0], FakeTensor):
                 known = self.known.read(args[0])

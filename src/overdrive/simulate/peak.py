@@ -5,15 +5,20 @@ steps."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
+import torch
+from torch._guards import active_fake_mode
 from torch.distributed._tools import mem_tracker, mod_tracker
 from torch.distributed._tools.mem_tracker import MemTracker
+from torch.distributed.tensor import DTensor
 from torch.nn.modules.module import register_module_forward_pre_hook
 
 from overdrive.simulate.comm_buffers import COMMUNICATION, communication_buffers
 from overdrive.simulate.cuda_allocator import CachingAllocator
 from overdrive.simulate.device import DEFAULT_DEVICE, allocation_bytes
+from overdrive.simulate.device_query import fake_device
 
 
 def _by_kind(snapshots: dict[Any, dict[Any, int]]) -> dict[str, int]:
@@ -73,6 +78,18 @@ def _sized_for(device: str) -> type:
     return SizedRefInfo
 
 
+_WAIT_TENSOR = torch.ops._c10d_functional.wait_tensor.default
+
+
+def _output_tensors(out: Any) -> Iterator[torch.Tensor]:
+    """The tensors an operator returned: itself, or those in its tuples and lists."""
+    if isinstance(out, torch.Tensor):
+        yield out
+    elif isinstance(out, (tuple, list)):
+        for item in out:
+            yield from _output_tensors(item)
+
+
 def _depth_then_name(name: str) -> tuple[int, str]:
     """Orders the modules running at a moment: the deepest last, ``Global`` (outside every
     module) first; names as deep by name, since a set's order changes with the process's
@@ -120,10 +137,37 @@ class PeakTracker(MemTracker):
     def __torch_dispatch__(
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
     ) -> Any:
+        device = fake_device(func, args)
+        if device is not None:
+            return device
+        # MemTracker's own dispatch, but walking the outputs without pytree (which builds a
+        # result structure it throws away): a tenth of a simulated step's time went there.
         if self.forward_seen:  # prepare's broadcasts send parameters not yet claimed as such
             for tensor in communication_buffers(func, args):
                 self._count_as_communication(tensor)
-        return super().__torch_dispatch__(func, types, args, kwargs)
+        if DTensor in types:  # its local operators come back here, and are tracked then
+            return NotImplemented
+        fake_mode = active_fake_mode()
+        if func is _WAIT_TENSOR and fake_mode is not None:
+            res = args[0]  # a fake wait returns a new tensor; a real one returns its input
+        else:
+            res = func(*args, **(kwargs or {}))
+        # DTensor's shape propagation runs in a fake mode of its own: not this rank's memory
+        if fake_mode is self._fake_mode_on_entry:
+            backward = self._mod_tracker.is_bw
+            if self._in_opt:
+                reftype = mem_tracker._MemRefType.OPT
+            elif backward and not self._in_ac:
+                reftype = mem_tracker._MemRefType.TEMP
+            else:
+                reftype = mem_tracker._MemRefType.ACT
+            for tensor in _output_tensors(res):
+                self._track(reftype, tensor)
+            peak_state = (
+                mem_tracker._ModState.PEAK_BW if backward else mem_tracker._ModState.PEAK_FW
+            )
+            self._update_peak_stats(peak_state)
+        return res
 
     def _count_as_communication(self, tensor: Any) -> None:
         """``tensor``'s storage counts as a communication buffer from now on, unless it holds
