@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -208,3 +209,46 @@ def test_config_validate_reads_a_script_only_with_simulate(
     assert f"fix: overdrive config validate --simulate {config} train.py" in err
     assert main(["config", "validate", "--simulate_ranks", "0", str(config)]) == 2
     assert "config validate: --simulate_ranks without --simulate" in capsys.readouterr().err
+
+
+ACCUMULATING = """\
+import torch
+from overdrive import Accelerator
+
+acc = Accelerator(gradient_accumulation_steps=2)
+model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+model, opt = acc.prepare(model, opt)
+for _ in range(10):
+    with acc.accumulate(model):
+        acc.backward(model(torch.randn(16, 64)).sum())
+        opt.step()
+        opt.zero_grad()
+"""
+
+
+def test_a_simulated_rank_says_each_phase_of_each_step_once(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(ACCUMULATING)  # two forwards and backwards a step: said once each
+    argv = ["launch", "--simulate", "--simulate_ranks", "0", "--cpu", "--num_processes", "2"]
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    done = subprocess.run(
+        [sys.executable, "-m", "overdrive", *argv, str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    said = [
+        re.sub(r" \(\d+\.\d s\)$", "", line.split("overdrive: simulate: rank 0 of 2: ", 1)[1])
+        for line in done.stderr.splitlines()
+        if "overdrive: simulate: rank 0 of 2: " in line
+    ]
+    steps = [
+        [f"step {n} of 2: forward", f"step {n} of 2: backward", f"step {n} of 2: optimizer step"]
+        + [f"step {n} of 2 done"]
+        for n in (1, 2)
+    ]
+    assert said[:9] == ["running the script up to its first forward", *steps[0], *steps[1]]
+    # each phase line gives the seconds since the rank started
+    assert re.search(r"step 2 of 2: backward \(\d+\.\d s\)\n", done.stderr)

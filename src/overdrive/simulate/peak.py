@@ -5,7 +5,7 @@ steps."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -78,6 +78,9 @@ def _sized_for(device: str) -> type:
     return SizedRefInfo
 
 
+FORWARD, BACKWARD, OPTIMIZER_STEP = "forward", "backward", "optimizer step"
+"""The phases of a training step the tracker tells apart."""
+
 _WAIT_TENSOR = torch.ops._c10d_functional.wait_tensor.default
 
 
@@ -123,6 +126,15 @@ class PeakTracker(MemTracker):
         self.setup_peak: dict[str, int] = {}
         self._peak_at: tuple[Any, bool, bool] | None = None
         self._first_forward = register_module_forward_pre_hook(self._on_first_forward)
+        self._phase: str | None = None
+        self.on_phase: Callable[[str], None] | None = None
+        """Called with the phase (``FORWARD``, ``BACKWARD``, ``OPTIMIZER_STEP``) each time the
+        operators tracked after the first forward move into another one."""
+
+    def _phase_changed(self, phase: str) -> None:
+        self._phase = phase
+        if self.forward_seen and self.on_phase is not None:
+            self.on_phase(phase)
 
     def _update_snap(self, u_type: Any, winfo: Any, *args: Any, **kwargs: Any) -> None:
         super()._update_snap(u_type, winfo, *args, **kwargs)
@@ -156,11 +168,16 @@ class PeakTracker(MemTracker):
         if fake_mode is self._fake_mode_on_entry:
             backward = self._mod_tracker.is_bw
             if self._in_opt:
-                reftype = mem_tracker._MemRefType.OPT
-            elif backward and not self._in_ac:
-                reftype = mem_tracker._MemRefType.TEMP
+                reftype, phase = mem_tracker._MemRefType.OPT, OPTIMIZER_STEP
+            elif backward:
+                reftype = (
+                    mem_tracker._MemRefType.ACT if self._in_ac else mem_tracker._MemRefType.TEMP
+                )
+                phase = BACKWARD
             else:
-                reftype = mem_tracker._MemRefType.ACT
+                reftype, phase = mem_tracker._MemRefType.ACT, FORWARD
+            if phase is not self._phase:
+                self._phase_changed(phase)
             for tensor in _output_tensors(res):
                 self._track(reftype, tensor)
             peak_state = (
@@ -196,7 +213,7 @@ class PeakTracker(MemTracker):
             return {}
         parents, backward, optimizer = self._peak_at
         module = max(parents, key=_depth_then_name, default="Global")
-        phase = "optimizer step" if optimizer else "backward" if backward else "forward"
+        phase = OPTIMIZER_STEP if optimizer else BACKWARD if backward else FORWARD
         return {"module": module, "phase": phase}
 
     def _track_module_params_and_buffers(
@@ -222,6 +239,7 @@ class PeakTracker(MemTracker):
     def _on_first_forward(self, module: Any, args: Any) -> None:
         self._first_forward.remove()
         self.forward_seen = True
+        self._phase = None  # the forward's first operator announces it
         self.setup_peak = _by_kind(self._peak_mem_snap)
         self._peak_mem, self._peak_mem_snap = {}, {}
         self._peak_at = None

@@ -79,8 +79,19 @@ def simulate_rank(
         tracker.reset_mod_stats()  # the tracker follows one iteration's modules at a time
         _say(f"rank {rank} of {world}: step {n} of {steps} done")
 
+    announced: set[tuple[int, str]] = set()
+
+    def on_phase(phase: str) -> None:
+        step = stepper.done + 1
+        if step <= steps and (step, phase) not in announced:  # once a phase (recomputation
+            announced.add((step, phase))  # and micro-batches flip between them)
+            elapsed = time.monotonic() - started
+            _say(f"rank {rank} of {world}: step {step} of {steps}: {phase} ({elapsed:.1f} s)")
+
+    tracker.on_phase = on_phase
     stepper = Stepper(steps, on_step)
     started = time.monotonic()
+    _say(f"rank {rank} of {world}: running the script up to its first forward")
     finished = "script ended"
     checkpoint: dict[str, Any] = {}
     try:
