@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,15 @@ for _ in range(10):
     opt.step()
     opt.zero_grad()
 """
+
+
+def run_overdrive_ok(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``python -m overdrive ARGV`` run with ``env``; it must exit 0 (its stderr shown if not)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "overdrive", *argv], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return done
 
 
 def assert_simulate_refuses_as_launch(

@@ -16,7 +16,11 @@ import pytest
 from overdrive.cli.main import main
 from overdrive.errors import LaunchError
 from overdrive.simulate.ranks import choose_ranks
-from tests.helpers.simulate_script import TRAIN_SCRIPT, assert_simulate_refuses_as_launch
+from tests.helpers.simulate_script import (
+    TRAIN_SCRIPT,
+    assert_simulate_refuses_as_launch,
+    run_overdrive_ok,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -141,13 +145,7 @@ def test_a_script_catching_exceptions_is_still_stopped(tmp_path: Path) -> None:
     script.write_text(CATCHING)
     argv = ["launch", "--simulate", "--simulate_ranks", "0", "--cpu", "--num_processes", "2"]
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    done = subprocess.run(
-        [sys.executable, "-m", "overdrive", *argv, str(script)],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_overdrive_ok([*argv, str(script)], env)
     assert "rank 0 of 2: stopped after 2 optimizer step(s)" in done.stdout
     assert "the script" not in done.stdout
 
@@ -156,10 +154,7 @@ def test_overdrive_test_simulates_its_check_with_object_collectives(tmp_path: Pa
     # the sanity check gathers Python objects, answered from the rank's own under simulation
     argv = ["test", "--simulate", "--cpu", "--num_processes", "2"]
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    done = subprocess.run(
-        [sys.executable, "-m", "overdrive", *argv], env=env, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_overdrive_ok(argv, env)
     assert "rank 1 of 2: stopped after 2 optimizer step(s)" in done.stdout
     assert "passed" not in done.stderr  # a simulation checks no values: no verdict
 
@@ -179,10 +174,7 @@ def test_config_validate_simulates_a_gpu_file_on_this_cpu(tmp_path: Path) -> Non
     argv = ["config", "validate", "--simulate", "--simulate_ranks", "-1"]
     argv += ["--simulate_json", str(report), str(config), str(script)]
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run(
-        [sys.executable, "-m", "overdrive", *argv], env=env, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_overdrive_ok(argv, env)
     lines = done.stdout.splitlines()
     assert lines[0].startswith(f"{config}: valid (6 settings set")
     assert "runs on GPUs, which this machine lacks: simulated on its CPU" in done.stdout
@@ -232,13 +224,7 @@ def test_a_simulated_rank_says_each_phase_of_each_step_once(tmp_path: Path) -> N
     script.write_text(ACCUMULATING)  # two forwards and backwards a step: said once each
     argv = ["launch", "--simulate", "--simulate_ranks", "0", "--cpu", "--num_processes", "2"]
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    done = subprocess.run(
-        [sys.executable, "-m", "overdrive", *argv, str(script)],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_overdrive_ok([*argv, str(script)], env)
     said = [
         re.sub(r" \(\d+\.\d s\)$", "", line.split("overdrive: simulate: rank 0 of 2: ", 1)[1])
         for line in done.stderr.splitlines()

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +13,7 @@ import pytest
 from overdrive.cli.main import main
 from overdrive.errors import ConfigError
 from overdrive.simulate.cost import estimate, load_cost, wire_bytes
-from tests.helpers.simulate_script import TRAIN_SCRIPT
+from tests.helpers.simulate_script import TRAIN_SCRIPT, run_overdrive_ok
 
 GOOD = "flops_per_second: 1.0e+9\nbandwidth:\n  intra_node: 4.0e+6\n  inter_node: 1.0e+6\n"
 
@@ -115,13 +113,7 @@ def test_a_simulated_ddp_rank_gets_its_step_time(tmp_path: Path) -> None:
     argv = ["config", "validate", "--simulate", "--simulate_ranks", "-1"]
     argv += ["--simulate_cost", str(cost), "--simulate_json", str(report), str(config)]
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run(
-        [sys.executable, "-m", "overdrive", *argv, str(script)],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_overdrive_ok([*argv, str(script)], env)
     (rank,) = json.loads(report.read_text())["ranks"]
     flops = 2 * (2 * 16 * (64 * 256 + 256 * 8)) + 2 * 16 * 256 * 8
     assert rank["flops_per_step"][1] == flops

@@ -15,6 +15,7 @@ import pytest
 from overdrive.cli.main import main
 from overdrive.simulate.device import allocation_bytes, cuda_block_bytes
 from tests.helpers.env import forget_launcher
+from tests.helpers.simulate_script import run_overdrive_ok
 
 
 @pytest.fixture(autouse=True)
@@ -49,13 +50,7 @@ def _simulate(tmp_path: Path, device: str) -> tuple[str, dict]:
     report = tmp_path / f"{device}.json"
     argv = ["launch", "--simulate", "--simulate_device", device, "--simulate_json", str(report)]
     argv += ["--cpu", "--num_processes", "1", str(script)]
-    done = subprocess.run(
-        [sys.executable, "-m", "overdrive", *argv],
-        env=dict(os.environ),
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_overdrive_ok(argv, dict(os.environ))
     return done.stdout, json.loads(report.read_text())
 
 
