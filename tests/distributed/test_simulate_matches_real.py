@@ -3,7 +3,7 @@ script, for real on gloo processes and simulated as ranks of the same world, sen
 collectives in a step (counted on the real group by the script itself, in every process),
 holds the same parameter, gradient and optimizer bytes, peaks within 10% of the real run's
 memory (the same tracker over real tensors; reached in the same phase and module, or a
-module inside or around it, but under pipeline parallelism; the communication buffers
+module inside or around it, but under pipeline parallelism and FSDP2 x TP; the communication buffers
 within 10% of it too) and says what its `save_state` writes (file by
 file against the real save), under one process, DDP, FSDP1, FSDP2 (full and sharded state
 dicts), TP, FSDP2 x TP, PP, PP x FSDP2, PP x TP, PP x FSDP2 x TP (8 processes), context
@@ -78,6 +78,13 @@ BOTH_ENDS = {
 }  # simulated at the default ranks, the first and the last
 DEEPSPEED = {"zero0", "zero1", "zero2", "zero3"}
 PIPELINE = {"pp", "pp_fsdp2", "pp_tp", "pp_fsdp2_tp"}
+MOMENT_VARIES = {"fsdp2_tp"}
+"""Layouts whose real rank 0 peaks at another moment from run to run, so that the moment is
+not compared: under FSDP2 x TP, in 15 of 65 runs here (alone or beside the simulation, with
+Python's garbage collected at each step or not), at the end of the forward, holding 42,016
+more bytes of activations (378,028 in all), otherwise in the backward (368,780); the
+simulation, in the backward (368,764) every time. The cause is not known. The peak's bytes
+are still compared, within 10% either way."""
 # A communication buffer is live at the peak (measured on the real runs): FSDP2's staging,
 # a pipeline stage's received tensors, ZeRO-3's gathered parameters.
 LIVE_AT_PEAK = {"fsdp2", "fsdp2_sharded", "fsdp2_tp", "cp", "zero3", *PIPELINE}
@@ -159,7 +166,8 @@ def test_a_simulated_step_sends_and_holds_what_the_real_one_does(
         mine_peak, real_peak = mine["peak_bytes"]["Total"], theirs["peak"]["Total"]
         assert abs(mine_peak - real_peak) <= 0.1 * real_peak, (mine["rank"], mine_peak, real_peak)
         _check_communication_buffers(layout, mine["peak_bytes"], theirs["peak"])
-        if layout not in PIPELINE:  # a real stage's peak moves with the moment its sends end
+        # a real stage's peak moves with the moment its sends end
+        if layout not in PIPELINE | MOMENT_VARIES:
             _check_peak_moment(mine["peak_moment"], theirs["peak_moment"])
     _check_checkpoint(simulated, saved, layout)
     if layout == "pp":  # the first step's shape messages too (prepare's broadcasts aside)
