@@ -42,8 +42,12 @@ else:
     acc.load_state(folder)
 weights = [v.tolist() for v in acc.unwrap_model(model).state_dict().values()]
 momentum = [s["momentum_buffer"].tolist() for s in opt.optimizer.state_dict()["state"].values()]
-print("SEEN", acc.process_index, weights, momentum, sched.scheduler.last_epoch,
-      repr(random.random()), torch.rand(2).tolist(), flush=True)
+seen = (acc.process_index, weights, momentum, sched.scheduler.last_epoch, repr(random.random()),
+        torch.rand(2).tolist())
+# one write per line: Accelerate's launcher hands both processes the same unprefixed stdout,
+# and print's separate writes of each part interleaved there ("SEENSEEN 0 ...")
+sys.stdout.write("SEEN " + " ".join(map(str, seen)) + "\\n")
+sys.stdout.flush()
 """
 
 
