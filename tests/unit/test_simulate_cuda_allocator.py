@@ -75,3 +75,40 @@ def test_the_tracker_replays_a_ranks_tensors_through_it() -> None:
     on_cpu = PeakTracker()
     assert on_cpu.reserved_peaks() == {}  # sized for cpu: no allocator
     on_cpu.close()
+
+
+def test_a_stream_reuses_only_its_own_freed_blocks() -> None:
+    allocator = CachingAllocator()
+    allocator.malloc("gathered", 12 * MiB, stream=1)  # its own 12 MiB segment, stream 1's
+    allocator.free("gathered")
+    allocator.malloc("activation", 12 * MiB)  # the default stream cannot take it: a new one
+    assert (allocator.reserved, allocator.allocated) == (24 * MiB, 12 * MiB)
+    allocator.malloc("gathered again", 12 * MiB, stream=1)  # stream 1 takes its block back
+    assert (allocator.reserved, allocator.allocated) == (24 * MiB, 24 * MiB)
+    allocator.free("activation")
+    allocator.free("gathered again")
+    allocator.empty_cache()  # both streams' unused segments go
+    assert allocator.reserved == 0
+
+
+def test_the_tracker_follows_the_stream_fsdp2_selects() -> None:
+    """FSDP2 on a simulated rank's CPU selects its streams with ``torch.cpu.stream``: the
+    tracker sized for cuda keeps their blocks apart, as a GPU's allocator does."""
+    side, selects = torch.cpu.Stream(), torch.cpu.stream
+    tracker = PeakTracker("cuda")
+    try:
+        with tracker:
+            with torch.cpu.stream(side):
+                gathered = torch.empty(3 * MiB)  # 12 MiB, a segment of the side stream's
+            del gathered
+            with torch.cpu.stream(torch.cpu.current_stream()):  # the default stream, named
+                activation = torch.empty(3 * MiB)  # cannot reuse the side stream's block
+            del activation
+            with torch.cpu.stream(side):
+                again = torch.empty(3 * MiB)  # reuses the side stream's block
+            del again
+        # one stream would have reused one 12 MiB segment throughout
+        assert tracker.reserved_peaks() == {"setup": 0, "steps": 24 * MiB}
+    finally:
+        tracker.close()
+    assert torch.cpu.stream is selects  # followed inside the tracker only

@@ -1,14 +1,17 @@
 """Segments as PyTorch's CUDA caching allocator reserves them, replayed from a simulated
 rank's allocations and frees: what ``torch.cuda.max_memory_reserved`` would read.
 
-The rules are those of ``c10/cuda/CUDACachingAllocator.cpp`` with its default settings and
-one stream: a request is rounded up to 512 bytes (``round_size``); requests of at most 1 MiB
+The rules are those of ``c10/cuda/CUDACachingAllocator.cpp`` with its default settings: a
+request is rounded up to 512 bytes (``round_size``); requests of at most 1 MiB
 come from the small pool, the rest from the large pool; each pool hands out its smallest free
 block that fits (best fit), split when what remains is at least 512 bytes (small pool) or
 more than 1 MiB (large pool); when none fits, a new segment is reserved (2 MiB for a small
 request, 20 MiB for one under 10 MiB, else the request rounded up to 2 MiB); a freed block
 merges with its free neighbours in its segment; segments are never given back, except by
-``empty_cache`` (each segment with no block in use). Torch-free.
+``empty_cache`` (each segment with no block in use). Streams: a segment belongs to the
+stream whose request reserved it, and a pool hands a stream only its own free blocks (as
+the allocator does without ``record_stream``), so memory freed by one stream is not reused
+by another. Torch-free.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ class _Block:
     offset: int
     size: int
     small: bool
+    stream: int = 0
     used: bool = False
     prev: _Block | None = field(default=None, repr=False)
     next: _Block | None = field(default=None, repr=False)
@@ -55,7 +59,7 @@ class CachingAllocator:
     """The reserved and allocated bytes of one device's caching allocator, with their peaks."""
 
     def __init__(self) -> None:
-        self._free: dict[bool, list[tuple[int, int, int]]] = {True: [], False: []}
+        self._free: dict[tuple[int, bool], list[tuple[int, int, int]]] = {}  # (stream, small)
         self._blocks: dict[tuple[int, int, int], _Block] = {}
         self._live: dict[object, _Block] = {}
         self._segments: dict[int, int] = {}  # segment id -> its bytes
@@ -63,16 +67,16 @@ class CachingAllocator:
         self.reserved = self.allocated = 0
         self.peak_reserved = self.peak_allocated = 0
 
-    def malloc(self, owner: object, nbytes: int) -> None:
-        """``owner`` takes a block for ``nbytes`` (nothing for 0 bytes)."""
+    def malloc(self, owner: object, nbytes: int, stream: int = 0) -> None:
+        """``owner`` takes a block for ``nbytes`` on ``stream`` (nothing for 0 bytes)."""
         size = cuda_block_bytes(nbytes)
         if size == 0:
             return
         small = size <= SMALL_SIZE
-        block = self._take_free(small, size) or self._new_segment(small, size)
+        block = self._take_free(stream, small, size) or self._new_segment(stream, small, size)
         remaining = block.size - size
         if remaining >= MIN_BLOCK if small else remaining > SMALL_SIZE:
-            rest = _Block(block.segment, block.offset + size, remaining, small)
+            rest = _Block(block.segment, block.offset + size, remaining, small, stream)
             rest.prev, rest.next = block, block.next
             if block.next is not None:
                 block.next.prev = rest
@@ -108,8 +112,8 @@ class CachingAllocator:
 
     def empty_cache(self) -> None:
         """Give back every segment with no block in use (``torch.cuda.empty_cache``)."""
-        for small in (True, False):
-            for key in list(self._free[small]):
+        for pool in self._free.values():
+            for key in list(pool):
                 block = self._blocks[key]
                 if block.prev is None and block.next is None:
                     self._remove_free(block)
@@ -119,26 +123,26 @@ class CachingAllocator:
         """Peaks from now on (``torch.cuda.reset_peak_memory_stats``)."""
         self.peak_reserved, self.peak_allocated = self.reserved, self.allocated
 
-    def _take_free(self, small: bool, size: int) -> _Block | None:
-        pool = self._free[small]
+    def _take_free(self, stream: int, small: bool, size: int) -> _Block | None:
+        pool = self._free.get((stream, small), [])
         at = bisect.bisect_left(pool, (size, -1, -1))
         if at == len(pool):
             return None
         block = self._blocks.pop(pool.pop(at))
         return block
 
-    def _new_segment(self, small: bool, size: int) -> _Block:
+    def _new_segment(self, stream: int, small: bool, size: int) -> _Block:
         segment = next(self._ids)
         self._segments[segment] = segment_bytes(size)
         self.reserved += self._segments[segment]
         self.peak_reserved = max(self.peak_reserved, self.reserved)
-        return _Block(segment, 0, self._segments[segment], small)
+        return _Block(segment, 0, self._segments[segment], small, stream)
 
     def _add_free(self, block: _Block) -> None:
-        bisect.insort(self._free[block.small], block.key)
+        bisect.insort(self._free.setdefault((block.stream, block.small), []), block.key)
         self._blocks[block.key] = block
 
     def _remove_free(self, block: _Block) -> None:
-        pool = self._free[block.small]
+        pool = self._free[(block.stream, block.small)]
         del pool[bisect.bisect_left(pool, block.key)]
         del self._blocks[block.key]

@@ -18,7 +18,7 @@ MIN_BLOCK = 512
 MODELS = {
     "cpu": "each tensor's own bytes (elements x dtype size)",
     "cuda": "PyTorch's CUDA caching allocator: each allocation rounded up to a multiple of "
-    "512 bytes; its segments replayed for the reserved peak (one stream)",
+    "512 bytes; its segments replayed for the reserved peak (FSDP2's streams kept apart)",
 }
 """What each device's sizing counts, as the report states it."""
 

@@ -19,6 +19,7 @@ from overdrive.simulate.comm_buffers import COMMUNICATION, communication_buffers
 from overdrive.simulate.cuda_allocator import CachingAllocator
 from overdrive.simulate.device import DEFAULT_DEVICE, allocation_bytes
 from overdrive.simulate.device_query import fake_device
+from overdrive.simulate.streams import DEFAULT_STREAM, StreamFollower
 
 
 def _by_kind(snapshots: dict[Any, dict[Any, int]]) -> dict[str, int]:
@@ -113,6 +114,7 @@ class PeakTracker(MemTracker):
         self._ref_class = (*mem_tracker._MemRefType, COMMUNICATION)  # type: ignore[assignment]
         self._record_class = mem_tracker._WeakRefInfo
         self.allocator = CachingAllocator() if device == "cuda" else None
+        self._streams = StreamFollower() if self.allocator is not None else None
         self.setup_reserved = 0
         self.forward_seen = False
         if device != DEFAULT_DEVICE:
@@ -131,6 +133,20 @@ class PeakTracker(MemTracker):
         """Called with the phase (``FORWARD``, ``BACKWARD``, ``OPTIMIZER_STEP``) each time the
         operators tracked after the first forward move into another one."""
 
+    def __enter__(self) -> PeakTracker:
+        # the fake mode whose operators are this rank's memory (DTensor's shape propagation
+        # runs in one of its own); torch 2.13's MemTracker sets it too, torch 2.11's does not
+        self._fake_mode_on_entry = active_fake_mode()
+        super().__enter__()
+        if self._streams is not None:
+            self._streams.__enter__()
+        return self
+
+    def __exit__(self, *args: Any) -> None:
+        if self._streams is not None:
+            self._streams.__exit__()
+        super().__exit__(*args)
+
     def _phase_changed(self, phase: str) -> None:
         self._phase = phase
         if self.forward_seen and self.on_phase is not None:
@@ -144,7 +160,8 @@ class PeakTracker(MemTracker):
         if u_type.name in ("DEL", "SIZE"):  # a resized storage takes a new block
             allocator.free(winfo)
         if u_type.name in ("ADD", "SIZE"):
-            allocator.malloc(winfo, winfo.size * winfo.element_size)
+            stream = self._streams.current() if self._streams is not None else DEFAULT_STREAM
+            allocator.malloc(winfo, winfo.size * winfo.element_size, stream)
 
     def __torch_dispatch__(
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
