@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import inspect
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
+import torch
 from torch import nn
 
 from overdrive.errors import ConfigError
 
 _CHECKPOINTED = "_overdrive_checkpointed"
+_NO_CACHE_IN_TRAINING = "_overdrive_no_cache_in_training"
 
 
 def apply_activation_checkpointing(units: Iterable[nn.Module]) -> int:
@@ -29,6 +34,45 @@ def apply_activation_checkpointing(units: Iterable[nn.Module]) -> int:
         setattr(module, _CHECKPOINTED, True)
         count += 1
     return count
+
+
+def train_without_kv_cache(model: nn.Module) -> bool:
+    """A transformers model with ``config.use_cache`` on, whose layers are recomputed in
+    backward, runs its training forwards with ``use_cache=False`` unless a call passes
+    ``use_cache`` itself, as transformers does under its own gradient checkpointing. Without
+    it each recomputed layer adds its keys and values to the cache a second time, and with
+    eager attention the backward fails on mismatched shapes (so does Hugging Face
+    Accelerate's FSDP activation checkpointing: transformers issue 34928; with SDPA the
+    gradients came out the same here). Evaluation and generation keep the cache.
+    Returns whether the model was changed."""
+    config = getattr(model, "config", None)
+    if getattr(config, "use_cache", None) is not True or getattr(
+        model, _NO_CACHE_IN_TRAINING, False
+    ):
+        return False
+    if "use_cache" not in inspect.signature(model.forward).parameters:
+        return False
+
+    def no_cache(
+        module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        if module.training and torch.is_grad_enabled() and kwargs.get("use_cache") is None:
+            return args, {**kwargs, "use_cache": False}
+        return None
+
+    model.register_forward_pre_hook(no_cache, with_kwargs=True)
+    setattr(model, _NO_CACHE_IN_TRAINING, True)
+    if torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
+        return True  # said once, by the first process
+    warnings.warn(
+        f"activation checkpointing: {type(model).__name__}'s training forwards run with "
+        "use_cache=False (its config says True), as transformers does under its own gradient "
+        "checkpointing: a recomputed layer would fill the cache again, which fails the "
+        "backward under eager attention; evaluation and generation keep the cache",
+        UserWarning,
+        stacklevel=2,
+    )
+    return True
 
 
 @dataclass(frozen=True)

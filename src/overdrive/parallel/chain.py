@@ -43,6 +43,7 @@ from overdrive.compile.model import CompileStep
 from overdrive.parallel.activation_checkpointing import (
     RecomputeLayers,
     apply_activation_checkpointing,
+    train_without_kv_cache,
 )
 from overdrive.parallel.context_parallel import ContextParallelStep
 from overdrive.parallel.ddp_step import DDPStep
@@ -136,7 +137,10 @@ def parallelize(model: nn.Module, mesh: DeviceMesh | None, chain: Chain) -> Para
     paths = {id(m): name for name, m in runs.named_modules()}
     unit_paths = sorted(paths[id(u)] for u in units)
     wrap = _wrap_step(runs, mesh, chain)  # FSDP1's filler sees the modules' own paths
-    apply_activation_checkpointing(_recomputed(runs, model, chain, units))
+    recomputed = _recomputed(runs, model, chain, units)
+    apply_activation_checkpointing(recomputed)
+    if recomputed and stage is None:
+        train_without_kv_cache(model)
     if chain.compile is not None and chain.compile.regional:
         chain.compile.apply_regions(runs)
     module = wrap(runs, units=units)
