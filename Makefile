@@ -155,13 +155,13 @@ demo: $(DEMO_STAMP)
 
 # A GPU machine (one H100/H200, no network, python3 with torch and transformers): the
 # CUDA tests (`pytest -m gpu tests/gpu`), then the GPU bench recorded in bench/RESULTS.md,
-# together under 10 minutes. It installs nothing: it runs this tree's src/ with the machine's
+# together under 9 minutes. It installs nothing: it runs this tree's src/ with the machine's
 # python3 (this venv's python where one exists); deepspeed and torchao come as carried wheels
 # (`make gpu-wheels` here, then bench/README.md, ## gpu). Without a CUDA GPU it fails, never
 # skips: its tests would all skip and prove nothing.
 GPU_PY ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
 GPU_ENV := PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} PYTHONUNBUFFERED=1
-GPU_SECONDS ?= 540
+GPU_SECONDS ?= 500
 GPU_TEST_SECONDS ?= 360
 GPU_TESTS ?= tests/gpu
 

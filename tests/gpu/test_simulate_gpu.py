@@ -31,6 +31,10 @@ CASES = {
     "bf16_eager": (["--mixed_precision", "bf16"], "eager"),
     "bf16_sdpa": (["--mixed_precision", "bf16"], "sdpa"),
     "fsdp2_bf16_eager": ([*FSDP2, "--mixed_precision", "bf16"], "eager"),
+    "fsdp2_bf16_checkpointed": (
+        [*FSDP2, "--mixed_precision", "bf16", "--fsdp_activation_checkpointing", "true"],
+        "eager",
+    ),
     "fp8_eager": (["--mixed_precision", "fp8"], "eager"),
 }
 
