@@ -40,6 +40,7 @@ def main() -> None:
         num_attention_heads=heads,
         num_key_value_heads=kv_heads,
         max_position_embeddings=8192,
+        use_cache=False,  # training keeps no key/value cache (TorchTitan's model has none)
     )
     # the sizes come from the launch (PARALLELISM_CONFIG_*); only the plan's style is set here
     layout = ParallelismConfig(sequence_parallel=True) if args.sequence_parallel else None
