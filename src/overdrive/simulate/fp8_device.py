@@ -7,21 +7,30 @@ in a real CPU launch."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 from collections.abc import Iterator
 
 from overdrive.precision import fp8
+from overdrive.simulate.fp8_scales import float8_scales_in_one_operator
 from overdrive.simulate.patching import patched
-
-
-def _no_problem(device: object) -> None:
-    return None
 
 
 @contextlib.contextmanager
 def fp8_on_simulated_gpu(device: str) -> Iterator[None]:
-    """Inside: fp8's hardware check passes when the simulated ``device`` is cuda."""
+    """Inside: fp8's hardware check passes when the simulated ``device`` is cuda; once fp8
+    is used, torchao's scales are computed in one operator (``fp8_scales``)."""
     if device != "cuda":
         yield
         return
-    with patched(fp8, "fp8_hardware_problem", _no_problem):
-        yield
+    with contextlib.ExitStack() as shortcuts:
+        entered: list[bool] = []
+
+        def no_problem(device: object) -> None:
+            if not entered and importlib.util.find_spec("torchao") is not None:
+                # the first check: torchao is about to be used (without it, the launch's
+                # own check says so)
+                shortcuts.enter_context(float8_scales_in_one_operator())
+                entered.append(True)
+
+        with patched(fp8, "fp8_hardware_problem", no_problem):
+            yield
