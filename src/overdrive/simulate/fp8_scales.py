@@ -1,12 +1,12 @@
-"""torchao's float8 scale from an amax, in one operator on a simulated rank.
+"""torchao's float8 scale from an amax, in three operators on a simulated rank.
 
 ``amax_to_scale`` computes ``finfo(dtype).max / clamp(amax.to(float64), min=eps)`` back in
-float32: four operators on a one-element tensor, a DTensor under tensor parallelism, for
+float32: five operators on a one-element tensor, a DTensor under tensor parallelism, for
 every float8 cast of every linear, forward, backward and recompute. On fake tensors their
 values are made up anyway; what the rank holds and sends depends only on the scale's dtype,
-shape and placement, which one copy to float32 gives (the same first operator as torchao's,
-so a DTensor amax is redistributed at the same point). A fifth of a float8 step's time
-went there."""
+shape and placement. Here: torchao's float64 copy and clamp (where a DTensor amax is
+all-reduced, in float64, as in a real run), then the copy to float32. A fifth of a float8
+step's time went to the five."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from overdrive.simulate.patching import patched
 
 @contextlib.contextmanager
 def float8_scales_in_one_operator() -> Iterator[None]:
-    """Inside: torchao's ``amax_to_scale`` is one copy to float32 (torchao imported here)."""
+    """Inside: torchao's ``amax_to_scale`` is three operators (torchao imported here)."""
     from torchao.float8 import float8_utils
 
     original = float8_utils.amax_to_scale
