@@ -1,4 +1,4 @@
-"""torchao's float8 scale from an amax in one operator on a simulated rank: the scale keeps
+"""torchao's float8 scale from an amax in three operators on a simulated rank: the scale keeps
 the dtype and shape torchao gives it, from fewer operators; torchao's own function is back
 outside; ``fp8_on_simulated_gpu`` puts it in place only once fp8's hardware check runs."""
 
@@ -12,7 +12,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from overdrive.precision import fp8
 from overdrive.simulate.fp8_device import fp8_on_simulated_gpu
-from overdrive.simulate.fp8_scales import float8_scales_in_one_operator
+from overdrive.simulate.fp8_scales import float8_scales_in_three_operators
 
 float8_utils = pytest.importorskip("torchao.float8.float8_utils")
 
@@ -38,7 +38,7 @@ def test_the_scale_keeps_torchaos_dtype_and_shape_from_fewer_operators(shape: tu
     amax = torch.full(shape, 3.0, dtype=torch.bfloat16)
     expected, torchao_operators = _scale_and_operators(amax)
     original = float8_utils.amax_to_scale
-    with float8_scales_in_one_operator():
+    with float8_scales_in_three_operators():
         scale, operators = _scale_and_operators(amax)
     assert float8_utils.amax_to_scale is original
     assert (scale.dtype, scale.shape) == (expected.dtype, expected.shape) == (torch.float32, shape)

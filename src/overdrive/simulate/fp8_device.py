@@ -11,14 +11,14 @@ import importlib.util
 from collections.abc import Iterator
 
 from overdrive.precision import fp8
-from overdrive.simulate.fp8_scales import float8_scales_in_one_operator
+from overdrive.simulate.fp8_scales import float8_scales_in_three_operators
 from overdrive.simulate.patching import patched
 
 
 @contextlib.contextmanager
 def fp8_on_simulated_gpu(device: str) -> Iterator[None]:
     """Inside: fp8's hardware check passes when the simulated ``device`` is cuda; once fp8
-    is used, torchao's scales are computed in one operator (``fp8_scales``)."""
+    is used, torchao's scales are computed in three operators (``fp8_scales``)."""
     if device != "cuda":
         yield
         return
@@ -29,7 +29,7 @@ def fp8_on_simulated_gpu(device: str) -> Iterator[None]:
             if not entered and importlib.util.find_spec("torchao") is not None:
                 # the first check: torchao is about to be used (without it, the launch's
                 # own check says so)
-                shortcuts.enter_context(float8_scales_in_one_operator())
+                shortcuts.enter_context(float8_scales_in_three_operators())
                 entered.append(True)
 
         with patched(fp8, "fp8_hardware_problem", no_problem):

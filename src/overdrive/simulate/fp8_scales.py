@@ -20,7 +20,7 @@ from overdrive.simulate.patching import patched
 
 
 @contextlib.contextmanager
-def float8_scales_in_one_operator() -> Iterator[None]:
+def float8_scales_in_three_operators() -> Iterator[None]:
     """Inside: torchao's ``amax_to_scale`` is three operators (torchao imported here)."""
     from torchao.float8 import float8_utils
 
