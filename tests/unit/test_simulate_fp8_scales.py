@@ -4,33 +4,21 @@ outside; ``fp8_on_simulated_gpu`` puts it in place only once fp8's hardware chec
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from overdrive.precision import fp8
 from overdrive.simulate.fp8_device import fp8_on_simulated_gpu
 from overdrive.simulate.fp8_scales import float8_scales_in_three_operators
+from tests.helpers.operator_count import OperatorCount
 
 float8_utils = pytest.importorskip("torchao.float8.float8_utils")
 
 
-class _Count(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.operators = 0
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.operators += 1
-        return func(*args, **(kwargs or {}))
-
-
 def _scale_and_operators(amax: torch.Tensor) -> tuple[torch.Tensor, int]:
-    with _Count() as count:
+    with OperatorCount() as ops:
         scale = float8_utils.amax_to_scale(amax, torch.float8_e4m3fn)
-    return scale, count.operators
+    return scale, ops.count
 
 
 @pytest.mark.parametrize("shape", [(), (4, 1)])  # tensor-wise and axis-wise amaxes

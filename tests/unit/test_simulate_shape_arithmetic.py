@@ -11,10 +11,10 @@ import torch
 import torch.distributed.device_mesh as device_mesh
 from torch.distributed.tensor import DTensor, Shard
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from overdrive.simulate.checkpoint import _gathers_by_shape
 from overdrive.simulate.fake_world import SimulatedRank, fake_world
+from tests.helpers.operator_count import OperatorCount
 
 placement_types = pytest.importorskip("torch.distributed.tensor.placement_types")
 if not hasattr(placement_types, "_StridedShard"):
@@ -27,18 +27,6 @@ def _mesh() -> Any:
     return device_mesh.init_device_mesh("cpu", (4, 2), mesh_dim_names=("dp", "tp"))
 
 
-class _Operators(TorchDispatchMode):
-    """Counts the operators dispatched while it is active."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.count += 1
-        return func(*args, **(kwargs or {}))
-
-
 def _strided_shape(rank: int) -> tuple[tuple[int, ...], list[int], int]:
     """Rank ``rank`` of 8 on a 4 x 2 mesh: the local shape and offset of a (4096, 16) tensor
     split over both dimensions' ranks, the outer one strided as FSDP2 over TP places it,
@@ -46,7 +34,7 @@ def _strided_shape(rank: int) -> tuple[tuple[int, ...], list[int], int]:
     with fake_world(rank, 8), SimulatedRank():
         mesh = _mesh()
         placements = (StridedShard(0, split_factor=2), Shard(0))
-        with _Operators() as operators:
+        with OperatorCount() as operators:
             shape, offset = compute_local_shape_and_global_offset((4096, 16), mesh, placements)
     return tuple(shape), list(offset), operators.count
 
