@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.helpers.dist import REPO, assert_ok, clean_env
+from tests.helpers.dist import REPO, clean_env
+from tests.helpers.simulate_script import run_overdrive_ok
 
 pytestmark = [
     pytest.mark.gpu,
@@ -39,15 +39,12 @@ CASES = {
 }
 
 
-def _launch(flags: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+def _launch(flags: list[str]) -> subprocess.CompletedProcess[str]:
     env = clean_env()
     env.pop("CUDA_VISIBLE_DEVICES", None)  # clean_env hides the GPUs
     # this tree's overdrive, also where it runs uninstalled (make gpu: PYTHONPATH=src)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "src"), env.get("PYTHONPATH")]))
-    cmd = [sys.executable, "-m", "overdrive", "launch", "--num_processes", "1", *flags]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert_ok(done)
-    return done
+    return run_overdrive_ok(["launch", "--num_processes", "1", *flags], env)
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -58,13 +55,13 @@ def test_simulated_cuda_peaks_match_the_gpu(tmp_path: Path, case: str) -> None:
         if torch.cuda.get_device_capability() < (8, 9):
             pytest.skip("fp8 needs compute capability 8.9 or newer")
     args = [str(SCRIPT), attention, *SHAPE]
-    real_run = _launch([*flags, *args], tmp_path)
+    real_run = _launch([*flags, *args])
     (line,) = [ln for ln in real_run.stdout.splitlines() if "REAL " in ln]
     real = json.loads(line.split("REAL ", 1)[1])
     report = tmp_path / "simulated.json"
     sim_flags = ["--simulate", "--simulate_device", "cuda", "--simulate_steps", "3",
                  "--simulate_json", str(report), "--cpu"]  # fmt: skip
-    _launch([*sim_flags, *flags, *args], tmp_path)
+    _launch([*sim_flags, *flags, *args])
     (rank,) = json.loads(report.read_text())["ranks"]
     simulated = {
         "steps_allocated": rank["peak_bytes"]["Total"],
