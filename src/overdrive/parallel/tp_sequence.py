@@ -207,6 +207,12 @@ def _gather(value: object, local: bool) -> object:
 
     if not isinstance(value, DTensor):
         return value
+    if all(p.is_replicate() for p in value.placements):
+        # Redistributing a whole value to itself still adds an autograd node, whose backward
+        # all-reduces each Linear's partial input gradient on its own: a block's colwise
+        # Linears would each send a whole activation, where their summed gradient needs one
+        # reduce-scatter at the block's gather.
+        return value.to_local() if local else value
     if local:
         return value.full_tensor()
     return value.redistribute(placements=[Replicate()] * value.device_mesh.ndim)

@@ -1,0 +1,70 @@
+"""What sequence parallelism sends in a backward: each attention and MLP block's input
+gradient leaves in one reduce-scatter, not one all-reduce per colwise Linear."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from overdrive.parallel.tp import apply_tp
+from tests.unit.test_sequence_parallel import _llama, _tp
+
+HIDDEN = 16  # small_llama's
+
+
+class CollectiveSizes(TorchDispatchMode):
+    """(collective, elements sent) of each functional collective dispatched."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: Counter[tuple[str, int]] = Counter()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        name = func._opname
+        if func.namespace == "_c10d_functional" and name not in (
+            "wait_tensor",
+            "_wrap_tensor_autograd",
+        ):
+            self.seen[(name, args[0].numel())] += 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.fixture
+def two_process_mesh() -> Iterator[Any]:
+    """This process as rank 0 of 2 on PyTorch's fake process group (no peer needed)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    try:
+        yield init_device_mesh("cpu", (2,))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_block_sends_its_input_gradient_in_one_reduce_scatter(two_process_mesh: Any) -> None:
+    layers = 2
+    model = _llama()
+    apply_tp(model, two_process_mesh, _tp(), split_locally=True)
+    ids = torch.randint(0, 32, (2, 8))
+    logits = model(ids).logits
+    counter = CollectiveSizes()
+    with counter:
+        logits.sum().backward()
+    sent = counter.seen
+    activation = ids.numel() * HIDDEN
+    blocks = 2 * layers  # attention and MLP
+    assert sent[("reduce_scatter_tensor", activation)] == blocks
+    # One whole activation is all-reduced: the LM head's input gradient, whose input the
+    # base model's output gather made a plain tensor. Before, each of the 5 colwise Linears
+    # of a layer (q, k, v, gate, up) all-reduced its own.
+    assert sent[("all_reduce", activation)] == 1
+    norms = 2 * layers + 1  # their weights' gradients, summed over the sequence slices
+    assert sent[("all_reduce", HIDDEN)] == norms
+    assert all(param.grad is not None for param in model.parameters())
