@@ -154,7 +154,11 @@ class CollectiveCounter(TorchDispatchMode):
                 key = (kind, name_of_group)
                 self.counts[key] += 1
                 self.sizes[key] += _input_bytes(name, args)
-        return func(*args, **(kwargs or {}))
+        return self.call(func, args, kwargs or {})
+
+    def call(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        """Run the operator (below this mode)."""
+        return func(*args, **kwargs)
 
     def snapshot(self) -> Snapshot:
         """Every collective so far."""
