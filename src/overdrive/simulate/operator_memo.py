@@ -29,13 +29,12 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, in_kernel_invocation_manager
 
-_PLAIN = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout)
-_PLAIN += (torch.memory_format,)
-_UNKNOWN = object()
+_PLAIN: tuple[type, ...] = (int, float, bool, str, type(None), torch.dtype, torch.device)
+_PLAIN += (torch.layout, torch.memory_format)
 _FAKE = torch._C._TorchDispatchModeKey.FAKE
 _CHANGES_METADATA = torch.Tag.inplace_view  # resize_, set_, as_strided_, transpose_, ...
 
-Layout = tuple[tuple[int, ...], tuple[int, ...], int, torch.dtype, torch.device, bool]
+Layout = tuple[tuple[int, ...], tuple[int, ...], Any, torch.dtype, torch.device, bool]
 """A tensor's shape, stride, storage offset, dtype, device and requires_grad."""
 
 NEW, VIEW, SAME = "new", "view", "same"
@@ -73,11 +72,11 @@ class OperatorMemo:
             key = _key(func, args, kwargs, mode)
         except _NotMemoisable:
             return func(*args, **kwargs)
-        known = self._seen.get(key, _UNKNOWN)
-        if known is _UNKNOWN:
+        if key not in self._seen:
             out = func(*args, **kwargs)
             self._seen[key] = _answers(out, args, mode)
             return out
+        known = self._seen[key]
         if known is None:
             return func(*args, **kwargs)
         self.answered += 1
