@@ -17,6 +17,7 @@ from overdrive.errors import ConfigError
 from overdrive.parallel import tp_sequence
 from overdrive.parallel.tp_plan import check_plan, model_plan, resolve
 from overdrive.parallel.tp_settings import TPSettings
+from overdrive.parallel.tp_shared_input import share_colwise_inputs
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -149,4 +150,6 @@ def apply_tp(
     parallelize_module(model, mesh, plan, src_data_rank=None if split_locally else 0)
     if tp_sequence.wanted(tp, names):
         tp_sequence.add_hooks(model, mesh, names, tp)
+    else:  # (under sequence parallelism the blocks gather their inputs once already)
+        share_colwise_inputs(model, mesh, names, tp_sequence.blocks(model, names))
     return names

@@ -93,7 +93,7 @@ def _is_norm(module: nn.Module) -> bool:
     )
 
 
-def _blocks(model: nn.Module, names: dict[str, str]) -> list[str]:
+def blocks(model: nn.Module, names: dict[str, str]) -> list[str]:
     """Modules (not the root) with a colwise and a rowwise child, holding no SP entry."""
     out = []
     for name, module in model.named_modules():
@@ -144,10 +144,10 @@ def _refuse(model: nn.Module, tp: TPSettings, what: str) -> ConfigError:
 
 def _derive(model: nn.Module, names: dict[str, str], tp: TPSettings) -> dict[str, str]:
     """The SP entries of a model the settings ask to run sequence-parallel."""
-    blocks = _blocks(model, names)
-    if not blocks:
+    found = blocks(model, names)
+    if not found:
         raise _refuse(model, tp, "its plan has no block of colwise then rowwise Linears")
-    planned = list(names) + blocks
+    planned = list(names) + found
     norms = [n for n, m in model.named_modules() if n and _is_norm(m) and not _inside(n, planned)]
     if not norms:
         raise _refuse(model, tp, "no LayerNorm/RMSNorm outside the attention and MLP blocks")
@@ -197,7 +197,7 @@ def sequence_plan(model: nn.Module, names: dict[str, str], tp: TPSettings) -> di
             out[name] = ROW_SEQ
         elif kind == "rowwise_rep":
             out[name] = ROW_REP_SEQ
-    for name in _blocks(model, names):
+    for name in blocks(model, names):
         out.setdefault(name, GATHER_IN)
     return out
 

@@ -1,11 +1,13 @@
-"""What sequence parallelism sends in a backward: each attention and MLP block's input
-gradient leaves in one reduce-scatter, not one all-reduce per colwise Linear."""
+"""What tensor parallelism sends in a backward: each attention and MLP block's input
+gradient leaves in one collective (an all-reduce, a reduce-scatter under sequence
+parallelism), not one per colwise Linear (q, k, v, gate, up)."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 import torch
@@ -13,6 +15,7 @@ import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from overdrive.parallel.tp import apply_tp
+from overdrive.parallel.tp_shared_input import share_colwise_inputs
 from tests.unit.test_sequence_parallel import _llama, _tp
 
 HIDDEN = 16  # small_llama's
@@ -68,3 +71,46 @@ def test_a_block_sends_its_input_gradient_in_one_reduce_scatter(two_process_mesh
     norms = 2 * layers + 1  # their weights' gradients, summed over the sequence slices
     assert sent[("all_reduce", HIDDEN)] == norms
     assert all(param.grad is not None for param in model.parameters())
+
+
+def _sent(model: torch.nn.Module, run: Any) -> Counter[tuple[str, int]]:
+    counter = CollectiveSizes()
+    with counter:
+        run()
+    return counter.seen
+
+
+@pytest.mark.parametrize("checkpointed", [False, True])
+def test_a_block_sends_its_input_gradient_in_one_all_reduce(
+    two_process_mesh: Any, checkpointed: bool
+) -> None:
+    layers = 2
+    model = _llama()
+    if checkpointed:  # the layers' forwards run again in the backward, with new inputs
+        model.gradient_checkpointing_enable({"use_reentrant": False})
+    model.train()
+    last = None
+
+    def keep(*args: Any) -> Any:
+        nonlocal last
+        last = share_colwise_inputs(*args)
+        return last
+
+    with patch("overdrive.parallel.tp.share_colwise_inputs", keep):
+        apply_tp(model, two_process_mesh, _tp(sequence_parallel=False), split_locally=True)
+    ids = torch.randint(0, 32, (2, 8))
+    activation = ids.numel() * HIDDEN
+    with torch.no_grad():  # the rowwise Linears' (o_proj, down_proj) and the embedding's
+        forward = _sent(model, lambda: model(ids))[("all_reduce", activation)]
+    assert forward == 2 * layers + 1
+    logits = model(ids).logits
+    sent = _sent(model, lambda: logits.sum().backward())
+    # one per attention and MLP block, and the LM head's own (before: one per colwise Linear)
+    per_block = 2 * layers + 1
+    if checkpointed:  # and the recomputed forwards' (PyTorch stops recomputing a layer early)
+        assert per_block < sent[("all_reduce", activation)] <= per_block + forward
+    else:
+        assert sent[("all_reduce", activation)] == per_block
+    assert set(sent) == {("all_reduce", activation)}
+    assert all(param.grad is not None for param in model.parameters())
+    assert last is not None and last.whole is None  # no activation held after the step
