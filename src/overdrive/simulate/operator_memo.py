@@ -27,11 +27,12 @@ import os
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, in_kernel_invocation_manager
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 _PLAIN: tuple[type, ...] = (int, float, bool, str, type(None), torch.dtype, torch.device)
 _PLAIN += (torch.layout, torch.memory_format)
 _FAKE = torch._C._TorchDispatchModeKey.FAKE
+_NO_MODES = torch._C._DisableTorchDispatch
 _CHANGES_METADATA = torch.Tag.inplace_view  # resize_, set_, as_strided_, transpose_, ...
 
 Layout = tuple[tuple[int, ...], tuple[int, ...], Any, torch.dtype, torch.device, bool]
@@ -196,7 +197,7 @@ def _answer(mode: FakeTensorMode, answer: Answer, args: tuple[Any, ...]) -> Fake
         return same
     assert layout is not None
     shape, stride, offset, dtype, device, requires_grad = layout
-    with in_kernel_invocation_manager(mode):
+    with _NO_MODES():  # the meta tensor the fake one wraps, as the fake mode makes it
         tensor = torch.empty_strided(
             shape, stride, dtype=dtype, device="meta", requires_grad=requires_grad
         )
