@@ -277,28 +277,42 @@ LLAMA_8B_LAYER = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096
 
 @pytest.mark.distributed
 @pytest.mark.extended
-def test_a_llama_8b_shape_in_3d_as_the_first_and_last_of_512_processes(tmp_path: Path) -> None:
-    """pp 4 x dp_shard 16 x tp 8 on 64 x 8 processes: the first and the last stage each hold
-    their 8 layers and the embedding or the head, over 16 x 8, and send on every dimension."""
+@pytest.mark.parametrize("machines", [64, 512])
+def test_a_llama_8b_shape_in_3d_as_the_first_and_last_process(
+    tmp_path: Path, machines: int
+) -> None:
+    """pp 4 x dp_shard (machines / 4) x tp 8 on machines x 8 processes (512, and 4,096):
+    the first and the last stage each hold their 8 layers and their rows of the embedding
+    or the head, over dp_shard x 8, and send on every dimension."""
+    world, dp_shard = machines * 8, machines // 4
     report = tmp_path / "report.json"
-    flags = ["--num_machines", "64", "--main_process_ip", "10.0.0.1", *FSDP2, *LAYERS]
+    flags = ["--num_machines", str(machines), "--main_process_ip", "10.0.0.1", *FSDP2, *LAYERS]
     flags += ["--parallelism_config_tp_size", "8", "--parallelism_config_pp_size", "4"]
     sim = ["--simulate", "--simulate_steps", "1", "--simulate_json", str(report)]
     result = run_launch(
         "simulate_llama8b.py",
-        nprocs=512,
+        nprocs=world,
         args=["--batch", "4"],
         launch_args=[*sim, *flags],
         timeout=600,
     )
     assert_ok(result)
-    assert "layout pp=4 x dp_shard=16 x tp=8" in result.stdout, result.stdout
+    assert f"layout pp=4 x dp_shard={dp_shard} x tp=8" in result.stdout, result.stdout
     first, last = json.loads(report.read_text())["ranks"]
-    assert (first["rank"], last["rank"]) == (0, 511)
-    for rank, ends in ((first, LLAMA_8B_EMBEDDING), (last, LLAMA_8B_EMBEDDING + 4096)):
-        share = (ends + 8 * LLAMA_8B_LAYER) * 4 / (16 * 8)  # fp32
+    assert (first["rank"], last["rank"]) == (0, world - 1)
+    # FSDP2 cuts a tp shard's 16,032 vocabulary rows as torch.chunk does: the first dp rank
+    # holds a full chunk, the last what is left (30 rows of 126 at dp_shard 128)
+    rows, chunk = 128256 // 8, -(-(128256 // 8) // dp_shard)
+    ends = {
+        0: chunk * 4096,
+        dp_shard - 1: (rows - (dp_shard - 1) * chunk) * 4096 + 4096 // dp_shard,
+    }
+    for rank, dp_rank in ((first, 0), (last, dp_shard - 1)):
+        share = (ends[dp_rank] + 8 * LLAMA_8B_LAYER / (dp_shard * 8)) * 4  # fp32
         assert share <= rank["state_bytes"]["parameters"] <= share * 1.005, rank["state_bytes"]
         groups = {
             group for entry in rank["collectives_per_step"][0].values() for group in entry["groups"]
         }
         assert {"pp", "dp_shard", "tp"} <= groups
+    # the last stage sends the loss (one fp32) to the 3 stages before it, on a group of its own
+    assert last["collectives_per_step"][0]["send"]["groups"]["pp_loss"] == {"count": 3, "bytes": 12}

@@ -302,7 +302,7 @@ class PipelineParallelStrategy(Strategy):
 
         if self._loss_channel is None:
             for pipeline in groups_along(self.mesh, "pp"):
-                group = dist.new_group(pipeline)
+                group = dist.new_group(pipeline, group_desc="pp_loss")
                 if dist.get_rank() in pipeline:
                     self._loss_channel = LossChannel(group, pipeline, self.device)
         if self._loss_channel is None:
