@@ -25,6 +25,28 @@ for _ in range(10):
 """
 
 
+TINY_LLAMA_SCRIPT = """
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+from overdrive import Accelerator
+
+acc = Accelerator()
+config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, vocab_size=64)
+model = LlamaForCausalLM(config)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+model, opt = acc.prepare(model, opt)
+print("linear:", type(acc.unwrap_model(model).model.layers[0].mlp.up_proj).__name__)
+for _ in range(2):
+    ids = torch.randint(0, 64, (2, 16))
+    acc.backward(model(input_ids=ids, labels=ids).loss)
+    opt.step()
+    opt.zero_grad()
+"""
+"""A tiny transformers Llama trained for 2 steps with AdamW; prints the class of its first
+MLP's up projection (``linear: Float8Linear`` under fp8)."""
+
+
 def run_overdrive_ok(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """``python -m overdrive ARGV`` run with ``env``; it must exit 0 (its stderr shown if not)."""
     done = subprocess.run(

@@ -12,29 +12,10 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.env import forget_launcher
-from tests.helpers.simulate_script import assert_simulate_refuses_as_launch
+from tests.helpers.simulate_script import TINY_LLAMA_SCRIPT, assert_simulate_refuses_as_launch
 
 pytest.importorskip("torchao")
 pytest.importorskip("transformers")
-
-SCRIPT = """
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM
-from overdrive import Accelerator
-
-acc = Accelerator()
-config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                     num_attention_heads=4, num_key_value_heads=2, vocab_size=64)
-model = LlamaForCausalLM(config)
-opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-model, opt = acc.prepare(model, opt)
-print("linear:", type(acc.unwrap_model(model).model.layers[0].mlp.up_proj).__name__)
-for _ in range(2):
-    ids = torch.randint(0, 64, (2, 16))
-    acc.backward(model(input_ids=ids, labels=ids).loss)
-    opt.step()
-    opt.zero_grad()
-"""
 
 
 @pytest.fixture(autouse=True)
@@ -55,7 +36,7 @@ def test_fp8_on_a_simulated_cpu_is_refused_as_the_real_launch_refuses_it(
 
 def _simulated(tmp_path: Path, precision: str) -> tuple[str, dict]:
     script = tmp_path / f"train_{precision}.py"
-    script.write_text(SCRIPT)
+    script.write_text(TINY_LLAMA_SCRIPT)
     report = tmp_path / f"{precision}.json"
     launch = [sys.executable, "-m", "overdrive.cli.main", "launch", "--simulate", "--cpu"]
     launch += ["--simulate_device", "cuda", "--simulate_ranks", "0", "--simulate_steps", "2"]

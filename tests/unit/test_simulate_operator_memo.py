@@ -19,6 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from overdrive.simulate.fake_world import SimulatedRank
 from tests.helpers.env import forget_launcher
+from tests.helpers.simulate_script import TINY_LLAMA_SCRIPT
 
 
 @pytest.fixture
@@ -133,29 +134,9 @@ def test_the_memo_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
     assert SimulatedRank().memo is None
 
 
-SCRIPT = """
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM
-from overdrive import Accelerator
-
-acc = Accelerator()
-config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                     num_attention_heads=4, num_key_value_heads=2, vocab_size=64)
-model = LlamaForCausalLM(config)
-opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-model, opt = acc.prepare(model, opt)
-for _ in range(2):
-    ids = torch.randint(0, 64, (2, 16))
-    acc.backward(model(input_ids=ids, labels=ids).loss)
-    opt.step()
-    opt.zero_grad()
-acc.save_state("checkpoint")
-"""
-
-
 def _report(tmp_path: Path, memo: str) -> dict[str, Any]:
     script = tmp_path / "train.py"
-    script.write_text(SCRIPT)
+    script.write_text(TINY_LLAMA_SCRIPT + 'acc.save_state("checkpoint")\n')
     out = tmp_path / f"memo_{memo}.json"
     launch = [sys.executable, "-m", "overdrive.cli.main", "launch", "--simulate", "--cpu"]
     launch += ["--simulate_device", "cuda", "--simulate_steps", "2", "--simulate_json", str(out)]
