@@ -21,3 +21,18 @@ def one_process_group(tmp_path: Path) -> Iterator[None]:
     finally:
         if owned:
             dist.destroy_process_group()
+
+
+@pytest.fixture
+def two_process_mesh() -> Iterator[object]:
+    """This process as rank 0 of 2 on PyTorch's fake process group (collectives return at
+    once, with no peer: a test looks at their counts and sizes), and a 1-D CPU mesh over
+    the two."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    try:
+        yield init_device_mesh("cpu", (2,))
+    finally:
+        dist.destroy_process_group()

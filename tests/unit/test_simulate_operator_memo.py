@@ -84,16 +84,18 @@ def test_a_repeated_view_shares_its_inputs_storage_and_autograd_sees_a_view(
 
 
 class ReturnsItsInput(TorchDispatchMode):
-    """Above the rank's mode: whether each operator returned its first input itself (what
-    the peak tracker, also above it, sees: a new output would count as new memory)."""
+    """Above the rank's mode: whether each operator returned the tensor it wrote (its
+    ``out=`` argument, else its first input) itself: what the peak tracker, also above it,
+    sees (a new output would count as new memory)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.seen: list[bool] = []
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        out = func(*args, **(kwargs or {}))
-        self.seen.append(out is args[0])
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        self.seen.append(out is kwargs.get("out", args[0]))
         return out
 
 
@@ -102,6 +104,15 @@ def test_an_in_place_operator_returns_its_input_itself(rank: SimulatedRank) -> N
     above = ReturnsItsInput()
     with above:
         _twice(rank, lambda: x.add_(1))
+    assert above.seen == [True, True]
+
+
+def test_an_out_argument_is_returned_itself(rank: SimulatedRank) -> None:
+    x, y, z = torch.empty(3), torch.empty(3), torch.empty(3)
+    above = ReturnsItsInput()
+    with above:
+        for _ in range(2):
+            torch.add(x, y, out=z)
     assert above.seen == [True, True]
 
 

@@ -5,13 +5,11 @@ parallelism), not one per colwise Linear (q, k, v, gate, up)."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 from unittest.mock import patch
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from overdrive.parallel.tp import apply_tp
@@ -36,19 +34,6 @@ class CollectiveSizes(TorchDispatchMode):
         ):
             self.seen[(name, args[0].numel())] += 1
         return func(*args, **(kwargs or {}))
-
-
-@pytest.fixture
-def two_process_mesh() -> Iterator[Any]:
-    """This process as rank 0 of 2 on PyTorch's fake process group (no peer needed)."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
-    try:
-        yield init_device_mesh("cpu", (2,))
-    finally:
-        dist.destroy_process_group()
 
 
 def test_a_block_sends_its_input_gradient_in_one_reduce_scatter(two_process_mesh: Any) -> None:

@@ -75,7 +75,7 @@ class OperatorMemo:
             return func(*args, **kwargs)
         if key not in self._seen:
             out = func(*args, **kwargs)
-            self._seen[key] = _answers(out, args, mode)
+            self._seen[key] = _answers(out, args, kwargs, mode)
             return out
         known = self._seen[key]
         if known is None:
@@ -88,12 +88,8 @@ class OperatorMemo:
 
 
 def _key(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], mode: Any) -> tuple[Any, ...]:
-    parts: list[Any] = [
-        func,
-        torch.get_default_dtype(),
-        torch._C._get_default_device(),
-        torch.is_inference_mode_enabled(),
-    ]
+    # (a default device reaches the operator as its device argument; a default dtype not)
+    parts: list[Any] = [func, torch.get_default_dtype(), torch.is_inference_mode_enabled()]
     _add_all(parts, args, mode)
     for name, value in kwargs.items():
         parts.append(name)
@@ -136,7 +132,9 @@ def _layout(tensor: FakeTensor) -> Layout:
     )
 
 
-def _answers(out: Any, args: tuple[Any, ...], mode: Any) -> tuple[bool, tuple[Answer, ...]] | None:
+def _answers(
+    out: Any, args: tuple[Any, ...], kwargs: dict[str, Any], mode: Any
+) -> tuple[bool, tuple[Answer, ...]] | None:
     """Whether ``out`` is a tuple, and how to answer each of its tensors again; None unless
     the memo answers each of them exactly."""
     several = type(out) is tuple
@@ -145,12 +143,13 @@ def _answers(out: Any, args: tuple[Any, ...], mode: Any) -> tuple[bool, tuple[An
         return None
     inputs = [a if type(a) is FakeTensor else None for a in args]
     storages = [None if a is None else _storage(a) for a in inputs]
+    taken = {_storage(t) for t in _fake_tensors((*args, *kwargs.values()))}
     answers = []
     made: set[int] = set()
     for tensor in outputs:
         storage = _storage(tensor)
-        if storage in made:
-            return None
+        if storage in made or (storage in taken and storage not in storages):
+            return None  # two outputs alike, or an output aliasing an out= or listed input
         made.add(storage)
         answer = _how(tensor, inputs, storages)
         if answer is None or not _alike(tensor, _answer(mode, answer, args)):
@@ -159,11 +158,20 @@ def _answers(out: Any, args: tuple[Any, ...], mode: Any) -> tuple[bool, tuple[An
     return several, tuple(answers)
 
 
+def _fake_tensors(values: Any) -> list[FakeTensor]:
+    """The fake tensors among ``values`` and in the lists and tuples among them."""
+    found: list[FakeTensor] = []
+    for value in values:
+        if type(value) is FakeTensor:
+            found.append(value)
+        elif type(value) in (list, tuple):
+            found.extend(_fake_tensors(value))
+    return found
+
+
 def _how(tensor: FakeTensor, inputs: list[Any], storages: list[Any]) -> Answer | None:
     storage = _storage(tensor)
     if storage not in storages:
-        if any(_storage(t) == storage for t in inputs if t is not None):
-            return None
         return (NEW, -1, _layout(tensor)) if tensor.storage_offset() == 0 else None
     index = storages.index(storage)
     if storages.count(storage) > 1:
