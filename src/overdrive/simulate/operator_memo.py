@@ -29,11 +29,14 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
+from overdrive.simulate.fake_tensor_maker import FakeTensorMaker
+
 _PLAIN: tuple[type, ...] = (int, float, bool, str, type(None), torch.dtype, torch.device)
 _PLAIN += (torch.layout, torch.memory_format)
 _FAKE = torch._C._TorchDispatchModeKey.FAKE
 _NO_MODES = torch._C._DisableTorchDispatch
 _CHANGES_METADATA = torch.Tag.inplace_view  # resize_, set_, as_strided_, transpose_, ...
+_MAKER = FakeTensorMaker()
 
 Layout = tuple[tuple[int, ...], tuple[int, ...], Any, torch.dtype, torch.device, bool]
 """A tensor's shape, stride, storage offset, dtype, device and requires_grad."""
@@ -211,4 +214,4 @@ def _answer(mode: FakeTensorMode, answer: Answer, args: tuple[Any, ...]) -> Fake
         )
         if kind == VIEW:
             tensor.set_(args[index].untyped_storage(), offset, shape, stride)
-    return FakeTensor(mode, tensor, device)
+    return _MAKER.make(mode, tensor, device)
