@@ -36,7 +36,6 @@ _PLAIN += (torch.layout, torch.memory_format)
 _FAKE = torch._C._TorchDispatchModeKey.FAKE
 _NO_MODES = torch._C._DisableTorchDispatch
 _CHANGES_METADATA = torch.Tag.inplace_view  # resize_, set_, as_strided_, transpose_, ...
-_MAKER = FakeTensorMaker()
 
 Layout = tuple[tuple[int, ...], tuple[int, ...], Any, torch.dtype, torch.device, bool]
 """A tensor's shape, stride, storage offset, dtype, device and requires_grad."""
@@ -62,6 +61,7 @@ class OperatorMemo:
         self._seen: dict[tuple[Any, ...], tuple[bool, tuple[Answer, ...]] | None] = {}
         self.answered = 0
         """How many calls were answered from the memo."""
+        self._maker = FakeTensorMaker()
 
     def call(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """``func(*args, **kwargs)``, as the fake mode would answer it."""
@@ -78,7 +78,7 @@ class OperatorMemo:
             return func(*args, **kwargs)
         if key not in self._seen:
             out = func(*args, **kwargs)
-            self._seen[key] = _answers(out, args, kwargs, mode)
+            self._seen[key] = _answers(self._maker, out, args, kwargs, mode)
             return out
         known = self._seen[key]
         if known is None:
@@ -86,8 +86,8 @@ class OperatorMemo:
         self.answered += 1
         several, answers = known
         if several:
-            return tuple(_answer(mode, answer, args) for answer in answers)
-        return _answer(mode, answers[0], args)
+            return tuple(_answer(self._maker, mode, answer, args) for answer in answers)
+        return _answer(self._maker, mode, answers[0], args)
 
 
 def _key(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], mode: Any) -> tuple[Any, ...]:
@@ -136,7 +136,7 @@ def _layout(tensor: FakeTensor) -> Layout:
 
 
 def _answers(
-    out: Any, args: tuple[Any, ...], kwargs: dict[str, Any], mode: Any
+    maker: FakeTensorMaker, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any], mode: Any
 ) -> tuple[bool, tuple[Answer, ...]] | None:
     """Whether ``out`` is a tuple, and how to answer each of its tensors again; None unless
     the memo answers each of them exactly."""
@@ -155,7 +155,7 @@ def _answers(
             return None  # two outputs alike, or an output aliasing an out= or listed input
         made.add(storage)
         answer = _how(tensor, inputs, storages)
-        if answer is None or not _alike(tensor, _answer(mode, answer, args)):
+        if answer is None or not _alike(tensor, _answer(maker, mode, answer, args)):
             return None
         answers.append(answer)
     return several, tuple(answers)
@@ -201,7 +201,9 @@ def _alike(tensor: FakeTensor, again: FakeTensor) -> bool:
     )
 
 
-def _answer(mode: FakeTensorMode, answer: Answer, args: tuple[Any, ...]) -> FakeTensor:
+def _answer(
+    maker: FakeTensorMaker, mode: FakeTensorMode, answer: Answer, args: tuple[Any, ...]
+) -> FakeTensor:
     kind, index, layout = answer
     if kind == SAME:
         same: FakeTensor = args[index]
@@ -214,4 +216,4 @@ def _answer(mode: FakeTensorMode, answer: Answer, args: tuple[Any, ...]) -> Fake
         )
         if kind == VIEW:
             tensor.set_(args[index].untyped_storage(), offset, shape, stride)
-    return _MAKER.make(mode, tensor, device)
+    return maker.make(mode, tensor, device)
